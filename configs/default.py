@@ -1,0 +1,98 @@
+"""Every ds2_jax setting, with its default. Other configs import and override this.
+
+    python launch.py --config=configs/default.py --workdir=/tmp/ds2 [--config.key=value ...]
+"""
+
+import ml_collections
+
+
+def get_config() -> ml_collections.ConfigDict:
+    config = ml_collections.ConfigDict()
+
+    # --- Run -------------------------------------------------------------------
+    config.seed = 0  # Seeds parameters, data order and dropout-free rng streams.
+    config.num_train_steps = 100_000  # Total optimizer steps (resume continues to this).
+    config.per_device_batch_size = 16  # Utterances per device; global = this x devices.
+    config.num_devices = 0  # Local devices to use; 0 = all local devices.
+    config.compile = True  # False runs the same step op by op on one device (eager).
+    config.log_every_steps = 50  # stdout / metrics.jsonl / TensorBoard cadence.
+    config.eval_every_steps = 2_000  # Greedy WER/CER on dataset.eval_split; 0 = never.
+    config.checkpoint_every_steps = 1_000  # Orbax checkpoint cadence (and one at the end).
+    config.keep_checkpoints = 3  # Checkpoints kept on disk.
+    config.prefetch_batches = 2  # Batches staged on the devices ahead of the step.
+
+    # --- Data ------------------------------------------------------------------
+    config.dataset = ml_collections.ConfigDict()
+    # 'synthetic' (random audio and text, compute only), 'librispeech_local' (the
+    # project's tfds builder over a LibriSpeech-layout manual_dir) or 'librispeech'
+    # (tfds's official, already prepared build).
+    config.dataset.name = "synthetic"
+    config.dataset.manual_dir = ""  # LibriSpeech tree or *.tar.gz archives (librispeech_local).
+    config.dataset.data_dir = ""  # tfds data_dir; '' = tfds default (~/tensorflow_datasets).
+    config.dataset.train_splits = "train-clean-100+train-clean-360+train-other-500"
+    config.dataset.eval_split = "dev-clean"  # Split evaluated during training.
+    config.dataset.min_duration_s = 0.0  # Utterances shorter than this are skipped.
+    config.dataset.max_duration_s = 27.0  # Utterances longer than this are skipped.
+    config.dataset.num_buckets = 4  # Duration buckets = compiled shapes (<= 8).
+    config.dataset.sortagrad = True  # First epoch in ascending duration (DS2 SortaGrad).
+    config.dataset.feature_stats_utterances = 2000  # Sample size for per-bin mean/std.
+    config.dataset.num_workers = 0  # Host threads reading audio; 0 = inline.
+    # Synthetic source: utterances uniform in [min_duration_s, max_duration_s] of the
+    # synthetic_* bounds, random int16 noise, random transcripts of chars_per_second.
+    config.dataset.synthetic_min_duration_s = 6.0
+    config.dataset.synthetic_max_duration_s = 8.0
+    config.dataset.synthetic_chars_per_second = 14.0
+    config.dataset.synthetic_num_utterances = 15_552  # One "epoch" (the seed's 972 x 16).
+
+    # --- Features (computed on device inside the step) ---------------------------
+    config.features = ml_collections.ConfigDict()
+    config.features.sample_rate = 16_000
+    config.features.window_ms = 20.0  # Hann window -> 161 linear bins at 16 kHz.
+    config.features.hop_ms = 10.0
+    config.features.eps = 1e-14  # log(power + eps).
+    # SpecAugment masks, applied to training batches only (0 masks = off, as in the seed).
+    config.features.freq_masks = 0
+    config.features.freq_mask_width = 27
+    config.features.time_masks = 0
+    config.features.time_mask_max_fraction = 0.05
+
+    # --- Model -----------------------------------------------------------------
+    config.model = ml_collections.ConfigDict()
+    config.model.num_conv_layers = 2  # 1..3 (the seed: 2).
+    config.model.conv_channels = 32
+    config.model.num_rnn_layers = 3
+    config.model.rnn_size = 2048
+    config.model.rnn_cell = "simple"  # 'simple' (clipped ReLU), 'gru' or 'lstm'.
+    config.model.share_rnn_weights = True  # One input projection + BN for both directions.
+    config.model.bidirectional = True  # False: forward RNN + lookahead row convolution.
+    config.model.row_conv_context = 20  # Future frames seen by the row convolution.
+    config.model.dtype = "float32"  # Compute dtype: 'float32' or 'bfloat16' (params stay f32).
+    config.model.sync_batch_norm = True  # Batch-norm statistics over all devices.
+    config.model.batch_norm_momentum = 0.99
+    config.model.batch_norm_epsilon = 1e-5
+    config.model.rnn_impl = "scan"  # Recurrence implementation ('scan' is the reference).
+    config.model.scan_unroll = 1  # lax.scan unroll factor.
+
+    # --- Loss ------------------------------------------------------------------
+    config.loss = ml_collections.ConfigDict()
+    config.loss.norm_by_times = False  # Divide each utterance's CTC loss by its frames.
+
+    # --- Optimizer -------------------------------------------------------------
+    config.optimizer = ml_collections.ConfigDict()
+    config.optimizer.learning_rate = 5e-4  # Paddle DS2's default Adam rate.
+    config.optimizer.b1 = 0.9
+    config.optimizer.b2 = 0.999
+    config.optimizer.eps = 1e-8
+    config.optimizer.clip_global_norm = 400.0  # Paddle's gradient_clipping_threshold.
+    config.optimizer.warmup_steps = 0  # Linear warm-up from 0.
+    config.optimizer.schedule = "constant"  # After warm-up: 'constant', 'cosine' or 'exponential'.
+    config.optimizer.decay_rate = 0.83  # 'exponential': factor per decay_steps.
+    config.optimizer.decay_steps = 10_000
+    config.optimizer.max_consecutive_skips = 20  # Non-finite steps in a row before stopping.
+
+    # --- Evaluation ------------------------------------------------------------
+    config.eval = ml_collections.ConfigDict()
+    config.eval.split = ""  # --mode=eval split; '' = dataset.eval_split.
+    config.eval.max_utterances = 0  # 0 = the whole split.
+    config.eval.num_examples_to_print = 3  # Reference/hypothesis pairs logged.
+    return config

@@ -1,0 +1,127 @@
+"""Waveform -> normalized log linear spectrogram, in jnp so it runs inside the step.
+
+Follows Paddle DS2's featurizer: int16 samples scaled to [-1, 1), 20 ms Hann windows
+every 10 ms (161 bins at 16 kHz), power spectrum scaled by the window energy and the
+sample rate (non-edge bins doubled), log(power + eps), then per-bin (x - mean) / std.
+Frames that touch padding are zeroed, so padded input never changes valid output.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True)
+class FeatureConfig:
+    sample_rate: int = 16_000
+    window_ms: float = 20.0
+    hop_ms: float = 10.0
+    eps: float = 1e-14
+
+    @property
+    def window(self) -> int:
+        return int(round(self.sample_rate * self.window_ms / 1000))
+
+    @property
+    def hop(self) -> int:
+        return int(round(self.sample_rate * self.hop_ms / 1000))
+
+    @property
+    def num_bins(self) -> int:
+        return self.window // 2 + 1
+
+    @classmethod
+    def from_config(cls, features) -> "FeatureConfig":
+        return cls(
+            sample_rate=features.sample_rate,
+            window_ms=features.window_ms,
+            hop_ms=features.hop_ms,
+            eps=features.eps,
+        )
+
+
+def num_frames(num_samples, fc: FeatureConfig = FeatureConfig()):
+    """Number of whole windows in `num_samples` samples (numpy or jnp, elementwise)."""
+    xp = jnp if isinstance(num_samples, jax.Array) else np
+    return xp.maximum((num_samples - fc.window) // fc.hop + 1, 0)
+
+
+def _frames(audio: jax.Array, fc: FeatureConfig) -> jax.Array:
+    """<float32>[B, S] -> <float32>[B, T, window], T = num_frames(S)."""
+    if fc.window % fc.hop:
+        raise ValueError("window must be a multiple of hop")
+    per = fc.window // fc.hop
+    b, s = audio.shape
+    t = int(num_frames(s, fc))
+    chunks = audio[:, : (t + per - 1) * fc.hop].reshape(b, t + per - 1, fc.hop)
+    return jnp.concatenate([chunks[:, k : k + t] for k in range(per)], axis=-1)
+
+
+def log_spectrogram(audio: jax.Array, fc: FeatureConfig = FeatureConfig()) -> jax.Array:
+    """<int16>[B, S] -> <float32>[B, T, num_bins] log power spectrum (unnormalized)."""
+    x = audio.astype(jnp.float32) / 32768.0
+    window = jnp.asarray(np.hanning(fc.window), jnp.float32)  # as Paddle: np.hanning
+    frames = _frames(x, fc) * window
+    power = jnp.abs(jnp.fft.rfft(frames, axis=-1)) ** 2
+    scale = jnp.sum(window**2) * fc.sample_rate
+    bin_scale = jnp.full((fc.num_bins,), 2.0 / scale).at[0].set(1.0 / scale).at[-1].set(1.0 / scale)
+    return jnp.log(power * bin_scale + fc.eps)
+
+
+def featurize(
+    audio: jax.Array,
+    audio_lengths: jax.Array,
+    mean: jax.Array,
+    std: jax.Array,
+    fc: FeatureConfig = FeatureConfig(),
+) -> tuple[jax.Array, jax.Array]:
+    """Normalized features and frame counts.
+
+    Args:
+      audio: <int16>[B, S] zero-padded waveforms.
+      audio_lengths: <int32>[B] valid samples per utterance.
+      mean, std: <float32>[num_bins] per-bin statistics.
+    Returns:
+      (<float32>[B, T, num_bins] with padded frames zeroed, <int32>[B] frame counts).
+    """
+    feats = (log_spectrogram(audio, fc) - mean) / std
+    lengths = num_frames(audio_lengths.astype(jnp.int32), fc)
+    mask = jnp.arange(feats.shape[1])[None, :] < lengths[:, None]
+    return jnp.where(mask[..., None], feats, 0.0), lengths
+
+
+def spec_augment(
+    feats: jax.Array,
+    lengths: jax.Array,
+    rng: jax.Array,
+    freq_masks: int,
+    freq_mask_width: int,
+    time_masks: int,
+    time_mask_max_fraction: float,
+) -> jax.Array:
+    """SpecAugment frequency and time masks (set to 0, the normalized mean).
+
+    Each mask's width is uniform in [0, max]; time masks stay inside the valid frames.
+    """
+    b, t, f = feats.shape
+    keep = jnp.ones((b, t, f), bool)
+    keys = jax.random.split(rng, 2 * (freq_masks + time_masks) + 1)
+    k = 0
+    bins = jnp.arange(f)[None, :]
+    for _ in range(freq_masks):
+        width = jax.random.randint(keys[k], (b, 1), 0, freq_mask_width + 1)
+        start = jax.random.randint(keys[k + 1], (b, 1), 0, f) % jnp.maximum(f - width, 1)
+        keep &= ~((bins >= start) & (bins < start + width))[:, None, :]
+        k += 2
+    steps = jnp.arange(t)[None, :]
+    max_width = jnp.floor(lengths[:, None] * time_mask_max_fraction).astype(jnp.int32)
+    for _ in range(time_masks):
+        width = (jax.random.uniform(keys[k], (b, 1)) * (max_width + 1)).astype(jnp.int32)
+        start = (jax.random.uniform(keys[k + 1], (b, 1)) * jnp.maximum(lengths[:, None] - width, 1)).astype(jnp.int32)
+        keep &= ~((steps >= start) & (steps < start + width))[:, :, None]
+        k += 2
+    return jnp.where(keep, feats, 0.0)

@@ -1,0 +1,60 @@
+"""Frame arithmetic shared by host (input pipeline) and device (model) code. No jax.
+
+The conv stack is Paddle DS2's: conv 1 is 41 (freq) x 11 (time), stride 2 x 3,
+padding 20 x 5; every further conv is 21 x 11, stride 2 x 1, padding 10 x 5.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True)
+class ConvSpec:
+    kernel: tuple[int, int]  # (time, freq)
+    strides: tuple[int, int]
+    padding: tuple[int, int]
+
+
+FIRST_CONV = ConvSpec(kernel=(11, 41), strides=(3, 2), padding=(5, 20))
+LATER_CONV = ConvSpec(kernel=(11, 21), strides=(1, 2), padding=(5, 10))
+MAX_CONV_LAYERS = 3
+
+
+def conv_specs(num_conv_layers: int) -> list[ConvSpec]:
+    if not 1 <= num_conv_layers <= MAX_CONV_LAYERS:
+        raise ValueError(f"model.num_conv_layers must be 1..{MAX_CONV_LAYERS}, got {num_conv_layers}")
+    return [FIRST_CONV] + [LATER_CONV] * (num_conv_layers - 1)
+
+
+def conv_out(length, kernel: int, stride: int, pad: int):
+    """Output length of one strided conv (works on ints, numpy and jnp arrays)."""
+    return (length + 2 * pad - kernel) // stride + 1
+
+
+def num_frames(num_samples, window: int = 320, hop: int = 160):
+    """Whole analysis windows in `num_samples` samples (0 if shorter than a window)."""
+    frames = (num_samples - window) // hop + 1
+    return np.maximum(frames, 0) if isinstance(frames, np.ndarray) else max(int(frames), 0)
+
+
+def output_frames(input_frames, num_conv_layers: int):
+    """Frames the conv stack emits for `input_frames` spectrogram frames (CTC time)."""
+    for spec in conv_specs(num_conv_layers):
+        input_frames = conv_out(input_frames, spec.kernel[0], spec.strides[0], spec.padding[0])
+    return input_frames
+
+
+def output_bins(num_bins: int, num_conv_layers: int) -> int:
+    """Frequency bins left after the conv stack (161 -> 81 -> 41 -> 21)."""
+    for spec in conv_specs(num_conv_layers):
+        num_bins = conv_out(num_bins, spec.kernel[1], spec.strides[1], spec.padding[1])
+    return num_bins
+
+
+def ctc_min_frames(labels) -> int:
+    """Fewest CTC frames that can emit `labels`: one per label plus one blank per repeat."""
+    labels = np.asarray(labels)
+    return int(len(labels) + np.sum(labels[1:] == labels[:-1]))

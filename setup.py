@@ -1,0 +1,39 @@
+"""ds2_jax: DeepSpeech2 in JAX/Flax, compiled and data parallel."""
+
+from setuptools import find_packages, setup
+
+INSTALL_REQUIRES = [
+    "absl-py>=1.4",
+    "array-record>=0.5",
+    "etils[epath]>=1.5",
+    "flax>=0.8.5",
+    "jax>=0.4.30",
+    "jiwer>=3.0",
+    "ml-collections>=0.1.1",
+    "numpy>=1.26",
+    "optax>=0.2.3",
+    "orbax-checkpoint>=0.6",
+    "soundfile>=0.12",
+    "tensorboardX>=2.6",
+    "tensorflow-datasets>=4.9.6",
+    "tqdm>=4.66",
+]
+
+# torch is pinned exactly: the version that installs as a CPU build offline.
+TORCH = "torch==2.13.0"
+
+EXTRAS = {
+    "test": ["pytest>=7.4", "pytest-timeout>=2.2", TORCH],
+    "bench": [TORCH, "matplotlib>=3.7"],
+    "lm": ["pyctcdecode>=0.5", "kenlm>=0.2", "soxr>=0.3"],
+}
+
+setup(
+    name="ds2_jax",
+    version="0.1.0",
+    description="DeepSpeech2 in JAX/Flax: compiled, data-parallel training on LibriSpeech.",
+    packages=find_packages(include=["ds2_jax", "ds2_jax.*"]),
+    python_requires=">=3.11",
+    install_requires=INSTALL_REQUIRES,
+    extras_require=EXTRAS,
+)
