@@ -1,0 +1,29 @@
+"""The seed's setup: Paddle DS2 architecture (2 conv + 3 bidirectional simple RNN of
+2048, shared input weights), 16 utterances per GPU on 8 GPUs, Adam 5e-4, LibriSpeech
+960 h filtered to the seed's 6-8 s clips.
+
+    python launch.py --config=configs/ds2_8gpu.py --workdir=/path/to/run \
+        --config.dataset.manual_dir=/path/to/LibriSpeech_archives
+
+On fewer GPUs it uses all present; the global batch is 16 x devices.
+For compute only (no data): --config.dataset.name=synthetic
+"""
+
+from configs import default
+
+
+def get_config():
+    config = default.get_config()
+    config.per_device_batch_size = 16
+    config.num_train_steps = 50_000
+    config.log_every_steps = 100
+    config.eval_every_steps = 5_000
+    config.checkpoint_every_steps = 1_000
+    config.dataset.name = "librispeech_local"
+    config.dataset.train_splits = "train-clean-100+train-clean-360+train-other-500"
+    config.dataset.eval_split = "dev-clean"
+    config.dataset.min_duration_s = 6.0
+    config.dataset.max_duration_s = 8.0
+    config.dataset.num_buckets = 2
+    config.eval.max_utterances = 2_000
+    return config

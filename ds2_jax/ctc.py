@@ -1,0 +1,82 @@
+"""CTC loss with paddings and a feasibility mask, and greedy decoding.
+
+optax.ctc_loss returns a large finite value (about 1e5) rather than inf for a label
+that cannot fit its frames, and float32 rounding can push a feasible loss slightly
+below zero. Infeasible utterances are therefore masked out of the loss (and so out of
+the gradient) explicitly and counted; feasible losses are clipped at zero.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from ds2_jax import text
+
+
+def paddings(lengths: jax.Array, size: int) -> jax.Array:
+    """<float32>[B, size]: 1.0 on padded positions."""
+    return (jnp.arange(size)[None, :] >= lengths[:, None]).astype(jnp.float32)
+
+
+def min_frames(labels: jax.Array, label_lengths: jax.Array) -> jax.Array:
+    """<int32>[B]: fewest frames that can emit each label sequence (repeats need a blank)."""
+    valid = jnp.arange(labels.shape[1])[None, :] < label_lengths[:, None]
+    repeats = (labels[:, 1:] == labels[:, :-1]) & valid[:, 1:]
+    return label_lengths + jnp.sum(repeats, axis=1).astype(label_lengths.dtype)
+
+
+def feasible(logit_lengths, labels, label_lengths) -> jax.Array:
+    """<bool>[B]: the labels fit their frames and are non-empty."""
+    return (label_lengths > 0) & (min_frames(labels, label_lengths) <= logit_lengths)
+
+
+def per_utterance_loss(
+    logits: jax.Array,
+    logit_lengths: jax.Array,
+    labels: jax.Array,
+    label_lengths: jax.Array,
+    norm_by_times: bool = False,
+) -> tuple[jax.Array, jax.Array]:
+    """Per-utterance CTC negative log likelihood.
+
+    Args:
+      logits: <float32>[B, T, V] unnormalized, blank = 0.
+      logit_lengths, label_lengths: <int32>[B].
+      labels: <int32>[B, L].
+    Returns:
+      (<float32>[B] loss, 0 where infeasible; <bool>[B] feasible).
+    """
+    ok = feasible(logit_lengths, labels, label_lengths)
+    loss = optax.ctc_loss(
+        logits.astype(jnp.float32),
+        paddings(logit_lengths, logits.shape[1]),
+        labels,
+        paddings(label_lengths, labels.shape[1]),
+        blank_id=text.BLANK,
+    )
+    if norm_by_times:
+        loss = loss / jnp.maximum(logit_lengths, 1).astype(jnp.float32)
+    # jnp.where also blocks the gradient of the masked entries.
+    return jnp.where(ok, jnp.maximum(loss, 0.0), 0.0), ok
+
+
+def greedy_decode(logits: np.ndarray, lengths: np.ndarray) -> list[np.ndarray]:
+    """Best path: argmax per frame, merge repeats, drop blanks. Host numpy."""
+    best = np.asarray(logits).argmax(-1)
+    return [collapse(path, n) for path, n in zip(best, np.asarray(lengths))]
+
+
+def greedy_ids(logits: jax.Array) -> jax.Array:
+    """On-device argmax <int32>[B, T], so only small ints travel to the host."""
+    return jnp.argmax(logits, axis=-1).astype(jnp.int32)
+
+
+def collapse(best_path: np.ndarray, length: int) -> np.ndarray:
+    """One argmax path -> label ids (merge repeats, drop blanks)."""
+    path = np.asarray(best_path)[: int(length)]
+    keep = np.ones_like(path, bool)
+    keep[1:] = path[1:] != path[:-1]
+    return path[keep & (path != text.BLANK)]

@@ -1,0 +1,1 @@
+"""tfds builders for the LibriSpeech layout (host side: no jax, no TensorFlow)."""

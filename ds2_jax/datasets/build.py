@@ -1,0 +1,77 @@
+"""Builds `librispeech_local` from a manual dir and prints what was kept and skipped.
+
+    python -m ds2_jax.datasets.build --manual_dir=DIR [--data_dir=D]
+
+DIR holds LibriSpeech/<split>/... or <split>.tar.gz (see librispeech_local.py); D is the
+tfds data dir ('' = tfds default, ~/tensorflow_datasets). Splits already built are kept:
+delete D/librispeech_local to rebuild.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+
+import tensorflow_datasets as tfds
+
+from ds2_jax.datasets import librispeech_local
+
+
+def get_builder(data_dir: str = "") -> librispeech_local.LibrispeechLocal:
+    return librispeech_local.LibrispeechLocal(data_dir=data_dir or None)
+
+
+def build(manual_dir: str, data_dir: str = "") -> librispeech_local.LibrispeechLocal:
+    """Prepares the dataset (no-op if already prepared) and returns its builder."""
+    if not manual_dir or not os.path.isdir(manual_dir) or not os.listdir(manual_dir):
+        raise FileNotFoundError(
+            f"dataset.manual_dir={manual_dir!r} is missing or empty: point it at a directory "
+            "holding LibriSpeech/<split>/... or <split>.tar.gz archives"
+        )
+    builder = get_builder(data_dir)
+    if not builder.is_prepared():
+        builder.download_and_prepare(
+            download_config=tfds.download.DownloadConfig(manual_dir=os.path.abspath(manual_dir))
+        )
+    return builder
+
+
+def reports(builder) -> dict[str, dict]:
+    """tfds split -> its build report (see librispeech_local.SplitReport.to_json)."""
+    out = {}
+    for split in builder.info.splits:
+        path = librispeech_local.report_path(os.fspath(builder.data_dir), split)
+        if os.path.exists(path):
+            with open(path) as f:
+                out[split] = json.load(f)
+    return out
+
+
+def summary(report: dict) -> str:
+    skipped = ", ".join(f"{r}={n}" for r, n in report["skipped"].items() if n) or "none"
+    total = report["kept"] + report["skipped_total"]
+    return (
+        f"{report['split']}: kept {report['kept']} of {total} utterances "
+        f"({report['kept_hours']:.2f} h); skipped: {skipped}"
+    )
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--manual_dir", required=True, help="LibriSpeech tree or *.tar.gz archives")
+    parser.add_argument("--data_dir", default="", help="tfds data dir ('' = tfds default)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    builder = build(args.manual_dir, args.data_dir)
+    print(f"librispeech_local prepared in {builder.data_dir}")
+    for split, report in sorted(reports(builder).items()):
+        print(f"  {summary(report)}")
+        print(f"    report: {librispeech_local.report_path(os.fspath(builder.data_dir), split)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

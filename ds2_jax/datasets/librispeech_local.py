@@ -1,0 +1,301 @@
+"""`librispeech_local`: a tfds builder over a LibriSpeech-layout manual directory.
+
+The manual directory holds, for each split, either the extracted tree
+
+    LibriSpeech/<split>/<speaker>/<chapter>/<speaker>-<chapter>-<utt>.flac
+    LibriSpeech/<split>/<speaker>/<chapter>/<speaker>-<chapter>.trans.txt
+
+(`<split>/...` directly under the manual directory works too) or the archive
+`<split>.tar.gz` as downloaded from openslr.org/12, which is streamed, never extracted.
+Only the splits present are built. tfds split names cannot contain '-', so LibriSpeech's
+`train-clean-100` becomes `train_clean_100` (every '-' -> '_'; `tfds_split` maps).
+
+Every example is kept or skipped with a counted reason (`REASONS`); the counts and a few
+example ids per reason go to `build_report_<split>.json` in the dataset's data dir.
+Host code: no jax, no TensorFlow (audio is stored as raw int16 bytes, not tfds Audio).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import io
+import json
+import logging
+import os
+import re
+import tarfile
+from typing import Iterator
+
+import numpy as np
+import soundfile
+import tensorflow_datasets as tfds
+
+from ds2_jax import geometry, text
+
+SAMPLE_RATE = 16_000
+# The conv stack the CTC feasibility check assumes (the default model's).
+BUILD_NUM_CONV_LAYERS = 2
+LIBRISPEECH_SPLITS = (
+    "train-clean-100",
+    "train-clean-360",
+    "train-other-500",
+    "dev-clean",
+    "dev-other",
+    "test-clean",
+    "test-other",
+)
+# Why an utterance was skipped; the build report counts each one.
+REASONS = (
+    "corrupt_audio",  # soundfile could not decode the file
+    "empty_audio",  # zero samples
+    "wrong_sample_rate",  # not 16 kHz
+    "not_mono",  # more than one channel
+    "missing_transcript",  # no line for the utterance in its chapter's .trans.txt
+    "empty_transcript",  # a line with an id but no words
+    "unknown_chars",  # characters outside text.SYMBOLS after normalization
+    "ctc_infeasible",  # more labels than the 2-conv model emits frames for the audio
+)
+REPORT_EXAMPLES = 5  # Utterance ids kept per skip reason in the report.
+_UTT_RE = re.compile(r"^(\d+)-(\d+)-(\d+)$")
+
+
+def tfds_split(name: str) -> str:
+    """'train-clean-100' or 'train_clean_100' -> 'train_clean_100'."""
+    return name.replace("-", "_")
+
+
+def report_path(data_dir: str, split: str) -> str:
+    return os.path.join(data_dir, f"build_report_{tfds_split(split)}.json")
+
+
+@dataclasses.dataclass
+class SplitReport:
+    """What happened to every utterance of one split."""
+
+    split: str
+    kept: int = 0
+    kept_samples: int = 0
+    skipped: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    examples: dict = dataclasses.field(default_factory=lambda: collections.defaultdict(list))
+    transcripts_without_audio: int = 0  # informational: lines whose .flac is absent
+
+    def skip(self, reason: str, utt_id: str, detail: str = "") -> None:
+        assert reason in REASONS, reason
+        self.skipped[reason] += 1
+        if len(self.examples[reason]) < REPORT_EXAMPLES:
+            self.examples[reason].append(f"{utt_id}: {detail}" if detail else utt_id)
+
+    def to_json(self) -> dict:
+        return {
+            "split": self.split,
+            "kept": self.kept,
+            "kept_hours": round(self.kept_samples / SAMPLE_RATE / 3600, 4),
+            "skipped": {r: self.skipped[r] for r in REASONS},
+            "skipped_total": sum(self.skipped.values()),
+            "examples": dict(self.examples),
+            "transcripts_without_audio": self.transcripts_without_audio,
+        }
+
+    def summary(self) -> str:
+        skipped = ", ".join(f"{r}={n}" for r, n in sorted(self.skipped.items()) if n) or "none"
+        total = self.kept + sum(self.skipped.values())
+        return (
+            f"librispeech_local/{tfds_split(self.split)}: kept {self.kept} of {total} utterances "
+            f"({self.kept_samples / SAMPLE_RATE / 3600:.2f} h); skipped: {skipped}"
+        )
+
+
+def parse_transcripts(data: bytes) -> dict[str, str]:
+    """A chapter's .trans.txt -> {utterance id: raw transcript ('' if the line has none)}."""
+    out = {}
+    for line in data.decode("utf-8", errors="replace").replace("\ufeff", "").splitlines():
+        parts = line.strip().split(maxsplit=1)
+        if parts:
+            out[parts[0]] = parts[1] if len(parts) > 1 else ""
+    return out
+
+
+def make_example(utt_id: str, flac: bytes, transcript: str | None, report: SplitReport):
+    """(key, example) for one utterance, or None after counting why it was skipped."""
+    if transcript is None:
+        return report.skip("missing_transcript", utt_id)
+    normalized = text.normalize(transcript)
+    if not normalized:
+        return report.skip("empty_transcript", utt_id)
+    bad = text.unknown_chars(normalized)
+    if bad:
+        return report.skip("unknown_chars", utt_id, "".join(sorted(bad)))
+    try:
+        audio, rate = soundfile.read(io.BytesIO(flac), dtype="int16", always_2d=True)
+    except Exception as e:  # noqa: BLE001 - any decoder failure is a corrupt file
+        return report.skip("corrupt_audio", utt_id, f"{type(e).__name__}: {e}"[:200])
+    if audio.shape[0] == 0:
+        return report.skip("empty_audio", utt_id)
+    if rate != SAMPLE_RATE:
+        return report.skip("wrong_sample_rate", utt_id, str(rate))
+    if audio.shape[1] != 1:
+        return report.skip("not_mono", utt_id, f"{audio.shape[1]} channels")
+    audio = np.ascontiguousarray(audio[:, 0])
+    labels = text.encode(normalized)
+    out_frames = geometry.output_frames(geometry.num_frames(len(audio)), BUILD_NUM_CONV_LAYERS)
+    if out_frames < geometry.ctc_min_frames(labels):
+        return report.skip("ctc_infeasible", utt_id, f"{len(labels)} labels, {out_frames} frames")
+    speaker, chapter, _ = utt_id.split("-")
+    report.kept += 1
+    report.kept_samples += len(audio)
+    return utt_id, {
+        "audio": audio,
+        "text": normalized,
+        "speaker_id": int(speaker),
+        "chapter_id": int(chapter),
+        "id": utt_id,
+        "num_samples": len(audio),
+    }
+
+
+def _utt_id(name: str) -> str | None:
+    stem = os.path.basename(name)[: -len(".flac")]
+    return stem if _UTT_RE.match(stem) else None
+
+
+def generate_from_tree(split_dir: str, report: SplitReport) -> Iterator:
+    """Walks <split>/<speaker>/<chapter>/ in sorted order; one chapter in memory at a time."""
+    for root, dirs, files in os.walk(split_dir):
+        dirs.sort()
+        flacs = sorted(f for f in files if f.endswith(".flac"))
+        trans_files = [f for f in files if f.endswith(".trans.txt")]
+        transcripts = {}
+        for name in trans_files:
+            with open(os.path.join(root, name), "rb") as f:
+                transcripts.update(parse_transcripts(f.read()))
+        seen = set()
+        for name in flacs:
+            utt_id = _utt_id(name)
+            if utt_id is None:
+                logging.warning("ignoring %s: not named <speaker>-<chapter>-<utt>.flac", name)
+                continue
+            seen.add(utt_id)
+            with open(os.path.join(root, name), "rb") as f:
+                flac = f.read()
+            ex = make_example(utt_id, flac, transcripts.get(utt_id), report)
+            if ex is not None:
+                yield ex
+        report.transcripts_without_audio += len(set(transcripts) - seen)
+
+
+def generate_from_tar(path: str, report: SplitReport) -> Iterator:
+    """Streams a LibriSpeech .tar.gz (mode 'r|gz': sequential, nothing extracted).
+
+    A chapter's .flac files may come before its .trans.txt, so they wait in memory until
+    it arrives; archives are grouped by chapter, so that is one chapter at most.
+    """
+    transcripts: dict[str, dict[str, str]] = {}  # chapter -> {utt id: text}
+    pending: dict[str, list[tuple[str, bytes]]] = collections.defaultdict(list)
+    seen: set[str] = set()
+    with tarfile.open(path, mode="r|gz") as tar:
+        for member in tar:
+            if not member.isfile():
+                continue
+            name = member.name
+            if name.endswith(".trans.txt"):
+                chapter = os.path.basename(name)[: -len(".trans.txt")]
+                transcripts[chapter] = parse_transcripts(tar.extractfile(member).read())
+                for utt_id, flac in pending.pop(chapter, []):
+                    ex = make_example(utt_id, flac, transcripts[chapter].get(utt_id), report)
+                    if ex is not None:
+                        yield ex
+            elif name.endswith(".flac"):
+                utt_id = _utt_id(name)
+                if utt_id is None:
+                    logging.warning("ignoring %s: not named <speaker>-<chapter>-<utt>.flac", name)
+                    continue
+                seen.add(utt_id)
+                chapter = utt_id.rsplit("-", 1)[0]
+                flac = tar.extractfile(member).read()
+                if chapter in transcripts:
+                    ex = make_example(utt_id, flac, transcripts[chapter].get(utt_id), report)
+                    if ex is not None:
+                        yield ex
+                else:
+                    pending[chapter].append((utt_id, flac))
+    for chapter, utts in sorted(pending.items()):  # chapters that never got a .trans.txt
+        for utt_id, _ in utts:
+            report.skip("missing_transcript", utt_id)
+    report.transcripts_without_audio += sum(
+        1 for lines in transcripts.values() for u in lines if u not in seen
+    )
+
+
+def find_splits(manual_dir: str) -> dict[str, tuple[str, str]]:
+    """LibriSpeech split -> ('tree' | 'tar', path) for every split present in manual_dir.
+
+    An extracted tree wins over an archive of the same split.
+    """
+    found = {}
+    for split in LIBRISPEECH_SPLITS:
+        for d in (os.path.join(manual_dir, "LibriSpeech", split), os.path.join(manual_dir, split)):
+            if os.path.isdir(d):
+                found[split] = ("tree", d)
+                break
+        else:
+            archive = os.path.join(manual_dir, f"{split}.tar.gz")
+            if os.path.isfile(archive):
+                found[split] = ("tar", archive)
+    return found
+
+
+class LibrispeechLocal(tfds.core.GeneratorBasedBuilder):
+    """LibriSpeech from a local tree or local .tar.gz archives (16 kHz int16, no TF)."""
+
+    name = "librispeech_local"
+    VERSION = tfds.core.Version("1.0.0")
+    RELEASE_NOTES = {"1.0.0": "Raw int16 audio, normalized text, skipped-utterance reports."}
+    MANUAL_DOWNLOAD_INSTRUCTIONS = (
+        "Put LibriSpeech/<split>/... (extracted) or <split>.tar.gz archives from "
+        "https://www.openslr.org/12 in the manual dir (config.dataset.manual_dir)."
+    )
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("file_format", "array_record")  # random access without TF
+        super().__init__(**kwargs)
+
+    def _info(self) -> tfds.core.DatasetInfo:
+        return self.dataset_info_from_configs(
+            features=tfds.features.FeaturesDict(
+                {
+                    "audio": tfds.features.Tensor(
+                        shape=(None,), dtype=np.int16, encoding=tfds.features.Encoding.BYTES
+                    ),
+                    "text": tfds.features.Text(),
+                    "speaker_id": np.int64,
+                    "chapter_id": np.int64,
+                    "id": tfds.features.Text(),
+                    "num_samples": np.int64,
+                }
+            ),
+            supervised_keys=("audio", "text"),
+            homepage="https://www.openslr.org/12",
+        )
+
+    def _split_generators(self, dl_manager):
+        manual_dir = os.fspath(dl_manager.manual_dir)
+        found = find_splits(manual_dir)
+        if not found:
+            raise FileNotFoundError(
+                f"no LibriSpeech split (LibriSpeech/<split>/ or <split>.tar.gz for <split> in "
+                f"{', '.join(LIBRISPEECH_SPLITS)}) in manual dir {manual_dir!r}"
+            )
+        logging.info("librispeech_local: building %s", {s: p for s, (_, p) in found.items()})
+        return {tfds_split(s): self._generate_examples(s, kind, path) for s, (kind, path) in found.items()}
+
+    def _generate_examples(self, split: str, kind: str, path: str):
+        report = SplitReport(split)
+        gen = generate_from_tree if kind == "tree" else generate_from_tar
+        yield from gen(path, report)
+        # Runs once the writer has drained the generator; data_dir is the build's
+        # temporary dir here, which tfds renames to the final one on success.
+        with open(report_path(os.fspath(self.data_dir), split), "w") as f:
+            json.dump(report.to_json(), f, indent=1)
+        # A warning when anything was dropped, so a skip is never silent.
+        logging.log(logging.WARNING if report.skipped else logging.INFO, "%s", report.summary())

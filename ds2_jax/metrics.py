@@ -1,0 +1,69 @@
+"""Error rates (jiwer) and metric writers (stdout, metrics.jsonl, TensorBoard)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from typing import Mapping
+
+import jiwer
+import numpy as np
+
+log = logging.getLogger("ds2_jax")
+
+
+def error_rates(references: list[str], hypotheses: list[str]) -> dict[str, float]:
+    """Corpus WER and CER (edits / reference length), 0 for an empty corpus."""
+    if not references:
+        return {"wer": 0.0, "cer": 0.0}
+    # jiwer rejects empty reference strings; score them as one-character sentinels.
+    refs = [r if r.strip() else "<empty>" for r in references]
+    hyps = [h if h.strip() else "" for h in hypotheses]
+    return {"wer": float(jiwer.wer(refs, hyps)), "cer": float(jiwer.cer(refs, hyps))}
+
+
+def reduce_sums(step_metrics: list[Mapping[str, np.ndarray]]) -> dict[str, float]:
+    """Sums (already psum'd per step, replicated over devices) over steps."""
+    out: dict[str, float] = {}
+    for m in step_metrics:
+        for k, v in m.items():
+            v = np.asarray(v)
+            out[k] = out.get(k, 0.0) + float(v.reshape(-1)[0])
+    return out
+
+
+class MetricWriter:
+    """Writes scalars to `workdir/metrics.jsonl` and TensorBoard event files.
+
+    Only the process that owns the logs (process 0) should create one with enabled=True.
+    """
+
+    def __init__(self, workdir: str, enabled: bool = True, filename: str = "metrics.jsonl"):
+        self.enabled = enabled
+        self._tb = None
+        self._path = os.path.join(workdir, filename)
+        if enabled:
+            os.makedirs(workdir, exist_ok=True)
+            from tensorboardX import SummaryWriter
+
+            self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"))
+
+    def write(self, step: int, scalars: Mapping[str, float], prefix: str = "") -> None:
+        if not self.enabled:
+            return
+        record = {"step": int(step), **{f"{prefix}{k}": float(v) for k, v in scalars.items()}}
+        with open(self._path, "a") as f:
+            f.write(json.dumps(record) + "\n")
+        for k, v in scalars.items():
+            self._tb.add_scalar(f"{prefix}{k}", float(v), int(step))
+        self._tb.flush()
+
+    def close(self) -> None:
+        if self._tb is not None:
+            self._tb.close()
+
+
+def read_jsonl(path: str) -> list[dict]:
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]

@@ -1,0 +1,267 @@
+"""DeepSpeech2 (Paddle's DS2 seed configuration and its variants) in Flax Linen.
+
+Every layer takes and returns (inputs, lengths): padding travels through the conv
+stack (lengths from the strides, padded frames re-zeroed), batch norm (statistics over
+valid frames only, optionally summed over devices), the RNNs (the backward direction
+reverses only the valid prefix) and the output layer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from ds2_jax import geometry, recurrence, text
+
+CELL_GATES = {"simple": 1, "gru": 3, "lstm": 4}
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """The architecture; built once from config.model, read by JAX and PyTorch twins."""
+
+    num_conv_layers: int = 2
+    conv_channels: int = 32
+    num_rnn_layers: int = 3
+    rnn_size: int = 2048
+    rnn_cell: str = "simple"
+    share_rnn_weights: bool = True
+    bidirectional: bool = True
+    row_conv_context: int = 20
+    dtype: str = "float32"
+    sync_batch_norm: bool = True
+    batch_norm_momentum: float = 0.99
+    batch_norm_epsilon: float = 1e-5
+    rnn_impl: str = "scan"
+    scan_unroll: int = 1
+    num_bins: int = 161
+    vocab_size: int = text.VOCAB_SIZE
+
+    def __post_init__(self):
+        geometry.conv_specs(self.num_conv_layers)  # validates the range
+        if self.rnn_cell not in CELL_GATES:
+            raise ValueError(f"model.rnn_cell={self.rnn_cell!r}: expected one of {sorted(CELL_GATES)}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"model.dtype={self.dtype!r}: expected one of {sorted(DTYPES)}")
+        if self.rnn_impl not in recurrence.IMPLS:
+            raise ValueError(f"model.rnn_impl={self.rnn_impl!r}: expected one of {sorted(recurrence.IMPLS)}")
+        if self.num_rnn_layers < 1 or self.rnn_size < 1 or self.conv_channels < 1:
+            raise ValueError("model.num_rnn_layers, rnn_size and conv_channels must be >= 1")
+        if not self.bidirectional and self.row_conv_context < 0:
+            raise ValueError("model.row_conv_context must be >= 0")
+
+    @classmethod
+    def from_config(cls, model, num_bins: int = 161) -> "ModelConfig":
+        fields = {f.name for f in dataclasses.fields(cls)} - {"num_bins", "vocab_size"}
+        unknown = set(model.keys()) - fields
+        if unknown:
+            raise ValueError(f"unknown model config keys: {sorted(unknown)}")
+        return cls(**{k: model[k] for k in model.keys()}, num_bins=num_bins)
+
+    @property
+    def compute_dtype(self):
+        return DTYPES[self.dtype]
+
+
+def clipped_relu(x: jax.Array) -> jax.Array:
+    """Paddle's BRelu: min(max(x, 0), 20)."""
+    return jnp.clip(x, 0.0, 20.0)
+
+
+def time_mask(lengths: jax.Array, num_steps: int) -> jax.Array:
+    """<bool>[B, T]: True on valid frames."""
+    return jnp.arange(num_steps)[None, :] < lengths[:, None]
+
+
+def mask_time(x: jax.Array, lengths: jax.Array) -> jax.Array:
+    """Zeros frames at and beyond `lengths` along axis 1."""
+    mask = time_mask(lengths, x.shape[1]).reshape(x.shape[:2] + (1,) * (x.ndim - 2))
+    return jnp.where(mask, x, jnp.zeros((), x.dtype))
+
+
+class MaskedBatchNorm(nn.Module):
+    """Batch norm over the last axis with statistics from valid frames only.
+
+    With `axis_name` the sums and counts are psum'd, so every device normalizes with
+    the statistics of the global batch (synchronized batch norm).
+    """
+
+    momentum: float = 0.99
+    epsilon: float = 1e-5
+    axis_name: str | None = None
+    dtype: Any = jnp.float32
+
+    @nn.compact
+    def __call__(self, x: jax.Array, mask: jax.Array, train: bool) -> jax.Array:
+        """x: [B, T, ..., C]; mask: <bool>[B, T]."""
+        c = x.shape[-1]
+        ra_mean = self.variable("batch_stats", "mean", lambda: jnp.zeros((c,), jnp.float32))
+        ra_var = self.variable("batch_stats", "var", lambda: jnp.ones((c,), jnp.float32))
+        scale = self.param("scale", nn.initializers.ones, (c,), jnp.float32)
+        bias = self.param("bias", nn.initializers.zeros, (c,), jnp.float32)
+        if train:
+            xf = x.astype(jnp.float32)
+            m = mask.reshape(mask.shape + (1,) * (x.ndim - 2)).astype(jnp.float32)
+            reduce_axes = tuple(range(x.ndim - 1))
+            per_row = 1.0
+            for d in x.shape[2:-1]:
+                per_row *= d
+            count = jnp.sum(m) * per_row
+            total = jnp.sum(xf * m, axis=reduce_axes)
+            if self.axis_name is not None:
+                count, total = jax.lax.psum((count, total), self.axis_name)
+            mean = total / jnp.maximum(count, 1.0)
+            sq = jnp.sum(jnp.square(xf - mean) * m, axis=reduce_axes)
+            if self.axis_name is not None:
+                sq = jax.lax.psum(sq, self.axis_name)
+            var = sq / jnp.maximum(count, 1.0)
+            if not self.is_initializing():
+                ra_mean.value = self.momentum * ra_mean.value + (1 - self.momentum) * mean
+                ra_var.value = self.momentum * ra_var.value + (1 - self.momentum) * var
+        else:
+            mean, var = ra_mean.value, ra_var.value
+        mul = scale * jax.lax.rsqrt(var + self.epsilon)
+        shift = bias - mean * mul
+        return (x * mul.astype(self.dtype) + shift.astype(self.dtype)).astype(self.dtype)
+
+
+class ConvBlock(nn.Module):
+    """Conv (no bias) -> masked batch norm -> clipped ReLU -> re-mask padded frames."""
+
+    spec: geometry.ConvSpec
+    channels: int
+    cfg: ModelConfig
+    axis_name: str | None
+
+    @nn.compact
+    def __call__(self, x, lengths, train: bool):
+        """x: [B, T, F, C_in] -> [B, T', F', channels]; lengths: frames [B] -> [B]."""
+        s = self.spec
+        x = nn.Conv(
+            self.channels,
+            kernel_size=s.kernel,
+            strides=s.strides,
+            padding=((s.padding[0], s.padding[0]), (s.padding[1], s.padding[1])),
+            use_bias=False,
+            dtype=self.cfg.compute_dtype,
+            param_dtype=jnp.float32,
+        )(x)
+        lengths = geometry.conv_out(lengths, s.kernel[0], s.strides[0], s.padding[0])
+        x = _batch_norm(self.cfg, self.axis_name)(x, time_mask(lengths, x.shape[1]), train)
+        return mask_time(clipped_relu(x), lengths), lengths
+
+
+def _batch_norm(cfg: ModelConfig, axis_name, name=None) -> MaskedBatchNorm:
+    return MaskedBatchNorm(
+        momentum=cfg.batch_norm_momentum,
+        epsilon=cfg.batch_norm_epsilon,
+        axis_name=axis_name if cfg.sync_batch_norm else None,
+        dtype=cfg.compute_dtype,
+        name=name,
+    )
+
+
+class RNNLayer(nn.Module):
+    """Input projection (no bias) + batch norm, then a recurrence per direction.
+
+    With share_rnn_weights (Paddle DS2) one projection and one batch norm feed both
+    directions; otherwise each direction has its own. Directions are concatenated.
+    """
+
+    cfg: ModelConfig
+    axis_name: str | None
+
+    @nn.compact
+    def __call__(self, x, lengths, train: bool):
+        """x: [B, T, D] -> [B, T, H * directions]."""
+        cfg = self.cfg
+        gates = CELL_GATES[cfg.rnn_cell]
+        width = gates * cfg.rnn_size
+        num_dirs = 2 if cfg.bidirectional else 1
+        mask = time_mask(lengths, x.shape[1])
+
+        def projection(name):
+            p = nn.Dense(width, use_bias=False, dtype=cfg.compute_dtype, param_dtype=jnp.float32, name=name)(x)
+            return _batch_norm(cfg, self.axis_name, name=f"{name}_bn")(p, mask, train)
+
+        if cfg.share_rnn_weights or num_dirs == 1:
+            shared = projection("input_proj")
+            projections = [shared] * num_dirs
+        else:
+            projections = [projection(f"input_proj_{d}") for d in ("fwd", "bwd")]
+        recurrent = self.param(
+            "recurrent_kernel",
+            nn.initializers.variance_scaling(1.0, "fan_in", "truncated_normal", batch_axis=(0,)),
+            (num_dirs, cfg.rnn_size, width),
+            jnp.float32,
+        )
+        h = recurrence.bidirectional(
+            projections,
+            recurrent.astype(cfg.compute_dtype),
+            lengths,
+            cell=cfg.rnn_cell,
+            impl=cfg.rnn_impl,
+            unroll=cfg.scan_unroll,
+        )
+        return mask_time(h, lengths)
+
+
+class RowConv(nn.Module):
+    """Lookahead row convolution (DS2 paper): out_t = sum_j w_j * h_{t+j}, j = 0..context."""
+
+    context: int
+    dtype: Any
+
+    @nn.compact
+    def __call__(self, x, lengths):
+        c = x.shape[-1]
+        x = nn.Conv(
+            c,
+            kernel_size=(self.context + 1,),
+            padding=((0, self.context),),
+            feature_group_count=c,
+            use_bias=False,
+            dtype=self.dtype,
+            param_dtype=jnp.float32,
+        )(x)
+        return mask_time(x, lengths)
+
+
+class DeepSpeech2(nn.Module):
+    """Normalized features -> per-frame logits over blank + 28 symbols."""
+
+    cfg: ModelConfig
+    axis_name: str | None = None
+
+    @nn.compact
+    def __call__(self, feats: jax.Array, lengths: jax.Array, train: bool) -> tuple[jax.Array, jax.Array]:
+        """feats: <float32>[B, T, bins], lengths: <int32>[B] frames.
+
+        Returns (<float32>[B, T', vocab] logits, <int32>[B] output frames).
+        """
+        cfg = self.cfg
+        x = feats.astype(cfg.compute_dtype)[..., None]
+        for spec in geometry.conv_specs(cfg.num_conv_layers):
+            x, lengths = ConvBlock(spec, cfg.conv_channels, cfg, self.axis_name)(x, lengths, train)
+        b, t = x.shape[:2]
+        x = x.reshape(b, t, -1)
+        for _ in range(cfg.num_rnn_layers):
+            x = RNNLayer(cfg, self.axis_name)(x, lengths, train)
+        if not cfg.bidirectional and cfg.row_conv_context > 0:
+            x = RowConv(cfg.row_conv_context, cfg.compute_dtype)(x, lengths)
+        logits = nn.Dense(cfg.vocab_size, dtype=cfg.compute_dtype, param_dtype=jnp.float32, name="output")(x)
+        return logits.astype(jnp.float32), lengths
+
+
+def output_lengths(cfg: ModelConfig, input_frames):
+    """Output frames for input frames (same as what the model returns)."""
+    return geometry.output_frames(input_frames, cfg.num_conv_layers)
+
+
+def count_params(params) -> int:
+    return sum(x.size for x in jax.tree_util.tree_leaves(params))

@@ -1,0 +1,120 @@
+"""Recurrences over time for the RNN layers, both directions in one loop.
+
+`bidirectional` takes the per-direction input projections (already batch-normed) and
+the stacked recurrent matrices and returns the concatenated hidden states. The
+backward direction runs over the valid prefix of each sequence reversed, so padding
+stays at the end and never reaches a valid output. `impl` picks the implementation;
+'scan' (lax.scan, time-major, both directions stacked) is the reference.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+
+
+def reverse_valid(x: jax.Array, lengths: jax.Array) -> jax.Array:
+    """Reverses x[b, :lengths[b]] along axis 1 and leaves the padding in place."""
+    t = jnp.arange(x.shape[1])[None, :]
+    idx = jnp.where(t < lengths[:, None], lengths[:, None] - 1 - t, t)
+    return jnp.take_along_axis(x, idx.reshape(idx.shape + (1,) * (x.ndim - 2)), axis=1)
+
+
+def simple_cell(carry, proj_t, rec_t):
+    h = jnp.clip(proj_t + rec_t, 0.0, 20.0)
+    return h, h
+
+
+def gru_cell(carry, proj_t, rec_t):
+    """GRU in PyTorch's gate order (r, z, n), n = tanh(x_n + r * (h U_n))."""
+    h = carry
+    xr, xz, xn = jnp.split(proj_t, 3, axis=-1)
+    hr, hz, hn = jnp.split(rec_t, 3, axis=-1)
+    r = jax.nn.sigmoid(xr + hr)
+    z = jax.nn.sigmoid(xz + hz)
+    n = jnp.tanh(xn + r * hn)
+    h = (1.0 - z) * n + z * h
+    return h, h
+
+
+def lstm_cell(carry, proj_t, rec_t):
+    """LSTM in PyTorch's gate order (i, f, g, o); carry = (h, c)."""
+    _, c = carry
+    i, f, g, o = jnp.split(proj_t + rec_t, 4, axis=-1)
+    c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
+    h = jax.nn.sigmoid(o) * jnp.tanh(c)
+    return (h, c), h
+
+
+CELLS: dict[str, Callable] = {"simple": simple_cell, "gru": gru_cell, "lstm": lstm_cell}
+
+
+def _hidden(carry):
+    return carry[0] if isinstance(carry, tuple) else carry
+
+
+def scan_recurrence(xs: jax.Array, recurrent: jax.Array, cell: str, unroll: int = 1) -> jax.Array:
+    """Reference recurrence.
+
+    Args:
+      xs: [T, D, B, G*H] time-major projections for D directions.
+      recurrent: [D, H, G*H] recurrent matrices.
+    Returns:
+      [T, D, B, H] hidden states.
+    """
+    d, h_size = recurrent.shape[0], recurrent.shape[1]
+    b = xs.shape[2]
+    dtype = xs.dtype
+    step_fn = CELLS[cell]
+    h0 = jnp.zeros((d, b, h_size), dtype)
+    carry0 = (h0, jnp.zeros((d, b, h_size), jnp.float32)) if cell == "lstm" else h0
+
+    def step(carry, x_t):
+        h = _hidden(carry)
+        rec = jnp.einsum("dbh,dhw->dbw", h, recurrent, preferred_element_type=jnp.float32)
+        if cell == "lstm":
+            carry = (carry[0].astype(jnp.float32), carry[1])
+        else:
+            carry = carry.astype(jnp.float32)
+        carry, out = step_fn(carry, x_t.astype(jnp.float32), rec)
+        if cell == "lstm":
+            carry = (carry[0].astype(dtype), carry[1])
+        else:
+            carry = carry.astype(dtype)
+        return carry, out.astype(dtype)
+
+    _, ys = jax.lax.scan(step, carry0, xs, unroll=unroll)
+    return ys
+
+
+IMPLS: dict[str, Callable] = {"scan": scan_recurrence}
+
+
+def bidirectional(
+    projections: list[jax.Array],
+    recurrent: jax.Array,
+    lengths: jax.Array,
+    cell: str = "simple",
+    impl: str = "scan",
+    unroll: int = 1,
+) -> jax.Array:
+    """Runs 1 (forward) or 2 (forward, backward) directions.
+
+    Args:
+      projections: per direction <dtype>[B, T, G*H].
+      recurrent: [D, H, G*H], D = len(projections).
+      lengths: <int32>[B] valid frames.
+    Returns:
+      [B, T, D*H], directions concatenated (forward first).
+    """
+    inputs = list(projections)
+    if len(inputs) == 2:
+        inputs[1] = reverse_valid(inputs[1], lengths)
+    xs = jnp.stack(inputs, axis=0).transpose(2, 0, 1, 3)  # [T, D, B, W]
+    ys = IMPLS[impl](xs, recurrent, cell, unroll)  # [T, D, B, H]
+    outs = [ys[:, k].transpose(1, 0, 2) for k in range(ys.shape[1])]  # [B, T, H] each
+    if len(outs) == 2:
+        outs[1] = reverse_valid(outs[1], lengths)
+    return jnp.concatenate(outs, axis=-1)

@@ -1,0 +1,381 @@
+"""Train state, the pure train and eval steps, and the training loop.
+
+`train_step` is one pure function (features, forward, CTC, backward, gradient
+all-reduce, update, metrics). `compile_train_step` wraps it with `jax.pmap` (axis name
+`batch`, state donated) or, with config.compile=False, leaves it to run op by op on
+one device, so the compiled and the eager design run identical code.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+import time
+from typing import Any, Callable
+
+import flax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import jax_utils
+from flax.training import train_state
+
+from ds2_jax import checkpoint, ctc, features, input_pipeline, metrics, model, text
+from ds2_jax.config_validation import validate
+
+log = logging.getLogger("ds2_jax")
+AXIS = "batch"
+
+
+class TrainState(train_state.TrainState):
+    batch_stats: Any = None
+    feature_mean: jax.Array | None = None
+    feature_std: jax.Array | None = None
+    skipped_steps: jax.Array | None = None  # non-finite steps skipped in total
+    consecutive_skips: jax.Array | None = None
+
+
+def learning_rate_schedule(opt) -> optax.Schedule:
+    """Optional linear warm-up, then constant, cosine or exponential decay."""
+    if opt.schedule == "constant":
+        after = optax.constant_schedule(opt.learning_rate)
+    elif opt.schedule == "cosine":
+        after = optax.cosine_decay_schedule(opt.learning_rate, max(opt.decay_steps, 1))
+    elif opt.schedule == "exponential":
+        after = optax.exponential_decay(opt.learning_rate, max(opt.decay_steps, 1), opt.decay_rate)
+    else:
+        raise ValueError(f"optimizer.schedule={opt.schedule!r}: expected constant, cosine or exponential")
+    if opt.warmup_steps <= 0:
+        return after
+    warmup = optax.linear_schedule(0.0, opt.learning_rate, opt.warmup_steps)
+    return optax.join_schedules([warmup, after], [opt.warmup_steps])
+
+
+def make_optimizer(opt) -> optax.GradientTransformation:
+    """Adam after clipping by global norm (Paddle's gradient_clipping_threshold)."""
+    return optax.chain(
+        optax.clip_by_global_norm(opt.clip_global_norm),
+        optax.adam(learning_rate_schedule(opt), b1=opt.b1, b2=opt.b2, eps=opt.eps),
+    )
+
+
+def create_state(config, rng: jax.Array, feature_mean: np.ndarray, feature_std: np.ndarray) -> TrainState:
+    """Initial (unreplicated) state: parameters, batch-norm statistics, optimizer state."""
+    cfg = model.ModelConfig.from_config(config.model, num_bins=len(feature_mean))
+    net = model.DeepSpeech2(cfg)
+    frames = 64
+    variables = jax.jit(lambda r: net.init(r, jnp.zeros((1, frames, cfg.num_bins)), jnp.array([frames]), train=False))(rng)
+    return TrainState.create(
+        apply_fn=net.apply,
+        params=variables["params"],
+        tx=make_optimizer(config.optimizer),
+        batch_stats=variables["batch_stats"],
+        feature_mean=jnp.asarray(feature_mean, jnp.float32),
+        feature_std=jnp.asarray(feature_std, jnp.float32),
+        skipped_steps=jnp.zeros((), jnp.int32),
+        consecutive_skips=jnp.zeros((), jnp.int32),
+    )
+
+
+def _psum(x, axis_name):
+    return x if axis_name is None else jax.lax.psum(x, axis_name)
+
+
+def _features(state, batch, fc):
+    return features.featurize(batch["audio"], batch["audio_lengths"], state.feature_mean, state.feature_std, fc)
+
+
+def train_step(
+    state: TrainState,
+    batch: dict[str, jax.Array],
+    rng: jax.Array,
+    *,
+    model_cfg: model.ModelConfig,
+    feature_cfg: features.FeatureConfig,
+    config_aug: tuple,
+    norm_by_times: bool,
+    learning_rate_fn: Callable,
+    axis_name: str | None = AXIS,
+) -> tuple[TrainState, dict[str, jax.Array]]:
+    """One optimizer step on this device's shard; gradients psum'd over `axis_name`.
+
+    The loss is the mean over all feasible utterances of the global batch, so 1 device
+    and N devices compute the same gradient. A step whose loss or gradient is not
+    finite leaves parameters, optimizer and batch-norm statistics unchanged.
+    """
+    net = model.DeepSpeech2(model_cfg, axis_name=axis_name)
+    rng = jax.random.fold_in(rng, state.step)
+    if axis_name is not None:
+        rng = jax.random.fold_in(rng, jax.lax.axis_index(axis_name))
+    feats, frames = _features(state, batch, feature_cfg)
+    freq_masks, freq_width, time_masks, time_frac = config_aug
+    if freq_masks or time_masks:
+        feats = features.spec_augment(feats, frames, rng, freq_masks, freq_width, time_masks, time_frac)
+
+    weights = batch["weights"]
+
+    def loss_fn(params):
+        (logits, out_lengths), updates = net.apply(
+            {"params": params, "batch_stats": state.batch_stats}, feats, frames, train=True, mutable=["batch_stats"]
+        )
+        loss, ok = ctc.per_utterance_loss(logits, out_lengths, batch["labels"], batch["label_lengths"], norm_by_times)
+        used = ok.astype(jnp.float32) * weights
+        count = _psum(jnp.sum(used), axis_name)
+        local_sum = jnp.sum(loss * used)
+        return local_sum / jnp.maximum(count, 1.0), (updates["batch_stats"], local_sum, count, used)
+
+    grads, (new_stats, loss_sum, count, used) = jax.grad(loss_fn, has_aux=True)(state.params)
+    grads = _psum(grads, axis_name)
+    loss_sum = _psum(loss_sum, axis_name)
+    grad_norm = optax.global_norm(grads)
+    finite = jnp.isfinite(loss_sum) & jnp.isfinite(grad_norm)
+
+    updated = state.apply_gradients(grads=grads, batch_stats=new_stats)
+    keep = lambda new, old: jax.tree_util.tree_map(lambda n, o: jnp.where(finite, n, o), new, old)
+    new_state = updated.replace(
+        params=keep(updated.params, state.params),
+        opt_state=keep(updated.opt_state, state.opt_state),
+        batch_stats=keep(updated.batch_stats, state.batch_stats),
+        skipped_steps=state.skipped_steps + (~finite).astype(jnp.int32),
+        consecutive_skips=jnp.where(finite, 0, state.consecutive_skips + 1),
+    )
+    utterances = _psum(jnp.sum(weights), axis_name)
+    step_metrics = {
+        "loss_sum": jnp.where(finite, loss_sum, 0.0),
+        "loss_count": jnp.where(finite, count, 0.0),
+        "infeasible": utterances - count,
+        "utterances": utterances,
+        "grad_norm_sum": jnp.where(finite, grad_norm, 0.0),
+        "finite_steps": finite.astype(jnp.float32),
+        "steps": jnp.ones((), jnp.float32),
+        "learning_rate_sum": learning_rate_fn(state.step),
+    }
+    return new_state, step_metrics
+
+
+def eval_step(state: TrainState, batch, *, model_cfg, feature_cfg, norm_by_times: bool, axis_name: str | None = AXIS):
+    """Forward pass with running statistics: argmax paths, output lengths, loss sums."""
+    net = model.DeepSpeech2(model_cfg, axis_name=axis_name)
+    feats, frames = _features(state, batch, feature_cfg)
+    logits, out_lengths = net.apply({"params": state.params, "batch_stats": state.batch_stats}, feats, frames, train=False)
+    loss, ok = ctc.per_utterance_loss(logits, out_lengths, batch["labels"], batch["label_lengths"], norm_by_times)
+    used = ok.astype(jnp.float32) * batch["weights"]
+    sums = {"loss_sum": _psum(jnp.sum(loss * used), axis_name), "loss_count": _psum(jnp.sum(used), axis_name)}
+    return ctc.greedy_ids(logits), out_lengths, sums
+
+
+def step_kwargs(config) -> dict:
+    """The fixed (static) arguments of train_step, derived from the config."""
+    f = config.features
+    return dict(
+        model_cfg=model.ModelConfig.from_config(config.model),
+        feature_cfg=features.FeatureConfig.from_config(f),
+        config_aug=(f.freq_masks, f.freq_mask_width, f.time_masks, f.time_mask_max_fraction),
+        norm_by_times=config.loss.norm_by_times,
+        learning_rate_fn=learning_rate_schedule(config.optimizer),
+    )
+
+
+def compile_train_step(config) -> Callable:
+    """pmap'd train step (state donated), or the eager single-device step."""
+    kwargs = step_kwargs(config)
+    if config.compile:
+        return jax.pmap(functools.partial(train_step, **kwargs, axis_name=AXIS), axis_name=AXIS, donate_argnums=(0,))
+    eager = functools.partial(train_step, **kwargs, axis_name=None)
+
+    def run_eager(state, batch, rng):
+        with jax.disable_jit():
+            return eager(state, batch, rng)
+
+    return run_eager
+
+
+def compile_eval_step(config) -> Callable:
+    kw = step_kwargs(config)
+    kwargs = dict(model_cfg=kw["model_cfg"], feature_cfg=kw["feature_cfg"], norm_by_times=kw["norm_by_times"])
+    if config.compile:
+        return jax.pmap(functools.partial(eval_step, **kwargs, axis_name=AXIS), axis_name=AXIS)
+    return functools.partial(eval_step, **kwargs, axis_name=None)
+
+
+# ----------------------------------------------------------------------------- loop
+
+
+def local_devices(config) -> list:
+    devices = jax.local_devices()
+    if config.num_devices > len(devices):
+        raise ValueError(f"num_devices={config.num_devices} but only {len(devices)} local devices are present")
+    n = config.num_devices or len(devices)
+    if not config.compile:
+        n = 1
+    return devices[:n]
+
+
+def evaluate(p_eval, state, source, split: str, max_utterances: int, num_devices: int, replicated: bool) -> dict:
+    """Greedy WER/CER and loss of `state` on a split; returns figures and worst utterances."""
+    refs, hyps, sums = [], [], []
+    for batch in source.eval_batches(split, max_utterances):
+        inputs = input_pipeline.shard_for_devices(batch, num_devices) if replicated else batch
+        ids, lengths, s = p_eval(state, inputs)
+        ids, lengths = np.asarray(ids).reshape(-1, ids.shape[-1]), np.asarray(lengths).reshape(-1)
+        sums.append(jax.device_get(s))
+        for i in np.flatnonzero(batch["weights"] > 0):
+            refs.append(text.decode(batch["labels"][i, : batch["label_lengths"][i]]))
+            hyps.append(text.decode(ctc.collapse(ids[i], lengths[i])))
+    total = metrics.reduce_sums(sums)
+    rates = metrics.error_rates(refs, hyps)
+    per_utt = [(metrics.error_rates([r], [h])["cer"], r, h) for r, h in zip(refs, hyps)]
+    worst = sorted(per_utt, key=lambda x: -x[0])[:10]
+    return {
+        **rates,
+        "loss": total.get("loss_sum", 0.0) / max(total.get("loss_count", 0.0), 1.0),
+        "utterances": len(refs),
+        "examples": [{"reference": r, "hypothesis": h} for r, h in zip(refs[:10], hyps[:10])],
+        "worst": [{"cer": c, "reference": r, "hypothesis": h} for c, r, h in worst],
+    }
+
+
+def _initial_state(config, source, rng):
+    mean, std = source.feature_stats()
+    return create_state(config, rng, mean, std)
+
+
+def train_and_evaluate(config, workdir: str) -> TrainState:
+    """Trains for config.num_train_steps, resuming from the latest checkpoint in workdir."""
+    validate(config)
+    devices = local_devices(config)
+    n_dev = len(devices)
+    sharding = input_pipeline.Sharding(
+        global_batch=config.per_device_batch_size * n_dev * jax.process_count(),
+        process_index=jax.process_index(),
+        process_count=jax.process_count(),
+    )
+    is_chief = jax.process_index() == 0
+    log.info("devices: %d local (%s), global batch %d", n_dev, devices[0].platform, sharding.global_batch)
+    source = input_pipeline.make_source(config, sharding)
+    log.info("compiled batch shapes (samples, labels): %s", source.shapes())
+
+    rng = jax.random.PRNGKey(config.seed)
+    init_rng, step_rng = jax.random.split(rng)
+    state = _initial_state(config, source, init_rng)
+    log.info("model parameters: %s", f"{model.count_params(state.params):,}")
+    mgr = checkpoint.manager(workdir, config.keep_checkpoints)
+    restored, start = checkpoint.restore_latest(mgr, state)
+    if restored is not None:
+        state = restored.replace(apply_fn=state.apply_fn, tx=state.tx)
+    start = int(state.step)
+    writer = metrics.MetricWriter(workdir, enabled=is_chief)
+
+    p_train = compile_train_step(config)
+    p_eval = compile_eval_step(config)
+    replicated = config.compile
+    if replicated:
+        state = jax_utils.replicate(state, devices)
+        step_rngs = jax_utils.replicate(step_rng, devices)
+        batches = input_pipeline.prefetch_to_devices(
+            (source.train_batch(s) for s in range(start, config.num_train_steps)), devices, config.prefetch_batches
+        )
+    else:
+        step_rngs = step_rng
+        batches = (source.train_batch(s) for s in range(start, config.num_train_steps))
+
+    def host_state():
+        return jax.device_get(jax_utils.unreplicate(state) if replicated else state)
+
+    pending: list = []
+    last_time, last_step = time.perf_counter(), start
+    progress = _progress_bar(start, config.num_train_steps, is_chief)
+    step = start
+    for step in range(start, config.num_train_steps):
+        t0 = time.perf_counter()
+        state, step_metrics = p_train(state, next(batches), step_rngs)
+        pending.append(step_metrics)
+        if step == start:
+            jax.block_until_ready(step_metrics)
+            log.info("first step (compile + run) took %.1f s", time.perf_counter() - t0)
+            last_time = time.perf_counter()
+            last_step = step + 1
+            pending = []  # the first step's time is compile time; keep it out of rates
+            pending.append(step_metrics)
+        done = step + 1
+        progress.update(1)
+        if done % config.log_every_steps == 0 or done == config.num_train_steps:
+            summary = _summarize(jax.device_get(pending), time.perf_counter() - last_time, done - last_step)
+            summary["skipped_steps"] = float(np.asarray(jax.device_get(state.skipped_steps)).reshape(-1)[0])
+            writer.write(done, summary)
+            progress.set_postfix(loss=f"{summary['loss']:.3f}")
+            log.info("step %d: %s", done, " ".join(f"{k}={v:.4g}" for k, v in summary.items()))
+            consecutive = int(np.asarray(jax.device_get(state.consecutive_skips)).reshape(-1)[0])
+            if consecutive >= config.optimizer.max_consecutive_skips:
+                raise FloatingPointError(
+                    f"{consecutive} consecutive steps had a non-finite loss or gradient (step {done}); "
+                    "lower optimizer.learning_rate or check the data"
+                )
+            pending, last_time, last_step = [], time.perf_counter(), done
+        if config.eval_every_steps and done % config.eval_every_steps == 0:
+            result = evaluate(p_eval, state, source, config.dataset.eval_split, config.eval.max_utterances, n_dev, replicated)
+            _report_eval(writer, done, result, config.eval.num_examples_to_print)
+        if done % config.checkpoint_every_steps == 0 and done != config.num_train_steps:
+            checkpoint.save(mgr, done, host_state())
+    progress.close()
+    final = host_state()
+    if start < config.num_train_steps:
+        checkpoint.save(mgr, config.num_train_steps, final)
+    mgr.wait_until_finished()
+    writer.close()
+    return final
+
+
+def evaluate_checkpoint(config, workdir: str, split: str = "", step: int | None = None) -> dict:
+    """--mode=eval: restores a checkpoint and writes workdir/eval-<split>-<step>.json."""
+    validate(config)
+    devices = local_devices(config)
+    sharding = input_pipeline.Sharding(config.per_device_batch_size * len(devices))
+    source = input_pipeline.make_source(config, sharding)
+    template = _initial_state(config, source, jax.random.PRNGKey(config.seed))
+    mgr = checkpoint.manager(workdir, config.keep_checkpoints)
+    step = mgr.latest_step() if step is None else step
+    if step is None:
+        raise FileNotFoundError(f"no checkpoint in {os.path.join(workdir, 'checkpoints')}: train first")
+    state = mgr.restore(step, args=checkpoint.ocp.args.StandardRestore(template))
+    split = split or config.eval.split or config.dataset.eval_split
+    p_eval = compile_eval_step(config)
+    if config.compile:
+        state = jax_utils.replicate(state, devices)
+    result = evaluate(p_eval, state, source, split, config.eval.max_utterances, len(devices), config.compile)
+    result.update(split=split, step=int(step))
+    path = os.path.join(workdir, f"eval-{split}-{step}.json")
+    with open(path, "w") as f:
+        json.dump(result, f, indent=2)
+    log.info("eval %s at step %d: WER %.4f CER %.4f over %d utterances -> %s", split, step, result["wer"], result["cer"], result["utterances"], path)
+    return result
+
+
+def _summarize(pending: list, seconds: float, steps: int) -> dict[str, float]:
+    s = metrics.reduce_sums(pending)
+    n = max(s["steps"], 1.0)
+    return {
+        "loss": s["loss_sum"] / max(s["loss_count"], 1.0),
+        "grad_norm": s["grad_norm_sum"] / max(s["finite_steps"], 1.0),
+        "learning_rate": s["learning_rate_sum"] / n,
+        "infeasible_utterances": s["infeasible"],
+        "step_time_s": seconds / max(steps, 1),
+        "utterances_per_s": s["utterances"] * (steps / n) / max(seconds, 1e-9),
+    }
+
+
+def _report_eval(writer, step: int, result: dict, num_examples: int) -> None:
+    writer.write(step, {"wer": result["wer"], "cer": result["cer"], "loss": result["loss"]}, prefix="eval_")
+    log.info("eval at step %d: WER %.4f CER %.4f loss %.4f (%d utterances)", step, result["wer"], result["cer"], result["loss"], result["utterances"])
+    for ex in result["examples"][:num_examples]:
+        log.info("  REF: %s", ex["reference"])
+        log.info("  HYP: %s", ex["hypothesis"])
+
+
+def _progress_bar(start: int, total: int, enabled: bool):
+    from tqdm import tqdm
+
+    return tqdm(total=total, initial=start, disable=not enabled, unit="step", dynamic_ncols=True, mininterval=2.0)
