@@ -1,0 +1,1 @@
+"""Command-line tools that are not part of training (corpus generation)."""
