@@ -126,6 +126,8 @@ def make_example(utt_id: str, flac: bytes, transcript: str | None, report: Split
     bad = text.unknown_chars(normalized)
     if bad:
         return report.skip("unknown_chars", utt_id, "".join(sorted(bad)))
+    if not flac:  # libsndfile writes a 0-frame FLAC as a 0-byte file
+        return report.skip("empty_audio", utt_id, "0 bytes")
     try:
         audio, rate = soundfile.read(io.BytesIO(flac), dtype="int16", always_2d=True)
     except Exception as e:  # noqa: BLE001 - any decoder failure is a corrupt file

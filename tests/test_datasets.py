@@ -1,0 +1,90 @@
+"""librispeech_local: every bad input is skipped with its counted reason, tree and tar alike."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from ds2_jax.datasets import build, librispeech_local
+from tests import librispeech_testdata as td
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """dev-clean as an extracted tree and test-clean as a .tar.gz, same bad inputs in both."""
+    root = tmp_path_factory.mktemp("ls")
+    manual = root / "manual"
+    expected = td.write_bad_inputs(str(manual / "LibriSpeech" / "dev-clean"))
+    staging = root / "staging" / "test-clean"
+    td.write_bad_inputs(str(staging))
+    td.tar_split(str(staging), str(manual / "test-clean.tar.gz"), flacs_first=True)
+    builder = build.build(str(manual), str(root / "tfds"))
+    return builder, expected
+
+
+@pytest.mark.parametrize("split", ["dev_clean", "test_clean"])
+def test_every_reason_is_counted(built, split):
+    builder, expected = built
+    with open(librispeech_local.report_path(os.fspath(builder.data_dir), split)) as f:
+        report = json.load(f)
+    assert report["kept"] == expected["kept"]
+    assert report["transcripts_without_audio"] == expected["transcripts_without_audio"]
+    for reason in librispeech_local.REASONS:
+        assert report["skipped"][reason] == expected[reason], reason
+        assert len(report["examples"][reason]) == expected[reason], reason
+    total = sum(report["skipped"].values())
+    assert report["skipped_total"] == total == 11
+    assert builder.info.splits[split].num_examples == expected["kept"]
+
+
+@pytest.mark.parametrize("split", ["dev_clean", "test_clean"])
+def test_kept_examples_are_normalized_and_exact(built, split):
+    builder, _ = built
+    ds = builder.as_data_source(split)
+    got = {ex["id"].decode(): ex for ex in (ds[i] for i in range(len(ds)))}
+    assert {k: v["text"].decode() for k, v in got.items()} == td.EXPECTED_GOOD_TEXT
+    for i in range(4):
+        ex = got[f"1-10-{i:04d}"]
+        want = td.tone(td.RATE + 800 * i)
+        assert ex["audio"].dtype == np.int16
+        np.testing.assert_array_equal(ex["audio"], want)
+        assert ex["num_samples"] == len(want)
+        assert (ex["speaker_id"], ex["chapter_id"]) == (1, 10)
+
+
+def test_only_present_splits_are_built(built):
+    builder, _ = built
+    assert sorted(builder.info.splits) == ["dev_clean", "test_clean"]
+
+
+def test_tar_with_transcripts_first(tmp_path):
+    staging = tmp_path / "staging" / "dev-other"
+    expected = td.write_bad_inputs(str(staging))
+    (tmp_path / "manual").mkdir()
+    td.tar_split(str(staging), str(tmp_path / "manual" / "dev-other.tar.gz"), flacs_first=False)
+    builder = build.build(str(tmp_path / "manual"), str(tmp_path / "tfds"))
+    report = build.reports(builder)["dev_other"]
+    assert report["kept"] == expected["kept"]
+    assert report["skipped"]["missing_transcript"] == expected["missing_transcript"]
+
+
+def test_cli_prints_the_summary(built, tmp_path, capsys):
+    manual = tmp_path / "manual"
+    td.write_bad_inputs(str(manual / "LibriSpeech" / "dev-clean"))
+    assert build.main([f"--manual_dir={manual}", f"--data_dir={tmp_path / 'tfds'}"]) == 0
+    out = capsys.readouterr().out
+    assert "dev-clean: kept 4 of 15 utterances" in out
+    assert "missing_transcript=3" in out and "ctc_infeasible=1" in out
+
+
+@pytest.mark.parametrize("make", [lambda p: None, lambda p: p.mkdir()])
+def test_missing_or_empty_manual_dir_names_the_setting(tmp_path, make):
+    make(tmp_path / "nothing")
+    with pytest.raises(FileNotFoundError, match="dataset.manual_dir"):
+        build.build(str(tmp_path / "nothing"), str(tmp_path / "tfds"))
+
+
+def test_split_names_map_dashes():
+    assert librispeech_local.tfds_split("train-clean-100") == "train_clean_100"
+    assert librispeech_local.tfds_split("train_clean_100") == "train_clean_100"
