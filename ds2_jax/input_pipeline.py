@@ -139,18 +139,29 @@ class SyntheticSource:
         return compute_feature_stats((self.utterance(10**9 - 1 - i)["audio"] for i in range(8)))
 
 
-def compute_feature_stats(waveforms, window: int = 320, hop: int = 160) -> tuple[np.ndarray, np.ndarray]:
-    """Per-bin mean/std of log spectrogram frames over an iterable of int16 waveforms."""
-    from ds2_jax import features  # jnp, but run on the host once
+def compute_feature_stats(waveforms, pad_to: int = 64_000) -> tuple[np.ndarray, np.ndarray]:
+    """Per-bin mean/std of log spectrogram frames over an iterable of int16 waveforms.
 
+    Waveforms are zero-padded to a multiple of `pad_to` samples so that the jitted
+    spectrogram compiles for a handful of shapes; padded frames are excluded.
+    """
+    import jax
+
+    from ds2_jax import features  # jnp, run on the host once
+
+    spectrogram = jax.jit(features.log_spectrogram)
     total, total_sq, count = 0.0, 0.0, 0
     for wav in waveforms:
-        if geometry.num_frames(len(wav), window, hop) == 0:
+        wav = np.asarray(wav, np.int16)
+        frames = geometry.num_frames(len(wav))
+        if frames == 0:
             continue
-        spec = np.asarray(features.log_spectrogram(np.asarray(wav, np.int16)[None]), np.float64)[0]
+        padded = np.zeros((-(-len(wav) // pad_to) * pad_to,), np.int16)
+        padded[: len(wav)] = wav
+        spec = np.asarray(spectrogram(padded[None]), np.float64)[0, :frames]
         total = total + spec.sum(0)
         total_sq = total_sq + (spec**2).sum(0)
-        count += spec.shape[0]
+        count += frames
     if count == 0:
         raise ValueError("no utterance long enough to compute feature statistics")
     mean = total / count
@@ -180,9 +191,10 @@ def shard_for_devices(batch: dict[str, np.ndarray], num_devices: int) -> dict[st
     return {k: split(v) for k, v in batch.items()}
 
 
-def prefetch_to_devices(batches: Iterator[dict], devices, size: int = 2) -> Iterator[dict]:
+def prefetch_to_devices(batches: Iterator[dict], devices, size: int = 2, axis_name: str = "batch") -> Iterator[dict]:
     """Shards host batches over `devices` and stages `size` of them ahead of the step."""
     from flax import jax_utils
 
     sharded = (shard_for_devices(b, len(devices)) for b in batches)
-    return jax_utils.prefetch_to_device(sharded, size, devices=list(devices))
+    # Placed on a mesh named like the pmap axis, so the step never sees a new sharding.
+    return jax_utils.prefetch_to_device(sharded, size, devices=list(devices), axis_name=axis_name)

@@ -245,7 +245,7 @@ class DeepSpeech2(nn.Module):
         Returns (<float32>[B, T', vocab] logits, <int32>[B] output frames).
         """
         cfg = self.cfg
-        x = feats.astype(cfg.compute_dtype)[..., None]
+        x = mask_time(feats.astype(cfg.compute_dtype), lengths)[..., None]
         for spec in geometry.conv_specs(cfg.num_conv_layers):
             x, lengths = ConvBlock(spec, cfg.conv_channels, cfg, self.axis_name)(x, lengths, train)
         b, t = x.shape[:2]

@@ -273,10 +273,10 @@ def train_and_evaluate(config, workdir: str) -> TrainState:
     p_eval = compile_eval_step(config)
     replicated = config.compile
     if replicated:
-        state = jax_utils.replicate(state, devices)
-        step_rngs = jax_utils.replicate(step_rng, devices)
+        state = jax_utils.replicate(state, devices, axis_name=AXIS)
+        step_rngs = jax_utils.replicate(step_rng, devices, axis_name=AXIS)
         batches = input_pipeline.prefetch_to_devices(
-            (source.train_batch(s) for s in range(start, config.num_train_steps)), devices, config.prefetch_batches
+            (source.train_batch(s) for s in range(start, config.num_train_steps)), devices, config.prefetch_batches, AXIS
         )
     else:
         step_rngs = step_rng
@@ -344,7 +344,7 @@ def evaluate_checkpoint(config, workdir: str, split: str = "", step: int | None 
     split = split or config.eval.split or config.dataset.eval_split
     p_eval = compile_eval_step(config)
     if config.compile:
-        state = jax_utils.replicate(state, devices)
+        state = jax_utils.replicate(state, devices, axis_name=AXIS)
     result = evaluate(p_eval, state, source, split, config.eval.max_utterances, len(devices), config.compile)
     result.update(split=split, step=int(step))
     path = os.path.join(workdir, f"eval-{split}-{step}.json")

@@ -1,0 +1,78 @@
+"""CTC against torch.nn.functional.ctc_loss, infeasible masking, greedy decoding."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
+
+from ds2_jax import ctc, text
+
+
+def random_problem(seed=0, b=6, t=40, v=29, max_label=12):
+    rng = np.random.default_rng(seed)
+    logits = rng.standard_normal((b, t, v)).astype(np.float32) * 3
+    logit_lengths = rng.integers(t // 2, t + 1, size=b).astype(np.int32)
+    label_lengths = rng.integers(1, max_label + 1, size=b).astype(np.int32)
+    labels = np.zeros((b, max_label), np.int32)
+    for i, n in enumerate(label_lengths):
+        labels[i, :n] = rng.integers(1, v, size=n)
+    return logits, logit_lengths, labels, label_lengths
+
+
+def torch_ctc(logits, logit_lengths, labels, label_lengths):
+    log_probs = torch.log_softmax(torch.tensor(logits), -1).transpose(0, 1)
+    return torch.nn.functional.ctc_loss(
+        log_probs,
+        torch.tensor(labels, dtype=torch.long),
+        torch.tensor(logit_lengths, dtype=torch.long),
+        torch.tensor(label_lengths, dtype=torch.long),
+        blank=0,
+        reduction="none",
+        zero_infinity=False,
+    ).numpy()
+
+
+def test_matches_torch_ctc_loss():
+    for seed in range(3):
+        logits, ll, labels, yl = random_problem(seed)
+        got, ok = ctc.per_utterance_loss(jnp.asarray(logits), jnp.asarray(ll), jnp.asarray(labels), jnp.asarray(yl))
+        assert np.all(ok)
+        want = torch_ctc(logits, ll, labels, yl)
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-4)
+
+
+def test_norm_by_times_divides_by_frames():
+    logits, ll, labels, yl = random_problem(1)
+    raw, _ = ctc.per_utterance_loss(jnp.asarray(logits), jnp.asarray(ll), jnp.asarray(labels), jnp.asarray(yl))
+    norm, _ = ctc.per_utterance_loss(jnp.asarray(logits), jnp.asarray(ll), jnp.asarray(labels), jnp.asarray(yl), True)
+    np.testing.assert_allclose(np.asarray(norm), np.asarray(raw) / ll, rtol=1e-5)
+
+
+def test_infeasible_labels_are_masked_out_of_loss_and_gradient():
+    logits = np.random.default_rng(0).standard_normal((2, 5, 29)).astype(np.float32)
+    labels = np.array([[3, 3, 3, 0], [4, 5, 0, 0]], np.int32)  # 3,3,3 needs 5 frames; only 4 valid
+    ll, yl = jnp.array([4, 5]), jnp.array([3, 2])
+
+    def total(x):
+        loss, ok = ctc.per_utterance_loss(x, ll, jnp.asarray(labels), yl)
+        return jnp.sum(loss), ok
+
+    (value, ok), grad = jax.value_and_grad(total, has_aux=True)(jnp.asarray(logits))
+    np.testing.assert_array_equal(ok, [False, True])
+    assert np.isfinite(value) and value < 1e3
+    assert np.all(np.asarray(grad)[0] == 0)
+    assert np.any(np.asarray(grad)[1] != 0)
+    # empty labels are infeasible too (nothing to learn)
+    assert not bool(ctc.feasible(jnp.array([4]), jnp.zeros((1, 2), jnp.int32), jnp.array([0]))[0])
+
+
+def test_min_frames_counts_repeats():
+    labels = jnp.array([[1, 1, 2, 2, 0], [1, 2, 3, 0, 0]])
+    np.testing.assert_array_equal(ctc.min_frames(labels, jnp.array([4, 3])), [6, 3])
+
+
+def test_greedy_decode_merges_repeats_and_drops_blanks():
+    path = np.array([0, 5, 5, 0, 5, 2, 2, 0, 7, 9])  # c c _ c ' ' _ e (9 is past length)
+    logits = np.eye(29)[path][None]
+    (ids,) = ctc.greedy_decode(logits, np.array([9]))
+    assert text.decode(ids) == "cc e"

@@ -1,0 +1,57 @@
+"""Featurization: Paddle's spectrogram, padding invariance, SpecAugment."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ds2_jax import features, geometry
+
+
+def paddle_log_spectrogram(samples: np.ndarray) -> np.ndarray:
+    """Paddle DS2's numpy featurizer (float64), written out as the reference."""
+    x = samples.astype(np.float64) / 32768.0
+    window, stride = 320, 160
+    n = (len(x) - window) // stride + 1
+    frames = np.stack([x[i * stride : i * stride + window] for i in range(n)])
+    weighting = np.hanning(window)
+    power = np.abs(np.fft.rfft(frames * weighting, axis=1)) ** 2
+    scale = np.sum(weighting**2) * 16000
+    power[:, 1:-1] *= 2.0 / scale
+    power[:, [0, -1]] /= scale
+    return np.log(power + 1e-14)
+
+
+def test_matches_paddle_featurizer():
+    audio = (np.random.default_rng(0).standard_normal(12345) * 3000).astype(np.int16)
+    got = np.asarray(features.log_spectrogram(jnp.asarray(audio)[None]))[0]
+    want = paddle_log_spectrogram(audio)
+    assert got.shape == want.shape == (geometry.num_frames(12345), 161)
+    np.testing.assert_allclose(got, want, atol=1e-3)
+
+
+def test_padding_never_changes_valid_frames():
+    rng = np.random.default_rng(1)
+    lengths = np.array([16000, 9000], np.int32)
+    audio = (rng.standard_normal((2, 16000)) * 1000).astype(np.int16)
+    audio[1, 9000:] = 0
+    noisy = audio.copy()
+    noisy[1, 9000:] = (rng.standard_normal(7000) * 1000).astype(np.int16)
+    mean, std = jnp.zeros(161), jnp.ones(161)
+    a, la = features.featurize(jnp.asarray(audio), jnp.asarray(lengths), mean, std)
+    b, lb = features.featurize(jnp.asarray(noisy), jnp.asarray(lengths), mean, std)
+    np.testing.assert_array_equal(la, lb)
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert int(la[1]) == geometry.num_frames(9000)
+    assert np.all(np.asarray(a)[1, int(la[1]) :] == 0)
+
+
+def test_spec_augment_masks_only_within_limits():
+    feats = jnp.ones((4, 50, 161))
+    lengths = jnp.array([50, 40, 30, 20])
+    out = np.asarray(features.spec_augment(feats, lengths, jax.random.PRNGKey(0), 2, 10, 2, 0.1))
+    masked = out == 0
+    assert masked.any()
+    # frequency masks are at most 2 x 10 bins per utterance when no time mask covers the frame
+    per_frame = masked.sum(-1)
+    assert np.all((per_frame <= 20) | (per_frame == 161))
+    assert np.all(features.spec_augment(feats, lengths, jax.random.PRNGKey(0), 0, 10, 0, 0.1) == 1)

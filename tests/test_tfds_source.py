@@ -1,0 +1,196 @@
+"""TfdsSource: filters, buckets, SortaGrad, determinism, sharding, eval coverage, no TF."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from configs import default
+from ds2_jax import input_pipeline, text
+from ds2_jax.input_pipeline import Sharding
+from ds2_jax.tfds_source import TfdsSource
+from tests import librispeech_testdata as td
+
+BATCH = 4
+# 48 training utterances from 0.3 s to 4.0 s, shuffled so record order means nothing.
+TRAIN_SECONDS = list(np.random.default_rng(0).permutation(np.linspace(0.3, 4.0, 48)))
+TEST_SECONDS = list(np.linspace(0.5, 3.5, 11))  # 11: the last eval batch is partial
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    root = tmp_path_factory.mktemp("src")
+    manual = str(root / "manual")
+    train = td.write_durations_corpus(manual, "train-clean-100", TRAIN_SECONDS)
+    test = td.write_durations_corpus(manual, "test-clean", TEST_SECONDS, first_speaker=50)
+    return {"manual": manual, "data_dir": str(root / "tfds"), "train": train, "test": test}
+
+
+def make_config(corpus, **dataset):
+    c = default.get_config()
+    c.dataset.name = "librispeech_local"
+    c.dataset.manual_dir = corpus["manual"]
+    c.dataset.data_dir = corpus["data_dir"]
+    c.dataset.train_splits = "train-clean-100"
+    c.dataset.eval_split = "test_clean"  # either spelling works
+    c.dataset.min_duration_s = 1.0
+    c.dataset.max_duration_s = 3.5
+    c.dataset.num_buckets = 3
+    c.dataset.feature_stats_utterances = 4
+    c.dataset.update(dataset)
+    return c
+
+
+def in_range(utts, lo=1.0, hi=3.5):
+    return [u for u in utts if lo * td.RATE <= u["num_samples"] <= hi * td.RATE]
+
+
+def epoch_lengths(src, epoch):
+    spe = src.steps_per_epoch
+    return [src.train_batch(epoch * spe + k)["audio_lengths"] for k in range(spe)]
+
+
+def test_duration_filter_and_buckets(corpus):
+    src = TfdsSource(make_config(corpus), Sharding(BATCH))
+    kept = in_range(corpus["train"])
+    assert src.steps_per_epoch == sum(n // BATCH for n in (len(b) for b in src._buckets))
+    assert sum(len(b) for b in src._buckets) == len(kept) == 34
+    shapes = src.shapes()
+    assert len(shapes) == 3 and shapes == sorted(shapes)
+    seen = set()
+    for step in range(2 * src.steps_per_epoch):
+        b = src.train_batch(step)
+        samples, label_len = b["audio"].shape[1], b["labels"].shape[1]
+        assert (samples, label_len) in shapes
+        assert b["audio"].dtype == np.int16 and b["labels"].dtype == np.int32
+        assert np.all(b["weights"] == 1)
+        assert np.all((b["audio_lengths"] >= td.RATE) & (b["audio_lengths"] <= 3.5 * td.RATE))
+        seen.update(b["audio_lengths"].tolist())
+    assert seen <= {u["num_samples"] for u in kept}
+    assert len(seen) >= len(kept) - 3 * (BATCH - 1)  # only per-bucket remainders unseen
+
+
+def test_labels_and_audio_are_the_utterance(corpus):
+    src = TfdsSource(make_config(corpus), Sharding(BATCH))
+    by_len = {u["num_samples"]: u for u in corpus["train"]}
+    b = src.train_batch(5)
+    for audio, n, labels, m in zip(b["audio"], b["audio_lengths"], b["labels"], b["label_lengths"]):
+        u = by_len[int(n)]
+        assert text.decode(labels[:m]) == u["text"]
+        np.testing.assert_array_equal(audio[:n], td.tone(n, freq=200 + 10 * int(u["id"][-1])))
+        assert not audio[n:].any() and not labels[m:].any()
+
+
+def test_sortagrad_epoch_zero_ascending_after_the_longest_first(corpus):
+    src = TfdsSource(make_config(corpus, sortagrad=True), Sharding(BATCH))
+    e0 = epoch_lengths(src, 0)
+    assert max(e0[0]) == max(max(x) for x in e0)  # step 0: the longest batch
+    rest = np.concatenate(e0[1:])
+    assert np.all(np.diff(rest) >= 0)
+    e1 = np.concatenate(epoch_lengths(src, 1))
+    assert np.any(np.diff(e1) < 0)  # later epochs are shuffled
+    assert not np.array_equal(e1, np.concatenate(epoch_lengths(src, 2)))
+
+
+@pytest.mark.parametrize("sortagrad", [True, False])
+def test_step_zero_is_the_longest_bucket(corpus, sortagrad):
+    src = TfdsSource(make_config(corpus, sortagrad=sortagrad), Sharding(BATCH))
+    assert src.train_bucket(0) == len(src.shapes()) - 1
+    assert src.train_batch(0)["audio"].shape[1] == max(s for s, _ in src.shapes())
+
+
+def test_train_batch_is_a_function_of_seed_and_step(corpus):
+    a = TfdsSource(make_config(corpus, sortagrad=False), Sharding(BATCH))
+    b = TfdsSource(make_config(corpus, sortagrad=False), Sharding(BATCH))
+    steps = [0, 17, 3, 40, 17, 9]
+    for step in steps:  # random access, any order: what a resumed run sees
+        for k, v in a.train_batch(step).items():
+            np.testing.assert_array_equal(v, b.train_batch(step)[k])
+    c = make_config(corpus, sortagrad=False)
+    c.seed = 1
+    other = TfdsSource(c, Sharding(BATCH))
+    assert any(
+        not np.array_equal(a.train_batch(s)["audio_lengths"], other.train_batch(s)["audio_lengths"])
+        for s in range(1, 6)
+    )
+
+
+def test_process_shards_concatenate_to_the_global_batch(corpus):
+    config = make_config(corpus, sortagrad=False)
+    whole = TfdsSource(config, Sharding(BATCH))
+    parts = [TfdsSource(config, Sharding(BATCH, i, 2)) for i in range(2)]
+    for step in (0, 1, 7, 20):
+        got = [p.train_batch(step) for p in parts]
+        for k, v in whole.train_batch(step).items():
+            np.testing.assert_array_equal(np.concatenate([g[k] for g in got]), v)
+    for want, *got in zip(whole.eval_batches("test-clean"), *(p.eval_batches("test-clean") for p in parts)):
+        for k, v in want.items():
+            np.testing.assert_array_equal(np.concatenate([g[k] for g in got]), v)
+
+
+def test_eval_covers_every_utterance_once(corpus):
+    src = TfdsSource(make_config(corpus), Sharding(BATCH))
+    kept = {u["num_samples"]: u["text"] for u in in_range(corpus["test"])}
+    seen, shapes = [], set()
+    for b in src.eval_batches("test-clean"):
+        assert b["audio"].shape[0] == BATCH
+        shapes.add((b["audio"].shape[1], b["labels"].shape[1]))
+        for w, n, labels, m in zip(b["weights"], b["audio_lengths"], b["labels"], b["label_lengths"]):
+            if w == 1:
+                seen.append(int(n))
+                assert text.decode(labels[:m]) == kept[int(n)]
+            else:
+                assert w == 0 and n == 0 and m == 0
+    assert sorted(seen) == sorted(kept)  # each exactly once
+    assert shapes <= set(src.shapes())
+    assert len(list(src.eval_batches("test-clean", max_utterances=5))) >= 1
+    assert sum(b["weights"].sum() for b in src.eval_batches("test-clean", max_utterances=5)) == 5
+
+
+def test_too_few_buckets_when_data_is_small(corpus):
+    src = TfdsSource(make_config(corpus, num_buckets=8), Sharding(16))
+    assert len(src.shapes()) == 34 // 16
+
+
+def test_feature_stats_are_cached(corpus):
+    src = TfdsSource(make_config(corpus), Sharding(BATCH))
+    mean, std = src.feature_stats()
+    assert mean.shape == std.shape == (161,) and np.all(std > 0)
+    files = [f for f in os.listdir(src.builder.data_dir) if f.startswith("feature_stats_")]
+    assert len(files) == 1
+    again = TfdsSource(make_config(corpus), Sharding(BATCH)).feature_stats()
+    np.testing.assert_array_equal(again[0], mean)
+
+
+def test_unknown_split_and_missing_manual_dir_are_clear(corpus, tmp_path):
+    with pytest.raises(ValueError, match="dev_other"):
+        TfdsSource(make_config(corpus, train_splits="dev-other"), Sharding(BATCH))
+    c = make_config(corpus, data_dir=str(tmp_path / "empty_tfds"), manual_dir=str(tmp_path / "none"))
+    with pytest.raises(FileNotFoundError, match="dataset.manual_dir"):
+        input_pipeline.make_source(c, Sharding(BATCH))
+
+
+def test_builds_and_reads_without_tensorflow(corpus, tmp_path):
+    """A fresh build and batches in a process where `import tensorflow` fails."""
+    script = textwrap.dedent(f"""
+        import sys
+        sys.modules["tensorflow"] = None  # any `import tensorflow` now raises ImportError
+        from configs import default
+        from ds2_jax import input_pipeline
+        c = default.get_config()
+        c.dataset.name = "librispeech_local"
+        c.dataset.manual_dir = {corpus["manual"]!r}
+        c.dataset.data_dir = {str(tmp_path / "tfds")!r}
+        c.dataset.train_splits = "train-clean-100"
+        src = input_pipeline.make_source(c, input_pipeline.Sharding(4))
+        b = src.train_batch(0)
+        n = sum(int(e["weights"].sum()) for e in src.eval_batches("test-clean"))
+        print("OK", b["audio"].shape, n)
+    """)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "OK (4," in out.stdout and f" {len(TEST_SECONDS)}" in out.stdout
