@@ -322,15 +322,8 @@ class TfdsSource:
                 return z["mean"], z["std"]
         rng = np.random.default_rng([self.seed, _FEATURE_STATS_SALT])
         rows = np.sort(rng.choice(len(self._train_record), size=n, replace=False))
-        # Cropped to a multiple of 0.5 s: log_spectrogram runs op by op and recompiles for
-        # every new length, so few lengths make this ~4x faster; a crop drops < 0.5 s of
-        # trailing frames per utterance, which barely moves a per-bin mean.
-        crop = self.sample_rate // 2
-        waves = (
-            w[: len(w) // crop * crop or len(w)]
-            for w in (self._read(self._train_split[[r]], self._train_record[[r]])[0] for r in rows)
-        )
-        mean, std = input_pipeline.compute_feature_stats(waves, self.window, self.hop)
+        waves = (self._read(self._train_split[[r]], self._train_record[[r]])[0] for r in rows)
+        mean, std = input_pipeline.compute_feature_stats(waves)
         logging.info("feature stats from %d utterances (%s) -> %s", n, key, path)
         try:
             np.savez(path + ".tmp.npz", mean=mean, std=std)
