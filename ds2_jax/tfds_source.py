@@ -36,14 +36,9 @@ LABEL_ALIGN = 8  # Padded label lengths are multiples of this (fewer distinct sh
 _FEATURE_STATS_SALT = 0xFEA7  # Keeps the stats sample independent of the batch order.
 
 
-def split_names(spec: str, official: bool = False) -> list[str]:
-    """'train-clean-100+dev_clean' -> tfds names ['train_clean_100', 'dev_clean'].
-
-    tfds's official `librispeech` spells them 'train_clean100' (no '_' before digits).
-    """
+def split_names(spec: str) -> list[str]:
+    """'train-clean-100+dev_clean' -> tfds names ['train_clean_100', 'dev_clean']."""
     names = [s.strip().replace("-", "_") for s in spec.split("+") if s.strip()]
-    if official:
-        names = [re.sub(r"_(\d+)$", r"\1", s) for s in names]
     if not names:
         raise ValueError(f"no split in {spec!r}")
     return names
@@ -85,12 +80,11 @@ class TfdsSource:
         self.num_stats_utterances = d.feature_stats_utterances
         self.num_workers = d.num_workers
         self._pool = futures.ThreadPoolExecutor(d.num_workers) if d.num_workers > 0 else None
-        self.official = d.name == "librispeech"
         self.builder = _open_builder(config, sharding)
-        self.audio_key = "speech" if self.official else "audio"
+        self.audio_key = "speech" if "speech" in self.builder.info.features else "audio"
         self._sources: dict[str, object] = {}
         self._indexes: dict[str, SplitIndex] = {}
-        self.train_splits = split_names(d.train_splits, self.official)
+        self.train_splits = [self._resolve(s) for s in split_names(d.train_splits)]
         self.eval_split = d.eval_split
 
         # Training set: (split, record) of every kept utterance, then buckets.
@@ -109,6 +103,13 @@ class TfdsSource:
         self._plans: collections.OrderedDict = collections.OrderedDict()
 
     # --- Index and filters ---------------------------------------------------------
+
+    def _resolve(self, split: str) -> str:
+        """Accepts 'train_clean_100' and tfds's official spelling 'train_clean100' for either."""
+        for name in (split, re.sub(r"_(\d+)$", r"\1", split), re.sub(r"([a-z])(\d+)$", r"\1_\2", split)):
+            if name in self.builder.info.splits:
+                return name
+        return split  # _source names the splits that exist
 
     def _source(self, split: str):
         if split not in self._sources:
@@ -276,7 +277,7 @@ class TfdsSource:
         Utterances go to the smallest bucket they fit; ones longer than every bucket get
         one extra shape. Each bucket's last batch is padded with weight-0 rows.
         """
-        (name,) = split_names(split or self.eval_split, self.official)
+        (name,) = [self._resolve(s) for s in split_names(split or self.eval_split)]
         idx = self._index(name)
         records = self._filtered(name)
         if max_utterances:
@@ -335,8 +336,6 @@ class TfdsSource:
 
 def _open_builder(config, sharding: input_pipeline.Sharding):
     """The prepared tfds builder named by config.dataset.name (building librispeech_local)."""
-    import tensorflow_datasets as tfds
-
     d = config.dataset
     if d.name == "librispeech_local":
         from ds2_jax.datasets import build
@@ -356,15 +355,23 @@ def _open_builder(config, sharding: input_pipeline.Sharding):
         return builder
     if d.name == "librispeech":
         # tfds's own `librispeech` builder class imports TensorFlow, so open the prepared
-        # files directly; that works only if they were written as array_record.
-        try:
-            builder = tfds.builder_from_files("librispeech", data_dir=d.data_dir or None)
-        except Exception as e:  # noqa: BLE001
+        # files directly (librispeech/[config/]version/); that works only if they were
+        # written as array_record.
+        import glob
+
+        import tensorflow_datasets as tfds
+
+        root = os.path.join(os.path.expanduser(d.data_dir or "~/tensorflow_datasets"), "librispeech")
+        found = glob.glob(os.path.join(root, "*", "dataset_info.json"))
+        found += glob.glob(os.path.join(root, "*", "*", "dataset_info.json"))
+        if not found:
             raise FileNotFoundError(
-                f"no prepared tfds 'librispeech' in dataset.data_dir={d.data_dir!r} ({e}); use "
-                "dataset.name='librispeech_local' with dataset.manual_dir=<LibriSpeech archives>"
-            ) from e
-        if "array_record" not in str(builder.info.file_format):
+                f"no prepared tfds 'librispeech' under {root} (dataset.data_dir={d.data_dir!r}); "
+                "use dataset.name='librispeech_local' with dataset.manual_dir=<LibriSpeech archives>"
+            )
+        version = lambda p: tuple(int(x) for x in re.findall(r"\d+", os.path.basename(os.path.dirname(p))))  # noqa: E731
+        builder = tfds.builder_from_directory(os.path.dirname(max(found, key=version)))
+        if "array_record" not in str(builder.info.file_format).lower():
             raise NotImplementedError(
                 f"tfds 'librispeech' in {builder.data_dir} is stored as {builder.info.file_format}, "
                 "which only TensorFlow can read; use dataset.name='librispeech_local' with "

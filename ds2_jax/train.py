@@ -238,6 +238,11 @@ def evaluate(p_eval, state, source, split: str, max_utterances: int, num_devices
     }
 
 
+def unreplicate(tree):
+    """First device's copy of a pmap-replicated pytree (works for any device count)."""
+    return jax.tree_util.tree_map(lambda x: x.addressable_shards[0].data[0], tree)
+
+
 def _initial_state(config, source, rng):
     mean, std = source.feature_stats()
     return create_state(config, rng, mean, std)
@@ -283,7 +288,7 @@ def train_and_evaluate(config, workdir: str) -> TrainState:
         batches = (source.train_batch(s) for s in range(start, config.num_train_steps))
 
     def host_state():
-        return jax.device_get(jax_utils.unreplicate(state) if replicated else state)
+        return jax.device_get(unreplicate(state) if replicated else state)
 
     pending: list = []
     last_time, last_step = time.perf_counter(), start

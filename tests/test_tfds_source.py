@@ -210,3 +210,22 @@ def test_builds_and_reads_without_tensorflow(corpus, tmp_path):
     out = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "OK (4," in out.stdout and f" {len(TEST_SECONDS)}" in out.stdout
+
+
+def test_official_librispeech_missing_is_a_clear_error(corpus, tmp_path):
+    c = make_config(corpus, name="librispeech", data_dir=str(tmp_path / "no_tfds"))
+    with pytest.raises(FileNotFoundError, match="librispeech_local"):
+        TfdsSource(c, Sharding(BATCH))
+
+
+def test_official_layout_reads_without_tensorflow(corpus, tmp_path):
+    """A prepared array_record dir named `librispeech` is read by files, not by tfds's builder."""
+    import shutil
+
+    TfdsSource(make_config(corpus), Sharding(BATCH))  # make sure it is built
+    version_dir = os.path.join(corpus["data_dir"], "librispeech_local", "1.0.0")
+    shutil.copytree(version_dir, tmp_path / "tfds" / "librispeech" / "1.0.0")
+    c = make_config(corpus, name="librispeech", data_dir=str(tmp_path / "tfds"))
+    c.dataset.train_splits = "train_clean100"  # the official spelling resolves too
+    src = TfdsSource(c, Sharding(BATCH))
+    assert src.train_batch(0)["audio"].shape[1] == max(s for s, _ in src.shapes())

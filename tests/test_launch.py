@@ -1,0 +1,42 @@
+"""launch.py end to end in a subprocess: train with an override, resume, eval, bad flags."""
+
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def launch(*args, check=True):
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
+    proc = subprocess.run(
+        [sys.executable, "launch.py", "--config=configs/smoke.py", *args],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(proc.stderr[-3000:])
+    return proc
+
+
+def test_train_resume_and_eval(tmp_path):
+    w = str(tmp_path / "w")
+    launch(f"--workdir={w}", "--config.num_train_steps=6", "--config.log_every_steps=2", "--config.eval_every_steps=0")
+    records = [json.loads(l) for l in open(os.path.join(w, "metrics.jsonl"))]
+    assert [r["step"] for r in records] == [2, 4, 6]
+    assert {"loss", "grad_norm", "learning_rate", "skipped_steps", "step_time_s", "utterances_per_s"} <= set(records[0])
+    assert os.listdir(os.path.join(w, "tensorboard"))
+    proc = launch(f"--workdir={w}", "--config.num_train_steps=8", "--config.log_every_steps=2", "--config.eval_every_steps=0")
+    assert "restored checkpoint at step 6" in proc.stderr
+    steps = [json.loads(l)["step"] for l in open(os.path.join(w, "metrics.jsonl"))]
+    assert steps == [2, 4, 6, 8]
+    launch(f"--workdir={w}", "--mode=eval")
+    result = json.load(open(os.path.join(w, "eval-dev-clean-8.json")))
+    assert result["utterances"] == 16 and 0 <= result["cer"]
+
+
+def test_unknown_key_and_bad_values_fail_clearly(tmp_path):
+    proc = launch(f"--workdir={tmp_path}", "--config.no_such_key=1", check=False)
+    assert proc.returncode != 0 and "no_such_key" in proc.stderr
+    proc = launch(f"--workdir={tmp_path}", "--config.num_devices=9", check=False)
+    assert proc.returncode != 0 and "num_devices=9" in proc.stderr

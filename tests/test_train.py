@@ -1,0 +1,119 @@
+"""The train step and loop: device-count invariance, eager == compiled, overfitting,
+checkpoint round trip and exact resume."""
+
+import functools
+import os
+
+import jax
+import numpy as np
+import pytest
+from flax import jax_utils
+
+from ds2_jax import checkpoint, input_pipeline, metrics, train
+from tests.helpers import tiny_config
+
+
+def losses(workdir):
+    return [r["loss"] for r in metrics.read_jsonl(os.path.join(workdir, "metrics.jsonl")) if "loss" in r]
+
+
+def leaves(tree):
+    return [np.asarray(x) for x in jax.tree_util.tree_leaves(tree)]
+
+
+def test_one_and_eight_devices_give_the_same_losses(tmp_path):
+    common = {"num_train_steps": 5, "log_every_steps": 1, "eval_every_steps": 0, "checkpoint_every_steps": 100}
+    one = tiny_config(**common, num_devices=1, per_device_batch_size=16)
+    eight = tiny_config(**common, num_devices=8, per_device_batch_size=2)
+    s1 = train.train_and_evaluate(one, str(tmp_path / "one"))
+    s8 = train.train_and_evaluate(eight, str(tmp_path / "eight"))
+    l1, l8 = losses(tmp_path / "one"), losses(tmp_path / "eight")
+    assert len(l1) == len(l8) == 5
+    np.testing.assert_allclose(l8, l1, rtol=1e-5)
+    for a, b in zip(leaves(s1.params), leaves(s8.params)):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+def _one_step(config, state, batch):
+    step = train.compile_train_step(config)
+    rng = jax.random.PRNGKey(1)
+    if config.compile:
+        devices = jax.local_devices()[:1]
+        new_state, m = step(jax_utils.replicate(state, devices, axis_name=train.AXIS),
+                            input_pipeline.shard_for_devices(batch, 1), jax_utils.replicate(rng, devices))
+        return train.unreplicate(new_state), train.unreplicate(m)
+    return step(state, batch, rng)
+
+
+def test_compiled_and_eager_step_agree():
+    config = tiny_config(per_device_batch_size=4)
+    source = input_pipeline.make_source(config, input_pipeline.Sharding(4))
+    batch = source.train_batch(0)
+    state = train._initial_state(config, source, jax.random.PRNGKey(0))
+    compiled, m_c = _one_step(config, state, batch)
+    config.compile = False
+    eager, m_e = _one_step(config, state, batch)
+    np.testing.assert_allclose(float(m_e["loss_sum"]), float(m_c["loss_sum"]), rtol=1e-5)
+    for a, b in zip(leaves(compiled.params), leaves(eager.params)):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_overfits_a_fixed_batch_of_four():
+    config = tiny_config(per_device_batch_size=4, **{"optimizer.learning_rate": 3e-3, "model.rnn_size": 64})
+    source = input_pipeline.make_source(config, input_pipeline.Sharding(4))
+    batch = source.train_batch(0)
+    state = train._initial_state(config, source, jax.random.PRNGKey(0))
+    kwargs = train.step_kwargs(config)
+    step = jax.jit(functools.partial(train.train_step, **kwargs, axis_name=None))
+    first = None
+    for i in range(150):
+        state, m = step(state, batch, jax.random.PRNGKey(0))
+        loss = float(m["loss_sum"] / m["loss_count"])
+        first = first if first is not None else loss
+    assert loss <= 0.1 * first, (first, loss)
+
+
+def test_checkpoint_round_trip(tmp_path):
+    config = tiny_config()
+    source = input_pipeline.make_source(config, input_pipeline.Sharding(16))
+    state = train._initial_state(config, source, jax.random.PRNGKey(3))
+    mgr = checkpoint.manager(str(tmp_path))
+    checkpoint.save(mgr, 7, jax.device_get(state), wait=True)
+    template = train._initial_state(config, source, jax.random.PRNGKey(4))
+    restored, step = checkpoint.restore_latest(checkpoint.manager(str(tmp_path)), template)
+    assert step == 7
+    for a, b in zip(leaves(state), leaves(restored)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_stopped_and_resumed_run_matches_uninterrupted(tmp_path):
+    common = {"log_every_steps": 2, "eval_every_steps": 0, "checkpoint_every_steps": 3}
+    full = train.train_and_evaluate(tiny_config(num_train_steps=8, **common), str(tmp_path / "full"))
+    train.train_and_evaluate(tiny_config(num_train_steps=5, **common), str(tmp_path / "split"))
+    resumed = train.train_and_evaluate(tiny_config(num_train_steps=8, **common), str(tmp_path / "split"))
+    assert int(resumed.step) == int(full.step) == 8
+    for a, b in zip(leaves(full), leaves(resumed)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_non_finite_steps_are_skipped_and_counted():
+    config = tiny_config(per_device_batch_size=2)
+    source = input_pipeline.make_source(config, input_pipeline.Sharding(2))
+    batch = source.train_batch(0)
+    state = train._initial_state(config, source, jax.random.PRNGKey(0))
+    poisoned = state.replace(feature_std=state.feature_std.at[0].set(0.0))  # -> inf features
+    step = jax.jit(functools.partial(train.train_step, **train.step_kwargs(config), axis_name=None))
+    new, m = step(poisoned, batch, jax.random.PRNGKey(0))
+    assert float(m["finite_steps"]) == 0 and int(new.skipped_steps) == 1 and int(new.consecutive_skips) == 1
+    for a, b in zip(leaves(poisoned.params), leaves(new.params)):
+        np.testing.assert_array_equal(a, b)
+    assert int(new.step) == 1
+
+
+def test_inconsistent_config_fails_before_compiling(tmp_path):
+    with pytest.raises(ValueError, match="num_devices"):
+        train.train_and_evaluate(tiny_config(num_devices=64), str(tmp_path))
+    with pytest.raises(ValueError, match="min_duration_s"):
+        train.train_and_evaluate(tiny_config(**{"dataset.min_duration_s": 9.0, "dataset.max_duration_s": 8.0}), str(tmp_path))
+    with pytest.raises(ValueError, match="rnn_cell"):
+        train.train_and_evaluate(tiny_config(**{"model.rnn_cell": "rnn"}), str(tmp_path))
