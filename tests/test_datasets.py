@@ -88,3 +88,15 @@ def test_missing_or_empty_manual_dir_names_the_setting(tmp_path, make):
 def test_split_names_map_dashes():
     assert librispeech_local.tfds_split("train-clean-100") == "train_clean_100"
     assert librispeech_local.tfds_split("train_clean_100") == "train_clean_100"
+
+
+def test_large_split_spills_to_disk_without_tensorflow(tmp_path, monkeypatch):
+    """Past tfds's in-memory shuffle buffer, examples spill to temp files; no TF needed."""
+    from tensorflow_datasets.core import shuffle
+
+    monkeypatch.setattr(shuffle, "MAX_MEM_BUFFER_SIZE", 1000)  # bytes: spill at once
+    td.write_bad_inputs(str(tmp_path / "manual" / "LibriSpeech" / "dev-clean"))
+    builder = build.build(str(tmp_path / "manual"), str(tmp_path / "tfds"))
+    ds = builder.as_data_source("dev_clean")
+    assert sorted(ds[i]["id"].decode() for i in range(len(ds))) == sorted(td.EXPECTED_GOOD_TEXT)
+    assert shuffle.tf is not build._LOCAL_TF  # restored after the build

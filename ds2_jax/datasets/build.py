@@ -10,10 +10,13 @@ delete D/librispeech_local to rebuild.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
+import resource
 import sys
+import types
 
 import tensorflow_datasets as tfds
 
@@ -22,6 +25,36 @@ from ds2_jax.datasets import librispeech_local
 
 def get_builder(data_dir: str = "") -> librispeech_local.LibrispeechLocal:
     return librispeech_local.LibrispeechLocal(data_dir=data_dir or None)
+
+
+# tfds keeps up to 1 GB of a split's examples in memory, then spills them to 1000 temp
+# files through tf.io.gfile (tensorflow_datasets/core/shuffle.py), which needs TensorFlow.
+# For local data dirs, plain files do the same job, so a build never needs TensorFlow.
+_LOCAL_TF = types.SimpleNamespace(
+    io=types.SimpleNamespace(
+        gfile=types.SimpleNamespace(GFile=open, exists=os.path.exists, remove=os.remove)
+    ),
+    errors=types.SimpleNamespace(ResourceExhaustedError=type("ResourceExhaustedError", (OSError,), {})),
+)
+
+
+@contextlib.contextmanager
+def _local_shuffle_files(data_dir: str):
+    if "://" in (data_dir or ""):  # remote data dir: leave it to tfds (and TensorFlow)
+        yield
+        return
+    from tensorflow_datasets.core import shuffle
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = shuffle.BUCKETS_NUMBER + 256  # one open file per spill bucket
+    if soft != resource.RLIM_INFINITY and soft < want:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want if hard == resource.RLIM_INFINITY else min(want, hard), hard))
+    old = shuffle.tf
+    shuffle.tf = _LOCAL_TF
+    try:
+        yield
+    finally:
+        shuffle.tf = old
 
 
 def build(manual_dir: str, data_dir: str = "") -> librispeech_local.LibrispeechLocal:
@@ -33,9 +66,10 @@ def build(manual_dir: str, data_dir: str = "") -> librispeech_local.LibrispeechL
         )
     builder = get_builder(data_dir)
     if not builder.is_prepared():
-        builder.download_and_prepare(
-            download_config=tfds.download.DownloadConfig(manual_dir=os.path.abspath(manual_dir))
-        )
+        with _local_shuffle_files(data_dir):
+            builder.download_and_prepare(
+                download_config=tfds.download.DownloadConfig(manual_dir=os.path.abspath(manual_dir))
+            )
     return builder
 
 
