@@ -7,6 +7,7 @@ INSTALL_REQUIRES = [
     "array-record>=0.5",
     "etils[epath]>=1.5",
     "flax>=0.8.5",
+    "importlib_resources>=5",  # tensorflow_datasets' builders import it; not in its own requirements
     "jax>=0.4.30",
     "jiwer>=3.0",
     "ml-collections>=0.1.1",
