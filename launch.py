@@ -23,12 +23,12 @@ def main(argv):
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     absl_logging.set_verbosity(absl_logging.WARNING)  # quiets orbax's per-save chatter
     logging.getLogger("ds2_jax").setLevel(logging.INFO)
-    from ds2_jax import train
+    from ds2_jax import evaluation, train
 
     if FLAGS.mode == "train":
         train.train_and_evaluate(FLAGS.config, FLAGS.workdir)
     else:
-        train.evaluate_checkpoint(FLAGS.config, FLAGS.workdir, step=FLAGS.eval_step)
+        evaluation.evaluate_checkpoint(FLAGS.config, FLAGS.workdir, step=FLAGS.eval_step)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ import os
 import time
 from typing import Any, Callable
 
-import flax
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -23,7 +22,7 @@ import optax
 from flax import jax_utils
 from flax.training import train_state
 
-from ds2_jax import checkpoint, ctc, features, input_pipeline, metrics, model, text
+from ds2_jax import checkpoint, ctc, features, input_pipeline, metrics, model
 from ds2_jax.config_validation import validate
 
 log = logging.getLogger("ds2_jax")
@@ -80,11 +79,11 @@ def create_state(config, rng: jax.Array, feature_mean: np.ndarray, feature_std: 
     )
 
 
-def _psum(x, axis_name):
+def psum(x, axis_name):
     return x if axis_name is None else jax.lax.psum(x, axis_name)
 
 
-def _features(state, batch, fc):
+def features_of(state, batch, fc):
     return features.featurize(batch["audio"], batch["audio_lengths"], state.feature_mean, state.feature_std, fc)
 
 
@@ -110,7 +109,7 @@ def train_step(
     rng = jax.random.fold_in(rng, state.step)
     if axis_name is not None:
         rng = jax.random.fold_in(rng, jax.lax.axis_index(axis_name))
-    feats, frames = _features(state, batch, feature_cfg)
+    feats, frames = features_of(state, batch, feature_cfg)
     freq_masks, freq_width, time_masks, time_frac = config_aug
     if freq_masks or time_masks:
         feats = features.spec_augment(feats, frames, rng, freq_masks, freq_width, time_masks, time_frac)
@@ -123,13 +122,13 @@ def train_step(
         )
         loss, ok = ctc.per_utterance_loss(logits, out_lengths, batch["labels"], batch["label_lengths"], norm_by_times)
         used = ok.astype(jnp.float32) * weights
-        count = _psum(jnp.sum(used), axis_name)
+        count = psum(jnp.sum(used), axis_name)
         local_sum = jnp.sum(loss * used)
         return local_sum / jnp.maximum(count, 1.0), (updates["batch_stats"], local_sum, count, used)
 
     grads, (new_stats, loss_sum, count, used) = jax.grad(loss_fn, has_aux=True)(state.params)
-    grads = _psum(grads, axis_name)
-    loss_sum = _psum(loss_sum, axis_name)
+    grads = psum(grads, axis_name)
+    loss_sum = psum(loss_sum, axis_name)
     grad_norm = optax.global_norm(grads)
     finite = jnp.isfinite(loss_sum) & jnp.isfinite(grad_norm)
 
@@ -142,7 +141,7 @@ def train_step(
         skipped_steps=state.skipped_steps + (~finite).astype(jnp.int32),
         consecutive_skips=jnp.where(finite, 0, state.consecutive_skips + 1),
     )
-    utterances = _psum(jnp.sum(weights), axis_name)
+    utterances = psum(jnp.sum(weights), axis_name)
     step_metrics = {
         "loss_sum": jnp.where(finite, loss_sum, 0.0),
         "loss_count": jnp.where(finite, count, 0.0),
@@ -154,17 +153,6 @@ def train_step(
         "learning_rate_sum": learning_rate_fn(state.step),
     }
     return new_state, step_metrics
-
-
-def eval_step(state: TrainState, batch, *, model_cfg, feature_cfg, norm_by_times: bool, axis_name: str | None = AXIS):
-    """Forward pass with running statistics: argmax paths, output lengths, loss sums."""
-    net = model.DeepSpeech2(model_cfg, axis_name=axis_name)
-    feats, frames = _features(state, batch, feature_cfg)
-    logits, out_lengths = net.apply({"params": state.params, "batch_stats": state.batch_stats}, feats, frames, train=False)
-    loss, ok = ctc.per_utterance_loss(logits, out_lengths, batch["labels"], batch["label_lengths"], norm_by_times)
-    used = ok.astype(jnp.float32) * batch["weights"]
-    sums = {"loss_sum": _psum(jnp.sum(loss * used), axis_name), "loss_count": _psum(jnp.sum(used), axis_name)}
-    return ctc.greedy_ids(logits), out_lengths, sums
 
 
 def step_kwargs(config) -> dict:
@@ -193,14 +181,6 @@ def compile_train_step(config) -> Callable:
     return run_eager
 
 
-def compile_eval_step(config) -> Callable:
-    kw = step_kwargs(config)
-    kwargs = dict(model_cfg=kw["model_cfg"], feature_cfg=kw["feature_cfg"], norm_by_times=kw["norm_by_times"])
-    if config.compile:
-        return jax.pmap(functools.partial(eval_step, **kwargs, axis_name=AXIS), axis_name=AXIS)
-    return functools.partial(eval_step, **kwargs, axis_name=None)
-
-
 # ----------------------------------------------------------------------------- loop
 
 
@@ -214,28 +194,22 @@ def local_devices(config) -> list:
     return devices[:n]
 
 
-def evaluate(p_eval, state, source, split: str, max_utterances: int, num_devices: int, replicated: bool) -> dict:
-    """Greedy WER/CER and loss of `state` on a split; returns figures and worst utterances."""
-    refs, hyps, sums = [], [], []
-    for batch in source.eval_batches(split, max_utterances):
-        inputs = input_pipeline.shard_for_devices(batch, num_devices) if replicated else batch
-        ids, lengths, s = p_eval(state, inputs)
-        ids, lengths = np.asarray(ids).reshape(-1, ids.shape[-1]), np.asarray(lengths).reshape(-1)
-        sums.append(jax.device_get(s))
-        for i in np.flatnonzero(batch["weights"] > 0):
-            refs.append(text.decode(batch["labels"][i, : batch["label_lengths"][i]]))
-            hyps.append(text.decode(ctc.collapse(ids[i], lengths[i])))
-    total = metrics.reduce_sums(sums)
-    rates = metrics.error_rates(refs, hyps)
-    per_utt = [(metrics.error_rates([r], [h])["cer"], r, h) for r, h in zip(refs, hyps)]
-    worst = sorted(per_utt, key=lambda x: -x[0])[:10]
-    return {
-        **rates,
-        "loss": total.get("loss_sum", 0.0) / max(total.get("loss_count", 0.0), 1.0),
-        "utterances": len(refs),
-        "examples": [{"reference": r, "hypothesis": h} for r, h in zip(refs[:10], hyps[:10])],
-        "worst": [{"cer": c, "reference": r, "hypothesis": h} for c, r, h in worst],
-    }
+def save_config(config, workdir: str) -> None:
+    """Writes workdir/config.json, so eval and transcription rebuild the same model."""
+    os.makedirs(workdir, exist_ok=True)
+    with open(os.path.join(workdir, "config.json"), "w") as f:
+        f.write(config.to_json(indent=2))
+
+
+def load_config(workdir: str):
+    """The config a workdir was trained with (see save_config)."""
+    import ml_collections
+
+    path = os.path.join(workdir, "config.json")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path} not found: is {workdir} a ds2_jax training workdir?")
+    with open(path) as f:
+        return ml_collections.ConfigDict(json.load(f))
 
 
 def unreplicate(tree):
@@ -243,13 +217,15 @@ def unreplicate(tree):
     return jax.tree_util.tree_map(lambda x: x.addressable_shards[0].data[0], tree)
 
 
-def _initial_state(config, source, rng):
+def initial_state(config, source, rng):
     mean, std = source.feature_stats()
     return create_state(config, rng, mean, std)
 
 
 def train_and_evaluate(config, workdir: str) -> TrainState:
     """Trains for config.num_train_steps, resuming from the latest checkpoint in workdir."""
+    from ds2_jax import evaluation  # evaluation builds on this module
+
     validate(config)
     devices = local_devices(config)
     n_dev = len(devices)
@@ -259,13 +235,15 @@ def train_and_evaluate(config, workdir: str) -> TrainState:
         process_count=jax.process_count(),
     )
     is_chief = jax.process_index() == 0
+    if is_chief:
+        save_config(config, workdir)
     log.info("devices: %d local (%s), global batch %d", n_dev, devices[0].platform, sharding.global_batch)
     source = input_pipeline.make_source(config, sharding)
     log.info("compiled batch shapes (samples, labels): %s", source.shapes())
 
     rng = jax.random.PRNGKey(config.seed)
     init_rng, step_rng = jax.random.split(rng)
-    state = _initial_state(config, source, init_rng)
+    state = initial_state(config, source, init_rng)
     log.info("model parameters: %s", f"{model.count_params(state.params):,}")
     mgr = checkpoint.manager(workdir, config.keep_checkpoints)
     restored, start = checkpoint.restore_latest(mgr, state)
@@ -275,7 +253,7 @@ def train_and_evaluate(config, workdir: str) -> TrainState:
     writer = metrics.MetricWriter(workdir, enabled=is_chief)
 
     p_train = compile_train_step(config)
-    p_eval = compile_eval_step(config)
+    p_eval = evaluation.compile_eval_step(config)
     replicated = config.compile
     if replicated:
         state = jax_utils.replicate(state, devices, axis_name=AXIS)
@@ -321,8 +299,8 @@ def train_and_evaluate(config, workdir: str) -> TrainState:
                 )
             pending, last_time, last_step = [], time.perf_counter(), done
         if config.eval_every_steps and done % config.eval_every_steps == 0:
-            result = evaluate(p_eval, state, source, config.dataset.eval_split, config.eval.max_utterances, n_dev, replicated)
-            _report_eval(writer, done, result, config.eval.num_examples_to_print)
+            result = evaluation.evaluate(p_eval, state, source, config.dataset.eval_split, config.eval.max_utterances, n_dev, replicated)
+            evaluation.report(writer, done, result, config.eval.num_examples_to_print)
         if done % config.checkpoint_every_steps == 0 and done != config.num_train_steps:
             checkpoint.save(mgr, done, host_state())
     progress.close()
@@ -332,31 +310,6 @@ def train_and_evaluate(config, workdir: str) -> TrainState:
     mgr.wait_until_finished()
     writer.close()
     return final
-
-
-def evaluate_checkpoint(config, workdir: str, split: str = "", step: int | None = None) -> dict:
-    """--mode=eval: restores a checkpoint and writes workdir/eval-<split>-<step>.json."""
-    validate(config)
-    devices = local_devices(config)
-    sharding = input_pipeline.Sharding(config.per_device_batch_size * len(devices))
-    source = input_pipeline.make_source(config, sharding)
-    template = _initial_state(config, source, jax.random.PRNGKey(config.seed))
-    mgr = checkpoint.manager(workdir, config.keep_checkpoints)
-    step = mgr.latest_step() if step is None else step
-    if step is None:
-        raise FileNotFoundError(f"no checkpoint in {os.path.join(workdir, 'checkpoints')}: train first")
-    state = mgr.restore(step, args=checkpoint.ocp.args.StandardRestore(template))
-    split = split or config.eval.split or config.dataset.eval_split
-    p_eval = compile_eval_step(config)
-    if config.compile:
-        state = jax_utils.replicate(state, devices, axis_name=AXIS)
-    result = evaluate(p_eval, state, source, split, config.eval.max_utterances, len(devices), config.compile)
-    result.update(split=split, step=int(step))
-    path = os.path.join(workdir, f"eval-{split}-{step}.json")
-    with open(path, "w") as f:
-        json.dump(result, f, indent=2)
-    log.info("eval %s at step %d: WER %.4f CER %.4f over %d utterances -> %s", split, step, result["wer"], result["cer"], result["utterances"], path)
-    return result
 
 
 def _summarize(pending: list, seconds: float, steps: int) -> dict[str, float]:
@@ -370,14 +323,6 @@ def _summarize(pending: list, seconds: float, steps: int) -> dict[str, float]:
         "step_time_s": seconds / max(steps, 1),
         "utterances_per_s": s["utterances"] * (steps / n) / max(seconds, 1e-9),
     }
-
-
-def _report_eval(writer, step: int, result: dict, num_examples: int) -> None:
-    writer.write(step, {"wer": result["wer"], "cer": result["cer"], "loss": result["loss"]}, prefix="eval_")
-    log.info("eval at step %d: WER %.4f CER %.4f loss %.4f (%d utterances)", step, result["wer"], result["cer"], result["loss"], result["utterances"])
-    for ex in result["examples"][:num_examples]:
-        log.info("  REF: %s", ex["reference"])
-        log.info("  HYP: %s", ex["hypothesis"])
 
 
 def _progress_bar(start: int, total: int, enabled: bool):
