@@ -20,6 +20,14 @@ def get_config() -> ml_collections.ConfigDict:
     config.checkpoint_every_steps = 1_000  # Orbax checkpoint cadence (and one at the end).
     config.keep_checkpoints = 3  # Checkpoints kept on disk.
     config.prefetch_batches = 2  # Batches staged on the devices ahead of the step.
+    config.step_timeout_s = 1800.0  # Watchdog: exit (code 3) if no step finishes for this long; 0 = off.
+    config.deterministic = False  # GPU: --xla_gpu_deterministic_ops (slower, bitwise repeatable).
+
+    # --- Fault injection (tests and drills; all off by default) -----------------
+    config.faults = ml_collections.ConfigDict()
+    config.faults.nan_at_steps = ""  # e.g. "5,7-9": these steps get a NaN loss and gradient.
+    config.faults.kill_at = ""  # "step:N", "checkpoint:N" or "eval:N": SIGKILL there.
+    config.faults.hang_at_step = -1  # Block forever before this step (watchdog drill).
 
     # --- Data ------------------------------------------------------------------
     config.dataset = ml_collections.ConfigDict()
@@ -95,4 +103,14 @@ def get_config() -> ml_collections.ConfigDict:
     config.eval.split = ""  # --mode=eval split; '' = dataset.eval_split.
     config.eval.max_utterances = 0  # 0 = the whole split.
     config.eval.num_examples_to_print = 3  # Reference/hypothesis pairs logged.
+
+    # --- Decoding (--mode=eval, tools.tune_lm; ds2_jax.decoding) -----------------
+    config.decoding = ml_collections.ConfigDict()
+    config.decoding.beam_width = 0  # > 0: also beam search (pyctcdecode); 0 = greedy only.
+    config.decoding.lm_path = ""  # KenLM ARPA/binary word LM (tools.build_lm); '' = no LM.
+    config.decoding.alpha = 0.5  # LM weight (on the natural-log LM score).
+    config.decoding.beta = 1.0  # Bonus per decoded word (offsets the LM's short-output bias).
+    config.decoding.beam_prune_logp = -10.0  # Drop beams this far below the best (log).
+    config.decoding.token_min_logp = -5.0  # Skip tokens below this log-prob (unless a frame's argmax).
+    config.decoding.unk_score_offset = -10.0  # Added to the LM score of out-of-vocabulary words.
     return config

@@ -25,10 +25,38 @@ def save(mgr: ocp.CheckpointManager, step: int, state, wait: bool = False) -> No
 
 
 def restore_latest(mgr: ocp.CheckpointManager, target):
-    """(state, step) from the newest checkpoint, shaped like `target`; (None, None) if none."""
-    step = mgr.latest_step()
-    if step is None:
+    """(state, step) from the newest checkpoint that restores, shaped like `target`.
+
+    A damaged newest checkpoint (truncated or missing files) is skipped with a warning
+    naming what failed, and the previous one is used. (None, None) when there are no
+    checkpoints; an error, never a silent fresh start, when none of them restores.
+    """
+    steps = sorted(mgr.all_steps(), reverse=True)
+    if not steps:
         return None, None
-    state = mgr.restore(step, args=ocp.args.StandardRestore(target))
-    log.info("restored checkpoint at step %d from %s", step, mgr.directory)
-    return state, step
+    failures = []
+    for step in steps:
+        try:
+            state = mgr.restore(step, args=ocp.args.StandardRestore(target))
+        except Exception as e:  # orbax raises many types for damaged files
+            failures.append(f"step {step}: {type(e).__name__}: {str(e)[:300]}")
+            log.warning("checkpoint %d in %s is damaged, trying the previous one (%s)", step, mgr.directory, failures[-1])
+            continue
+        log.info("restored checkpoint at step %d from %s", step, mgr.directory)
+        return state, step
+    raise RuntimeError(
+        f"none of the checkpoints in {mgr.directory} could be restored; move that directory away to start "
+        "over. " + "; ".join(failures)
+    )
+
+
+def save_or_explain(mgr: ocp.CheckpointManager, step: int, state) -> None:
+    """save(), turning an I/O failure (disk full, permissions) into a clear error."""
+    try:
+        save(mgr, step, state)
+        mgr.check_for_errors()
+    except OSError as e:
+        raise OSError(
+            f"writing checkpoint {step} to {mgr.directory} failed ({e}); earlier checkpoints are intact. "
+            "Free disk space or choose another --workdir, then rerun the same command."
+        ) from e

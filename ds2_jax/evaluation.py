@@ -1,7 +1,18 @@
-"""Evaluation: the pure eval step, greedy WER/CER over a split, --mode=eval."""
+"""Evaluation: the pure eval step, WER/CER over a split (greedy and beam), --mode=eval.
+
+    python launch.py --config=configs/demo.py --workdir=W --mode=eval \\
+        [--config.eval.split=test-clean,dev-clean] \\
+        [--config.decoding.beam_width=32 --config.decoding.lm_path=lm.arpa]
+
+The eval step runs on all local devices (pmap) over the source's fixed bucket shapes and
+returns argmax ids, so greedy decoding moves only small ints to the host; with a beam
+decoder configured it also returns the <float32>[B, T, 29] log-probabilities, which
+pyctcdecode searches on the host (ds2_jax.decoding).
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import logging
@@ -13,78 +24,184 @@ import jax.numpy as jnp
 import numpy as np
 from flax import jax_utils
 
-from ds2_jax import checkpoint, ctc, input_pipeline, metrics, model, text, train
+from ds2_jax import checkpoint, ctc, decoding, features, input_pipeline, metrics, model, text, train
 from ds2_jax.config_validation import validate
 
 log = logging.getLogger("ds2_jax")
+NUM_WORST = 10  # Worst utterances (by CER) kept in the eval json.
 
 
-def eval_step(state: "train.TrainState", batch, *, model_cfg, feature_cfg, norm_by_times: bool, axis_name: str | None = "batch"):
-    """Forward pass with running statistics: argmax paths, output lengths, loss sums."""
+def forward(state: "train.TrainState", audio, audio_lengths, *, model_cfg, feature_cfg, axis_name: str | None = None):
+    """Inference forward pass with running batch-norm statistics.
+
+    Args:
+      audio: <int16>[B, S] zero-padded waveforms; audio_lengths: <int32>[B].
+    Returns:
+      (<float32>[B, T, 29] logits, <int32>[B] valid output frames).
+    """
     net = model.DeepSpeech2(model_cfg, axis_name=axis_name)
-    feats, frames = train.features_of(state, batch, feature_cfg)
+    feats, frames = features.featurize(audio, audio_lengths, state.feature_mean, state.feature_std, feature_cfg)
     logits, out_lengths = net.apply({"params": state.params, "batch_stats": state.batch_stats}, feats, frames, train=False)
+    return logits.astype(jnp.float32), out_lengths
+
+
+def eval_step(
+    state: "train.TrainState",
+    batch,
+    *,
+    model_cfg,
+    feature_cfg,
+    norm_by_times: bool,
+    log_probs: bool = False,
+    axis_name: str | None = "batch",
+):
+    """Forward pass, CTC loss sums and decoder inputs of one (per-device) batch.
+
+    Returns:
+      ({'ids': <int32>[B, T] argmax path, 'lengths': <int32>[B] valid frames,
+        'log_probs': <float32>[B, T, 29] (only with log_probs=True)},
+       {'loss_sum', 'loss_count'} psum'd over `axis_name`).
+    """
+    logits, out_lengths = forward(state, batch["audio"], batch["audio_lengths"], model_cfg=model_cfg, feature_cfg=feature_cfg, axis_name=axis_name)
     loss, ok = ctc.per_utterance_loss(logits, out_lengths, batch["labels"], batch["label_lengths"], norm_by_times)
     used = ok.astype(jnp.float32) * batch["weights"]
     sums = {"loss_sum": train.psum(jnp.sum(loss * used), axis_name), "loss_count": train.psum(jnp.sum(used), axis_name)}
-    return ctc.greedy_ids(logits), out_lengths, sums
+    outputs = {"ids": ctc.greedy_ids(logits), "lengths": out_lengths}
+    if log_probs:
+        outputs["log_probs"] = jax.nn.log_softmax(logits, axis=-1)
+    return outputs, sums
 
 
-def compile_eval_step(config) -> Callable:
+def compile_eval_step(config, log_probs: bool = False) -> Callable:
+    """pmap'd eval step (or eager with config.compile=False); log_probs for beam search."""
     kw = train.step_kwargs(config)
-    kwargs = dict(model_cfg=kw["model_cfg"], feature_cfg=kw["feature_cfg"], norm_by_times=kw["norm_by_times"])
+    kwargs = dict(model_cfg=kw["model_cfg"], feature_cfg=kw["feature_cfg"], norm_by_times=kw["norm_by_times"], log_probs=log_probs)
     if config.compile:
         return jax.pmap(functools.partial(eval_step, **kwargs, axis_name=train.AXIS), axis_name=train.AXIS)
     return functools.partial(eval_step, **kwargs, axis_name=None)
 
 
-def evaluate(p_eval, state, source, split: str, max_utterances: int, num_devices: int, replicated: bool) -> dict:
-    """Greedy WER/CER and loss of `state` on a split; returns figures and worst utterances."""
-    refs, hyps, sums = [], [], []
+@dataclasses.dataclass
+class SplitOutputs:
+    """What the model said about one split, on the host."""
+
+    references: list[str]
+    greedy: list[str]
+    log_probs: list[np.ndarray] | None  # per utterance <float32>[T_i, 29]; None without beam
+    loss: float
+
+
+def run_split(p_eval, state, source, split: str, max_utterances: int, num_devices: int, replicated: bool) -> SplitOutputs:
+    """Runs `p_eval` over a split; keeps log-probs when the step returns them."""
+    refs, hyps, lps, sums = [], [], [], []
     for batch in source.eval_batches(split, max_utterances):
         inputs = input_pipeline.shard_for_devices(batch, num_devices) if replicated else batch
-        ids, lengths, s = p_eval(state, inputs)
-        ids, lengths = np.asarray(ids).reshape(-1, ids.shape[-1]), np.asarray(lengths).reshape(-1)
+        out, s = p_eval(state, inputs)
+        out = {k: np.asarray(v).reshape((-1,) + v.shape[2 if replicated else 1 :]) for k, v in out.items()}
         sums.append(jax.device_get(s))
-        for i in np.flatnonzero(batch["weights"] > 0):
-            refs.append(text.decode(batch["labels"][i, : batch["label_lengths"][i]]))
-            hyps.append(text.decode(ctc.collapse(ids[i], lengths[i])))
+        rows = np.flatnonzero(batch["weights"] > 0)
+        refs += [text.decode(batch["labels"][i, : batch["label_lengths"][i]]) for i in rows]
+        hyps += decoding.greedy_texts(out["ids"][rows], out["lengths"][rows])
+        if "log_probs" in out:
+            lps += [out["log_probs"][i, : out["lengths"][i]] for i in rows]
     total = metrics.reduce_sums(sums)
-    rates = metrics.error_rates(refs, hyps)
-    per_utt = [(metrics.error_rates([r], [h])["cer"], r, h) for r, h in zip(refs, hyps)]
-    worst = sorted(per_utt, key=lambda x: -x[0])[:10]
+    loss = total.get("loss_sum", 0.0) / max(total.get("loss_count", 0.0), 1.0)
+    return SplitOutputs(refs, hyps, lps if lps else None, loss)
+
+
+def score(references: list[str], hypotheses: list[str], num_worst: int = NUM_WORST) -> dict:
+    """Corpus WER/CER, the first pairs and the worst utterances by CER."""
+    per_utt = [(metrics.error_rates([r], [h])["cer"], r, h) for r, h in zip(references, hypotheses)]
+    worst = sorted(per_utt, key=lambda x: -x[0])[:num_worst]
     return {
-        **rates,
-        "loss": total.get("loss_sum", 0.0) / max(total.get("loss_count", 0.0), 1.0),
-        "utterances": len(refs),
-        "examples": [{"reference": r, "hypothesis": h} for r, h in zip(refs[:10], hyps[:10])],
+        **metrics.error_rates(references, hypotheses),
+        "examples": [{"reference": r, "hypothesis": h} for r, h in zip(references[:10], hypotheses[:10])],
         "worst": [{"cer": c, "reference": r, "hypothesis": h} for c, r, h in worst],
     }
 
 
-def evaluate_checkpoint(config, workdir: str, split: str = "", step: int | None = None) -> dict:
-    """--mode=eval: restores a checkpoint and writes workdir/eval-<split>-<step>.json."""
-    validate(config)
-    devices = train.local_devices(config)
-    sharding = input_pipeline.Sharding(config.per_device_batch_size * len(devices))
-    source = input_pipeline.make_source(config, sharding)
-    template = train.initial_state(config, source, jax.random.PRNGKey(config.seed))
+def evaluate(
+    p_eval,
+    state,
+    source,
+    split: str,
+    max_utterances: int,
+    num_devices: int,
+    replicated: bool,
+    beam: decoding.BeamSearchDecoder | None = None,
+) -> dict:
+    """Greedy (and, with `beam` and a log-prob step, beam search) WER/CER and loss of a split.
+
+    The top-level wer/cer/examples/worst are greedy's, as during training; beam search
+    adds a 'beam' section with its own figures and settings.
+    """
+    out = run_split(p_eval, state, source, split, max_utterances, num_devices, replicated)
+    result = {**score(out.references, out.greedy), "loss": out.loss, "utterances": len(out.references)}
+    if beam is not None:
+        if out.log_probs is None and out.references:
+            raise ValueError("beam search needs compile_eval_step(config, log_probs=True)")
+        beam_hyps = [beam.decode(lp) for lp in out.log_probs or []]
+        result["beam"] = {**beam.describe(), **score(out.references, beam_hyps)}
+    return result
+
+
+def restore_state(config, workdir: str, step: int | None = None) -> tuple["train.TrainState", int]:
+    """(unreplicated state, step) of checkpoint `step` (default: latest) of `workdir`.
+
+    The template's feature statistics are placeholders: the checkpoint's replace them,
+    so no dataset is needed.
+    """
+    num_bins = features.FeatureConfig.from_config(config.features).num_bins
+    template = train.create_state(config, jax.random.PRNGKey(0), np.zeros(num_bins, np.float32), np.ones(num_bins, np.float32))
     mgr = checkpoint.manager(workdir, config.keep_checkpoints)
     step = mgr.latest_step() if step is None else step
     if step is None:
         raise FileNotFoundError(f"no checkpoint in {os.path.join(workdir, 'checkpoints')}: train first")
+    if step not in mgr.all_steps():
+        raise FileNotFoundError(f"no checkpoint at step {step} in {mgr.directory} (it has {sorted(mgr.all_steps())})")
     state = mgr.restore(step, args=checkpoint.ocp.args.StandardRestore(template))
-    split = split or config.eval.split or config.dataset.eval_split
-    p_eval = compile_eval_step(config)
+    return state.replace(apply_fn=template.apply_fn, tx=template.tx), int(step)
+
+
+def split_list(spec: str) -> list[str]:
+    """'test-clean, test-other' -> ['test-clean', 'test-other'] (each scored on its own)."""
+    splits = [s.strip() for s in spec.split(",") if s.strip()]
+    if not splits:
+        raise ValueError(f"no split in eval.split={spec!r}")
+    return splits
+
+
+def evaluate_splits(config, workdir: str, split: str = "", step: int | None = None) -> dict[str, dict]:
+    """Restores a checkpoint once, scores each comma-listed split on its own and writes
+    workdir/eval-<split>-<step>.json for each; returns {split: result}."""
+    validate(config)
+    dec_cfg = decoding.DecoderConfig.from_config(config.get("decoding"))
+    beam = decoding.make_beam_decoder(dec_cfg)  # before compiling: a missing LM fails fast
+    devices = train.local_devices(config)
+    sharding = input_pipeline.Sharding(config.per_device_batch_size * len(devices))
+    source = input_pipeline.make_source(config, sharding)
+    state, step = restore_state(config, workdir, step)
+    p_eval = compile_eval_step(config, log_probs=beam is not None)
     if config.compile:
         state = jax_utils.replicate(state, devices, axis_name=train.AXIS)
-    result = evaluate(p_eval, state, source, split, config.eval.max_utterances, len(devices), config.compile)
-    result.update(split=split, step=int(step))
-    path = os.path.join(workdir, f"eval-{split}-{step}.json")
-    with open(path, "w") as f:
-        json.dump(result, f, indent=2)
-    log.info("eval %s at step %d: WER %.4f CER %.4f over %d utterances -> %s", split, step, result["wer"], result["cer"], result["utterances"], path)
-    return result
+    results = {}
+    for name in split_list(split or config.eval.split or config.dataset.eval_split):
+        result = evaluate(p_eval, state, source, name, config.eval.max_utterances, len(devices), config.compile, beam)
+        result.update(split=name, step=step)
+        path = os.path.join(workdir, f"eval-{name}-{step}.json")
+        with open(path, "w") as f:
+            json.dump(result, f, indent=2)
+        line = f"eval {name} at step {step}: greedy WER {result['wer']:.4f} CER {result['cer']:.4f}"
+        if beam is not None:
+            line += f"; beam WER {result['beam']['wer']:.4f} CER {result['beam']['cer']:.4f}"
+        log.info("%s over %d utterances -> %s", line, result["utterances"], path)
+        results[name] = result
+    return results
+
+
+def evaluate_checkpoint(config, workdir: str, split: str = "", step: int | None = None) -> dict:
+    """--mode=eval: evaluate_splits, returning the first listed split's result."""
+    return next(iter(evaluate_splits(config, workdir, split, step).values()))
 
 
 def report(writer, step: int, result: dict, num_examples: int) -> None:
@@ -93,5 +210,3 @@ def report(writer, step: int, result: dict, num_examples: int) -> None:
     for ex in result["examples"][:num_examples]:
         log.info("  REF: %s", ex["reference"])
         log.info("  HYP: %s", ex["hypothesis"])
-
-

@@ -39,12 +39,13 @@ class MetricWriter:
     Only the process that owns the logs (process 0) should create one with enabled=True.
     """
 
-    def __init__(self, workdir: str, enabled: bool = True, filename: str = "metrics.jsonl"):
+    def __init__(self, workdir: str, enabled: bool = True, filename: str = "metrics.jsonl", resume_step: int = 0):
         self.enabled = enabled
         self._tb = None
         self._path = os.path.join(workdir, filename)
         if enabled:
             os.makedirs(workdir, exist_ok=True)
+            _drop_records_after(self._path, resume_step)
             from tensorboardX import SummaryWriter
 
             self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"))
@@ -62,6 +63,15 @@ class MetricWriter:
     def close(self) -> None:
         if self._tb is not None:
             self._tb.close()
+
+
+def _drop_records_after(path: str, step: int) -> None:
+    """A resumed run repeats the steps after its checkpoint: forget their old records."""
+    if not os.path.exists(path):
+        return
+    kept = [r for r in read_jsonl(path) if r.get("step", 0) <= step]
+    with open(path, "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in kept)
 
 
 def read_jsonl(path: str) -> list[dict]:

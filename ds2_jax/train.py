@@ -22,7 +22,7 @@ import optax
 from flax import jax_utils
 from flax.training import train_state
 
-from ds2_jax import checkpoint, ctc, features, input_pipeline, metrics, model
+from ds2_jax import checkpoint, ctc, features, input_pipeline, metrics, model, resilience
 from ds2_jax.config_validation import validate
 
 log = logging.getLogger("ds2_jax")
@@ -97,6 +97,7 @@ def train_step(
     config_aug: tuple,
     norm_by_times: bool,
     learning_rate_fn: Callable,
+    nan_steps: tuple[int, ...] = (),
     axis_name: str | None = AXIS,
 ) -> tuple[TrainState, dict[str, jax.Array]]:
     """One optimizer step on this device's shard; gradients psum'd over `axis_name`.
@@ -124,6 +125,8 @@ def train_step(
         used = ok.astype(jnp.float32) * weights
         count = psum(jnp.sum(used), axis_name)
         local_sum = jnp.sum(loss * used)
+        if nan_steps:  # fault injection (config.faults.nan_at_steps)
+            local_sum = local_sum * jnp.where(jnp.isin(state.step, jnp.asarray(nan_steps)), jnp.nan, 1.0)
         return local_sum / jnp.maximum(count, 1.0), (updates["batch_stats"], local_sum, count, used)
 
     grads, (new_stats, loss_sum, count, used) = jax.grad(loss_fn, has_aux=True)(state.params)
@@ -164,6 +167,7 @@ def step_kwargs(config) -> dict:
         config_aug=(f.freq_masks, f.freq_mask_width, f.time_masks, f.time_mask_max_fraction),
         norm_by_times=config.loss.norm_by_times,
         learning_rate_fn=learning_rate_schedule(config.optimizer),
+        nan_steps=resilience.parse_steps(config.faults.nan_at_steps),
     )
 
 
@@ -223,7 +227,12 @@ def initial_state(config, source, rng):
 
 
 def train_and_evaluate(config, workdir: str) -> TrainState:
-    """Trains for config.num_train_steps, resuming from the latest checkpoint in workdir."""
+    """Trains for config.num_train_steps, resuming from the latest checkpoint in workdir.
+
+    SIGTERM/SIGINT checkpoint at the next step boundary and return; a step with a
+    non-finite loss is skipped (config.optimizer.max_consecutive_skips in a row stop
+    the run); no progress for config.step_timeout_s ends the process (exit 3).
+    """
     from ds2_jax import evaluation  # evaluation builds on this module
 
     validate(config)
@@ -235,81 +244,115 @@ def train_and_evaluate(config, workdir: str) -> TrainState:
         process_count=jax.process_count(),
     )
     is_chief = jax.process_index() == 0
-    if is_chief:
-        save_config(config, workdir)
     log.info("devices: %d local (%s), global batch %d", n_dev, devices[0].platform, sharding.global_batch)
     source = input_pipeline.make_source(config, sharding)
     log.info("compiled batch shapes (samples, labels): %s", source.shapes())
 
-    rng = jax.random.PRNGKey(config.seed)
-    init_rng, step_rng = jax.random.split(rng)
+    init_rng, step_rng = jax.random.split(jax.random.PRNGKey(config.seed))
     state = initial_state(config, source, init_rng)
     log.info("model parameters: %s", f"{model.count_params(state.params):,}")
+    resilience.check_workdir(workdir, resilience.tree_bytes(state))
+    if is_chief:
+        save_config(config, workdir)
     mgr = checkpoint.manager(workdir, config.keep_checkpoints)
-    restored, start = checkpoint.restore_latest(mgr, state)
+    restored, _ = checkpoint.restore_latest(mgr, state)
     if restored is not None:
         state = restored.replace(apply_fn=state.apply_fn, tx=state.tx)
     start = int(state.step)
-    writer = metrics.MetricWriter(workdir, enabled=is_chief)
+    writer = metrics.MetricWriter(workdir, enabled=is_chief, resume_step=start)
 
     p_train = compile_train_step(config)
     p_eval = evaluation.compile_eval_step(config)
     replicated = config.compile
+    host_batches = (source.train_batch(s) for s in range(start, config.num_train_steps))
     if replicated:
         state = jax_utils.replicate(state, devices, axis_name=AXIS)
-        step_rngs = jax_utils.replicate(step_rng, devices, axis_name=AXIS)
-        batches = input_pipeline.prefetch_to_devices(
-            (source.train_batch(s) for s in range(start, config.num_train_steps)), devices, config.prefetch_batches, AXIS
-        )
+        step_rng = jax_utils.replicate(step_rng, devices, axis_name=AXIS)
+        batches = input_pipeline.prefetch_to_devices(host_batches, devices, config.prefetch_batches, AXIS)
     else:
-        step_rngs = step_rng
-        batches = (source.train_batch(s) for s in range(start, config.num_train_steps))
+        batches = host_batches
 
     def host_state():
         return jax.device_get(unreplicate(state) if replicated else state)
 
+    def save(step):
+        checkpoint.save_or_explain(mgr, step, host_state())
+        resilience.maybe_kill(config.faults, "checkpoint", step)
+
     pending: list = []
     last_time, last_step = time.perf_counter(), start
     progress = _progress_bar(start, config.num_train_steps, is_chief)
-    step = start
-    for step in range(start, config.num_train_steps):
-        t0 = time.perf_counter()
-        state, step_metrics = p_train(state, next(batches), step_rngs)
-        pending.append(step_metrics)
-        if step == start:
-            jax.block_until_ready(step_metrics)
-            log.info("first step (compile + run) took %.1f s", time.perf_counter() - t0)
-            last_time = time.perf_counter()
-            last_step = step + 1
-            pending = []  # the first step's time is compile time; keep it out of rates
+    watchdog = resilience.Watchdog(config.step_timeout_s)
+    done = start
+    with resilience.Preemption() as preemption:
+        for step in range(start, config.num_train_steps):
+            resilience.maybe_hang(config.faults, step)
+            t0 = time.perf_counter()
+            batch = next(batches)
+            state, step_metrics = _run_step(p_train, state, batch, step_rng, config, first=step == start)
             pending.append(step_metrics)
-        done = step + 1
-        progress.update(1)
-        if done % config.log_every_steps == 0 or done == config.num_train_steps:
-            summary = _summarize(jax.device_get(pending), time.perf_counter() - last_time, done - last_step)
-            summary["skipped_steps"] = float(np.asarray(jax.device_get(state.skipped_steps)).reshape(-1)[0])
-            writer.write(done, summary)
-            progress.set_postfix(loss=f"{summary['loss']:.3f}")
-            log.info("step %d: %s", done, " ".join(f"{k}={v:.4g}" for k, v in summary.items()))
-            consecutive = int(np.asarray(jax.device_get(state.consecutive_skips)).reshape(-1)[0])
-            if consecutive >= config.optimizer.max_consecutive_skips:
-                raise FloatingPointError(
-                    f"{consecutive} consecutive steps had a non-finite loss or gradient (step {done}); "
-                    "lower optimizer.learning_rate or check the data"
-                )
-            pending, last_time, last_step = [], time.perf_counter(), done
-        if config.eval_every_steps and done % config.eval_every_steps == 0:
-            result = evaluation.evaluate(p_eval, state, source, config.dataset.eval_split, config.eval.max_utterances, n_dev, replicated)
-            evaluation.report(writer, done, result, config.eval.num_examples_to_print)
-        if done % config.checkpoint_every_steps == 0 and done != config.num_train_steps:
-            checkpoint.save(mgr, done, host_state())
+            if step == start:
+                log.info("first step (compile + run) took %.1f s", time.perf_counter() - t0)
+                last_time, last_step = time.perf_counter(), step + 1
+                watchdog.ping(f"step {step + 1}")
+            resilience.maybe_kill(config.faults, "step", step + 1)
+            done = step + 1
+            progress.update(1)
+            if done % config.log_every_steps == 0 or done == config.num_train_steps:
+                summary = _summarize(jax.device_get(pending), time.perf_counter() - last_time, done - last_step)
+                summary["skipped_steps"] = float(_first(state.skipped_steps))
+                writer.write(done, summary)
+                progress.set_postfix(loss=f"{summary['loss']:.3f}")
+                log.info("step %d: %s", done, " ".join(f"{k}={v:.4g}" for k, v in summary.items()))
+                _stop_if_diverged(_first(state.consecutive_skips), done, config)
+                pending, last_time, last_step = [], time.perf_counter(), done
+                watchdog.ping(f"step {done}")
+            if config.eval_every_steps and done % config.eval_every_steps == 0:
+                resilience.maybe_kill(config.faults, "eval", done)
+                result = evaluation.evaluate(p_eval, state, source, config.dataset.eval_split, config.eval.max_utterances, n_dev, replicated)
+                evaluation.report(writer, done, result, config.eval.num_examples_to_print)
+                watchdog.ping(f"eval at step {done}")
+            if preemption.signal is not None:
+                log.warning("preempted at step %d: writing a checkpoint and exiting", done)
+                break
+            if done % config.checkpoint_every_steps == 0 and done != config.num_train_steps:
+                save(done)
     progress.close()
     final = host_state()
-    if start < config.num_train_steps:
-        checkpoint.save(mgr, config.num_train_steps, final)
+    if done > start and mgr.latest_step() != done:
+        save(done)
     mgr.wait_until_finished()
+    watchdog.close()
     writer.close()
     return final
+
+
+def _first(x) -> float:
+    """A replicated (or plain) scalar's value on the host."""
+    return np.asarray(jax.device_get(x)).reshape(-1)[0]
+
+
+def _run_step(p_train, state, batch, rng, config, first: bool):
+    """One step; the first is waited for, so compile errors and OOM surface here, explained."""
+    try:
+        state, step_metrics = p_train(state, batch, rng)
+        if first:
+            jax.block_until_ready(step_metrics)
+        return state, step_metrics
+    except Exception as e:
+        if resilience.is_out_of_memory(e):
+            shapes = {k: tuple(v.shape) for k, v in batch.items()}
+            raise resilience.out_of_memory_error(e, shapes, config) from e
+        raise
+
+
+def _stop_if_diverged(consecutive: int, step: int, config) -> None:
+    if consecutive >= config.optimizer.max_consecutive_skips:
+        raise FloatingPointError(
+            f"{int(consecutive)} consecutive steps had a non-finite loss or gradient (up to step {step}); "
+            "training stopped. Lower optimizer.learning_rate, check the data, or raise "
+            "optimizer.max_consecutive_skips. The last checkpoint is intact."
+        )
 
 
 def _summarize(pending: list, seconds: float, steps: int) -> dict[str, float]:

@@ -49,7 +49,7 @@ def test_compiled_and_eager_step_agree():
     config = tiny_config(per_device_batch_size=4)
     source = input_pipeline.make_source(config, input_pipeline.Sharding(4))
     batch = source.train_batch(0)
-    state = train._initial_state(config, source, jax.random.PRNGKey(0))
+    state = train.initial_state(config, source, jax.random.PRNGKey(0))
     compiled, m_c = _one_step(config, state, batch)
     config.compile = False
     eager, m_e = _one_step(config, state, batch)
@@ -62,7 +62,7 @@ def test_overfits_a_fixed_batch_of_four():
     config = tiny_config(per_device_batch_size=4, **{"optimizer.learning_rate": 3e-3, "model.rnn_size": 64})
     source = input_pipeline.make_source(config, input_pipeline.Sharding(4))
     batch = source.train_batch(0)
-    state = train._initial_state(config, source, jax.random.PRNGKey(0))
+    state = train.initial_state(config, source, jax.random.PRNGKey(0))
     kwargs = train.step_kwargs(config)
     step = jax.jit(functools.partial(train.train_step, **kwargs, axis_name=None))
     first = None
@@ -76,10 +76,10 @@ def test_overfits_a_fixed_batch_of_four():
 def test_checkpoint_round_trip(tmp_path):
     config = tiny_config()
     source = input_pipeline.make_source(config, input_pipeline.Sharding(16))
-    state = train._initial_state(config, source, jax.random.PRNGKey(3))
+    state = train.initial_state(config, source, jax.random.PRNGKey(3))
     mgr = checkpoint.manager(str(tmp_path))
     checkpoint.save(mgr, 7, jax.device_get(state), wait=True)
-    template = train._initial_state(config, source, jax.random.PRNGKey(4))
+    template = train.initial_state(config, source, jax.random.PRNGKey(4))
     restored, step = checkpoint.restore_latest(checkpoint.manager(str(tmp_path)), template)
     assert step == 7
     for a, b in zip(leaves(state), leaves(restored)):
@@ -100,7 +100,7 @@ def test_non_finite_steps_are_skipped_and_counted():
     config = tiny_config(per_device_batch_size=2)
     source = input_pipeline.make_source(config, input_pipeline.Sharding(2))
     batch = source.train_batch(0)
-    state = train._initial_state(config, source, jax.random.PRNGKey(0))
+    state = train.initial_state(config, source, jax.random.PRNGKey(0))
     poisoned = state.replace(feature_std=state.feature_std.at[0].set(0.0))  # -> inf features
     step = jax.jit(functools.partial(train.train_step, **train.step_kwargs(config), axis_name=None))
     new, m = step(poisoned, batch, jax.random.PRNGKey(0))

@@ -1,0 +1,141 @@
+"""What keeps a long run alive or stops it cleanly: preemption signals, a watchdog
+for hung steps or collectives, workdir checks, readable out-of-memory errors, and the
+fault-injection hooks (config.faults) that the tests use to prove all of it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import sys
+import threading
+import time
+
+import numpy as np
+
+log = logging.getLogger("ds2_jax")
+
+
+class Preemption:
+    """Turns SIGTERM / SIGINT into a flag checked at step boundaries (main thread only)."""
+
+    def __init__(self):
+        self.signal: int | None = None
+        self._previous: dict = {}
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum, frame):
+        if self.signal is not None:  # a second signal: stop now
+            raise KeyboardInterrupt
+        self.signal = signum
+        log.warning("received %s: checkpointing at the next step boundary, then exiting", signal.Signals(signum).name)
+
+    def __exit__(self, *exc):
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        return False
+
+
+class Watchdog:
+    """Ends the process (exit 3) if `ping` is not called for `timeout_s` seconds.
+
+    A hung step or a collective waiting on a dead peer never returns; a supervisor can
+    only restart a process that exits. 0 disables it.
+    """
+
+    EXIT_CODE = 3
+
+    def __init__(self, timeout_s: float):
+        self.timeout_s = timeout_s
+        self._last = time.monotonic()
+        self._what = "start"
+        self._stop = threading.Event()
+        self._thread = None
+        if timeout_s > 0:
+            self._thread = threading.Thread(target=self._run, name="ds2-watchdog", daemon=True)
+            self._thread.start()
+
+    def ping(self, what: str) -> None:
+        self._last, self._what = time.monotonic(), what
+
+    def _run(self):
+        while not self._stop.wait(min(self.timeout_s / 4, 5.0)):
+            idle = time.monotonic() - self._last
+            if idle > self.timeout_s:
+                msg = (f"no progress for {idle:.0f} s after {self._what} (step_timeout_s={self.timeout_s}): "
+                       "a hung step or collective (dead peer?); exiting so a supervisor can restart the run")
+                log.error(msg)
+                print(f"ds2_jax watchdog: {msg}", file=sys.stderr, flush=True)
+                os._exit(self.EXIT_CODE)
+
+    def close(self):
+        self._stop.set()
+
+
+def tree_bytes(tree) -> int:
+    import jax
+
+    return sum(int(np.prod(x.shape)) * x.dtype.itemsize for x in jax.tree_util.tree_leaves(tree) if hasattr(x, "shape"))
+
+
+def check_workdir(workdir: str, checkpoint_bytes: int) -> None:
+    """Fails before training if workdir can't be written or can't hold two more checkpoints."""
+    try:
+        os.makedirs(workdir, exist_ok=True)
+        probe = os.path.join(workdir, ".write_probe")
+        with open(probe, "wb") as f:
+            f.write(b"0" * 4096)
+        os.remove(probe)
+    except OSError as e:
+        raise OSError(f"workdir {workdir!r} is not writable ({e}); choose another --workdir") from e
+    free = shutil.disk_usage(workdir).free
+    need = 2 * checkpoint_bytes
+    if free < need:
+        raise OSError(
+            f"workdir {workdir!r} has {free / 2**20:.0f} MiB free but a checkpoint needs about "
+            f"{checkpoint_bytes / 2**20:.0f} MiB (and one more while the next is written); free disk space "
+            "or choose another --workdir"
+        )
+
+
+def is_out_of_memory(err: BaseException) -> bool:
+    text = str(err)
+    return "RESOURCE_EXHAUSTED" in text or "Out of memory" in text or "out of memory" in text
+
+
+def out_of_memory_error(err: BaseException, batch_shapes: dict, config) -> MemoryError:
+    return MemoryError(
+        f"out of device memory for batch shapes {batch_shapes} "
+        f"(per_device_batch_size={config.per_device_batch_size}, dataset.max_duration_s={config.dataset.max_duration_s}, "
+        f"model.rnn_size={config.model.rnn_size}, model.dtype={config.model.dtype}); lower per_device_batch_size or "
+        f"dataset.max_duration_s, or use model.dtype=bfloat16. Original error: {str(err)[:500]}"
+    )
+
+
+def parse_steps(spec: str) -> tuple[int, ...]:
+    """'3,5-7' -> (3, 5, 6, 7)."""
+    steps: list[int] = []
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        lo, _, hi = part.partition("-")
+        steps.extend(range(int(lo), int(hi or lo) + 1))
+    return tuple(steps)
+
+
+def maybe_kill(faults, point: str, step: int) -> None:
+    """Fault injection: SIGKILL this process at `point` ('step', 'checkpoint', 'eval') of `step`."""
+    if faults.kill_at == f"{point}:{step}":
+        log.warning("fault injection: SIGKILL at %s of step %d", point, step)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def maybe_hang(faults, step: int) -> None:
+    if faults.hang_at_step == step:
+        log.warning("fault injection: hanging at step %d", step)
+        threading.Event().wait()

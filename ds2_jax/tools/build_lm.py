@@ -1,0 +1,306 @@
+"""Word n-gram language model (ARPA) from transcripts, estimated offline in pure Python.
+
+    python -m ds2_jax.tools.build_lm --manual_dir=data/tiny_librispeech \\
+        --splits=train-clean-100 --order 3 --out lm.arpa
+    python -m ds2_jax.tools.build_lm --transcripts corpus.txt more/ --order 3 --out lm.arpa
+
+Smoothing is interpolated modified Kneser-Ney (Chen & Goodman 1998), as KenLM's `lmplz`
+estimates it, which the `kenlm` pip package does not ship: lower orders use continuation
+counts (n-grams starting with <s> keep their raw counts), three discounts per order from
+the count-of-counts (lmplz's --discount_fallback 0.5/1/1.5 when the corpus is too small
+for them), and unigrams are interpolated with the uniform distribution over the
+vocabulary (</s> and <unk> included, <s> never predicted). Each stored probability is the
+interpolated one and each backoff weight is the interpolation weight of its context, so
+the ARPA back-off rule reproduces the interpolated model exactly and every P(. | h) sums
+to 1. Counts stay in memory: fine for LibriSpeech's training transcripts (~10 M words);
+for the 800 M-word LibriSpeech LM corpus use KenLM's lmplz.
+
+Text is normalized as the acoustic model's labels are (text.normalize: lower case,
+collapsed spaces), so LM words and decoded words match.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import math
+import os
+import sys
+import tarfile
+from typing import Iterable, Iterator
+
+from ds2_jax import text
+
+BOS, EOS, UNK = "<s>", "</s>", "<unk>"
+FALLBACK_DISCOUNTS = (0.5, 1.0, 1.5)  # lmplz --discount_fallback
+
+
+# ----------------------------------------------------------------------------- input
+
+
+def read_text_file(path: str) -> Iterator[str]:
+    """Sentences of a text file: one per line; a '<id> WORDS' .trans.txt loses its ids."""
+    strip_id = path.endswith(".trans.txt")
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            if strip_id:
+                parts = line.split(maxsplit=1)
+                line = parts[1] if len(parts) > 1 else ""
+            yield line
+
+
+def read_paths(paths: Iterable[str]) -> Iterator[str]:
+    """Sentences from text files, directories (every *.trans.txt below) and .tar.gz archives."""
+    for path in paths:
+        if os.path.isdir(path):
+            for root, dirs, files in os.walk(path):
+                dirs.sort()
+                for name in sorted(files):
+                    if name.endswith(".trans.txt"):
+                        yield from read_text_file(os.path.join(root, name))
+        elif path.endswith((".tar.gz", ".tgz")):
+            yield from read_archive(path)
+        elif os.path.isfile(path):
+            yield from read_text_file(path)
+        else:
+            raise FileNotFoundError(f"--transcripts: {path} is not a file or directory")
+
+
+def read_archive(path: str) -> Iterator[str]:
+    """Sentences of every .trans.txt in a LibriSpeech .tar.gz (streamed, nothing extracted)."""
+    with tarfile.open(path, mode="r|gz") as tar:
+        for member in tar:
+            if member.isfile() and member.name.endswith(".trans.txt"):
+                for line in tar.extractfile(member).read().decode("utf-8", errors="replace").splitlines():
+                    parts = line.split(maxsplit=1)
+                    yield parts[1] if len(parts) > 1 else ""
+
+
+def split_paths(manual_dir: str, splits: list[str]) -> list[str]:
+    """The tree or archive of each LibriSpeech split in a manual dir (the tfds builder's layout)."""
+    paths = []
+    for split in splits:
+        candidates = [os.path.join(manual_dir, "LibriSpeech", split), os.path.join(manual_dir, split)]
+        found = [p for p in candidates if os.path.isdir(p)] or [
+            p for p in [os.path.join(manual_dir, f"{split}.tar.gz")] if os.path.isfile(p)
+        ]
+        if not found:
+            raise FileNotFoundError(
+                f"--splits: no {split} in --manual_dir={manual_dir} (expected LibriSpeech/{split}/, "
+                f"{split}/ or {split}.tar.gz)"
+            )
+        paths.append(found[0])
+    return paths
+
+
+def sentences(lines: Iterable[str]) -> Iterator[list[str]]:
+    """Normalized, non-empty word lists."""
+    for line in lines:
+        words = text.normalize(line).split()
+        if words:
+            yield words
+
+
+# ----------------------------------------------------------------------------- estimation
+
+
+def count_ngrams(sents: Iterable[list[str]], order: int) -> list[collections.Counter]:
+    """Raw counts of every 1..order-gram of `<s> words </s>`; index k-1 holds the k-grams."""
+    counts = [collections.Counter() for _ in range(order)]
+    for words in sents:
+        toks = [BOS, *words, EOS]
+        for i in range(len(toks)):
+            for k in range(1, min(order, len(toks) - i) + 1):
+                counts[k - 1][tuple(toks[i : i + k])] += 1
+    return counts
+
+
+def adjusted_counts(raw: list[collections.Counter]) -> list[dict]:
+    """Kneser-Ney counts: the highest order and n-grams starting with <s> keep raw counts;
+    other lower-order n-grams count their distinct left extensions."""
+    order = len(raw)
+    adjusted = [dict() for _ in range(order)]
+    adjusted[-1] = dict(raw[-1])
+    for k in range(order - 1):
+        left = collections.Counter(g[1:] for g in raw[k + 1])
+        adjusted[k] = {g: (c if g[0] == BOS else left[g]) for g, c in raw[k].items()}
+    # Every occurrence of a k-gram not starting with <s> has a left neighbour: no zero counts.
+    return adjusted
+
+
+def discounts(counts: dict, k: int) -> tuple[float, float, float]:
+    """Modified Kneser-Ney D1, D2, D3+ from the count-of-counts of one order."""
+    n = collections.Counter(min(c, 4) for g, c in counts.items() if g != (BOS,))
+    if min(n[1], n[2], n[3], n[4]) == 0:
+        return FALLBACK_DISCOUNTS
+    y = n[1] / (n[1] + 2 * n[2])
+    d = (1 - 2 * y * n[2] / n[1], 2 - 3 * y * n[3] / n[2], 3 - 4 * y * n[4] / n[3])
+    if not all(0 < di < i + 1 for i, di in enumerate(d)):
+        return FALLBACK_DISCOUNTS
+    return d
+
+
+def estimate(sents: Iterable[list[str]], order: int) -> tuple[list[dict], list[dict]]:
+    """Interpolated modified Kneser-Ney.
+
+    Returns (probs, backoffs): probs[k-1][ngram] = P(w | h) of every seen k-gram
+    (natural probabilities, not logs), backoffs[k-1][h] = interpolation weight of every
+    seen k-gram h used as a context (orders < `order`).
+    """
+    if order < 1:
+        raise ValueError(f"--order must be >= 1, got {order}")
+    raw = count_ngrams(sents, order)
+    if not raw[0]:
+        raise ValueError("no words in the transcripts")
+    adj = adjusted_counts(raw)
+    vocab = {g[0] for g in raw[0]} - {BOS} | {UNK}
+    probs: list[dict] = [dict() for _ in range(order)]
+    backoffs: list[dict] = [dict() for _ in range(order)]
+    for k in range(1, order + 1):
+        d = discounts(adj[k - 1], k)
+        denom: dict = collections.defaultdict(float)
+        mass: dict = collections.defaultdict(float)  # discounted mass per context
+        for g, c in adj[k - 1].items():
+            if g == (BOS,):
+                continue
+            denom[g[:-1]] += c
+            mass[g[:-1]] += d[min(c, 3) - 1]
+        gamma = {h: mass[h] / denom[h] for h in denom}
+        for g, c in adj[k - 1].items():
+            if g == (BOS,):
+                continue
+            h = g[:-1]
+            lower = 1.0 / len(vocab) if k == 1 else probs[k - 2][g[1:]]
+            probs[k - 1][g] = (c - d[min(c, 3) - 1]) / denom[h] + gamma[h] * lower
+        if k == 1:
+            probs[0][(UNK,)] = gamma[()] / len(vocab)
+        else:
+            backoffs[k - 2] = {h: gamma[h] for h in gamma}
+    return probs, backoffs
+
+
+def write_arpa(probs: list[dict], backoffs: list[dict], path: str) -> dict[int, int]:
+    """Writes an ARPA file; returns {order: number of n-grams}.
+
+    Every line of orders below the highest carries a backoff field (0 where the n-gram is
+    never a context), which pyctcdecode's unigram reader requires.
+    """
+    order = len(probs)
+    unigrams = dict(probs[0])
+    sizes = {k + 1: len(probs[k]) + (1 if k == 0 else 0) for k in range(order)}  # + <s>
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write("\\data\\\n")
+        for k in range(1, order + 1):
+            f.write(f"ngram {k}={sizes[k]}\n")
+        for k in range(1, order + 1):
+            f.write(f"\n\\{k}-grams:\n")
+            table = probs[k - 1]
+            if k == 1:
+                table = {(BOS,): None, **unigrams}
+            for g in sorted(table, key=lambda g: (g != (BOS,), g)):
+                p = table[g]
+                logp = -99.0 if p is None else math.log10(p)
+                line = f"{logp:.6f}\t{' '.join(g)}"
+                if k < order:
+                    bo = backoffs[k - 1].get(g)
+                    line += f"\t{math.log10(bo) if bo else 0.0:.6f}"
+                f.write(line + "\n")
+        f.write("\n\\end\\\n")
+    os.replace(tmp, path)
+    return sizes
+
+
+# ----------------------------------------------------------------------------- reading
+
+
+class ArpaModel:
+    """Reads an ARPA file and scores with the standard back-off rule (log10).
+
+    A reference scorer for tests and for environments without kenlm; the decoder itself
+    loads the file with kenlm.
+    """
+
+    def __init__(self, path: str):
+        self.header: dict[int, int] = {}
+        self.logp: dict[tuple, float] = {}
+        self.backoff: dict[tuple, float] = {}
+        section = 0
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                line = line.strip()
+                if not line or line == "\\data\\" or line == "\\end\\":
+                    continue
+                if line.startswith("ngram "):
+                    k, n = line[len("ngram ") :].split("=")
+                    self.header[int(k)] = int(n)
+                elif line.startswith("\\") and line.endswith("-grams:"):
+                    section = int(line[1 : -len("-grams:")])
+                else:
+                    parts = line.split("\t")
+                    g = tuple(parts[1].split())
+                    if len(g) != section:
+                        raise ValueError(f"{path}: {parts[1]!r} listed under \\{section}-grams")
+                    self.logp[g] = float(parts[0])
+                    if len(parts) > 2:
+                        self.backoff[g] = float(parts[2])
+        self.order = max(self.header)
+        self.vocab = sorted(g[0] for g in self.logp if len(g) == 1)
+
+    def counts(self) -> dict[int, int]:
+        """Listed n-grams per order (compare with the header)."""
+        return dict(collections.Counter(len(g) for g in self.logp))
+
+    def log10_prob(self, word: str, history: tuple[str, ...]) -> float:
+        """log10 P(word | history), backing off as ARPA defines."""
+        word = word if (word,) in self.logp else UNK
+        history = tuple(history)[-(self.order - 1) :] if self.order > 1 else ()
+        penalty = 0.0
+        while True:
+            g = (*history, word)
+            if g in self.logp:
+                return penalty + self.logp[g]
+            penalty += self.backoff.get(history, 0.0)
+            history = history[1:]
+
+    def sentence_log10_prob(self, words: list[str]) -> float:
+        """log10 P(words </s> | <s>)."""
+        history, total = (BOS,), 0.0
+        for w in [*words, EOS]:
+            total += self.log10_prob(w, history)
+            history = (*history, w)
+        return total
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--transcripts", nargs="*", default=[], help="Text files (one sentence a line), "
+                   "*.trans.txt files, directories (every *.trans.txt below) or LibriSpeech .tar.gz archives.")
+    p.add_argument("--manual_dir", default="", help="A LibriSpeech-layout directory (as dataset.manual_dir).")
+    p.add_argument("--splits", default="", help="With --manual_dir: comma or '+' separated splits, "
+                   "e.g. train-clean-100+train-clean-360.")
+    p.add_argument("--order", type=int, default=3, help="n-gram order.")
+    p.add_argument("--out", required=True, help="Output ARPA file.")
+    args = p.parse_args(argv)
+    paths = list(args.transcripts)
+    if args.manual_dir:
+        splits = [s.strip() for s in args.splits.replace("+", ",").split(",") if s.strip()]
+        if not splits:
+            p.error("--manual_dir needs --splits (e.g. train-clean-100)")
+        paths += split_paths(args.manual_dir, splits)
+    if not paths:
+        p.error("give --transcripts and/or --manual_dir with --splits")
+    sents = list(sentences(read_paths(paths)))
+    probs, backoffs = estimate(sents, args.order)
+    sizes = write_arpa(probs, backoffs, args.out)
+    words = sum(len(s) for s in sents)
+    print(f"{args.out}: order {args.order}, {len(sents)} sentences, {words} words, "
+          + ", ".join(f"{k}-grams: {n}" for k, n in sizes.items()), file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

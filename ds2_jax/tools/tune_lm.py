@@ -1,0 +1,100 @@
+"""Grid search of the LM weights (decoding.alpha, decoding.beta) on a dev split.
+
+    python -m ds2_jax.tools.tune_lm --workdir=W --lm=lm.arpa [--split=dev-clean] \\
+        [--alphas=0,0.25,0.5,1,1.5,2 --betas=0,0.5,1,2,3 --beam_width=32]
+
+The model runs once over the split (log-probabilities kept on the host); then every
+(alpha, beta) pair re-runs only the beam search, with the LM loaded once. Picks the pair
+with the lowest WER (then CER), prints the flags that use it and writes
+W/tune_lm-<split>-<step>.json. The dataset and model come from W/config.json unless
+--config is given (then --config.key=value overrides work as in launch.py).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+
+from absl import app, flags
+from absl import logging as absl_logging
+from ml_collections import config_flags
+
+FLAGS = flags.FLAGS
+config_flags.DEFINE_config_file("config", None, "Config file; default: the workdir's config.json.", lock_config=True)
+flags.DEFINE_string("workdir", None, "Training workdir (checkpoints/).")
+flags.DEFINE_string("lm", None, "ARPA or KenLM binary word LM (ds2_jax.tools.build_lm).")
+flags.DEFINE_string("split", "", "Split to tune on (default: eval.split or dataset.eval_split).")
+flags.DEFINE_list("alphas", ["0", "0.25", "0.5", "1", "1.5", "2"], "LM weights to try.")
+flags.DEFINE_list("betas", ["0", "0.5", "1", "2", "3"], "Word bonuses to try.")
+flags.DEFINE_integer("beam_width", 32, "Beam width during the search.")
+flags.DEFINE_integer("max_utterances", 0, "Utterances of the split used; 0 = all.")
+flags.DEFINE_integer("step", None, "Checkpoint step (default: latest).")
+flags.mark_flags_as_required(["workdir", "lm"])
+
+log = logging.getLogger("ds2_jax")
+
+
+def grid_search(outputs, beam, alphas: list[float], betas: list[float]) -> list[dict]:
+    """WER/CER of beam search for every (alpha, beta); `outputs` is an evaluation.SplitOutputs."""
+    from ds2_jax import metrics
+
+    rows = []
+    for alpha in alphas:
+        for beta in betas:
+            beam.set_weights(alpha, beta)
+            hyps = [beam.decode(lp) for lp in outputs.log_probs]
+            rows.append({"alpha": alpha, "beta": beta, **metrics.error_rates(outputs.references, hyps)})
+            log.info("alpha %.3g beta %.3g: WER %.4f CER %.4f", alpha, beta, rows[-1]["wer"], rows[-1]["cer"])
+    return rows
+
+
+def tune(config, workdir: str, lm: str, split: str, alphas, betas, beam_width: int, max_utterances: int = 0, step=None) -> dict:
+    """Runs the grid; returns {'best': {...}, 'greedy': {...}, 'grid': [...], ...} and writes the json."""
+    from flax import jax_utils
+
+    from ds2_jax import decoding, evaluation, input_pipeline, metrics, train
+
+    beam = decoding.BeamSearchDecoder(decoding.DecoderConfig(beam_width=beam_width, lm_path=lm))
+    devices = train.local_devices(config)
+    source = input_pipeline.make_source(config, input_pipeline.Sharding(config.per_device_batch_size * len(devices)))
+    state, step = evaluation.restore_state(config, workdir, step)
+    p_eval = evaluation.compile_eval_step(config, log_probs=True)
+    if config.compile:
+        state = jax_utils.replicate(state, devices, axis_name=train.AXIS)
+    split = split or config.eval.split or config.dataset.eval_split
+    out = evaluation.run_split(p_eval, state, source, split, max_utterances, len(devices), config.compile)
+    grid = grid_search(out, beam, [float(a) for a in alphas], [float(b) for b in betas])
+    best = min(grid, key=lambda r: (r["wer"], r["cer"]))
+    result = {
+        "split": split, "step": step, "lm": lm, "beam_width": beam_width, "utterances": len(out.references),
+        "greedy": metrics.error_rates(out.references, out.greedy), "best": best, "grid": grid,
+    }
+    path = os.path.join(workdir, f"tune_lm-{split}-{step}.json")
+    with open(path, "w") as f:
+        json.dump(result, f, indent=2)
+    log.info("greedy WER %.4f CER %.4f; best alpha %.3g beta %.3g: WER %.4f CER %.4f -> %s",
+             result["greedy"]["wer"], result["greedy"]["cer"], best["alpha"], best["beta"], best["wer"], best["cer"], path)
+    return result
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    absl_logging.set_verbosity(absl_logging.WARNING)
+    logging.getLogger("ds2_jax").setLevel(logging.INFO)
+    from ds2_jax import train
+
+    config = FLAGS.config if FLAGS.config is not None else train.load_config(FLAGS.workdir)
+    result = tune(config, FLAGS.workdir, FLAGS.lm, FLAGS.split, FLAGS.alphas, FLAGS.betas, FLAGS.beam_width, FLAGS.max_utterances, FLAGS.step)
+    best = result["best"]
+    print(f"{'alpha':>6} {'beta':>6} {'WER':>7} {'CER':>7}")
+    for r in result["grid"]:
+        print(f"{r['alpha']:6.3g} {r['beta']:6.3g} {r['wer']:7.4f} {r['cer']:7.4f}")
+    print(f"greedy: WER {result['greedy']['wer']:.4f} CER {result['greedy']['cer']:.4f}")
+    print(f"best: --config.decoding.alpha={best['alpha']:g} --config.decoding.beta={best['beta']:g} "
+          f"(WER {best['wer']:.4f} CER {best['cer']:.4f} on {result['split']}, beam {result['beam_width']})")
+
+
+if __name__ == "__main__":
+    app.run(main)

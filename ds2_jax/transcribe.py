@@ -1,0 +1,148 @@
+"""Audio files -> text with a trained workdir: one 'path<TAB>text' line per file on stdout.
+
+    python -m ds2_jax.transcribe --workdir=W a.flac b.wav ...                 # greedy
+    python -m ds2_jax.transcribe --workdir=W --lm=lm.arpa [--beam_width=64 \\
+        --alpha=0.5 --beta=1.0] a.flac ...                                  # beam + LM
+
+Restores the latest (or --step) checkpoint of W with the config W was trained with
+(W/config.json) and the feature statistics stored in its state. Reads anything
+libsndfile reads (WAV, FLAC, OGG, ...) at any sample rate and channel count: channels
+are averaged, other rates resampled to 16 kHz with soxr. A file that cannot be read gets
+an 'error: <path>: <reason>' line on stderr and the rest still run; the exit code is 1
+if any file failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import logging
+import sys
+
+import numpy as np
+
+from ds2_jax import decoding
+
+log = logging.getLogger("ds2_jax")
+DEFAULT_LM_BEAM_WIDTH = 64  # --lm without --beam_width
+PAD_SECONDS = 4.0  # Files are padded to a multiple of this: each multiple is one compiled shape.
+
+
+def load_audio(path: str, sample_rate: int = 16_000) -> np.ndarray:
+    """<int16>[S] mono waveform at `sample_rate` (downmixed, resampled with soxr)."""
+    import soundfile
+
+    audio, rate = soundfile.read(path, dtype="float32", always_2d=True)
+    audio = audio.mean(axis=1)
+    if rate != sample_rate:
+        try:
+            import soxr
+        except ImportError as e:
+            raise ImportError(f"{rate} Hz audio needs soxr to resample to {sample_rate} Hz: pip install soxr") from e
+        audio = soxr.resample(audio, rate, sample_rate, quality="HQ")
+    return np.clip(np.round(audio * 32768.0), -32768, 32767).astype(np.int16)
+
+
+def _infer(state, audio, audio_lengths, *, model_cfg, feature_cfg, log_probs: bool):
+    import jax
+
+    from ds2_jax import ctc, evaluation
+
+    logits, lengths = evaluation.forward(state, audio, audio_lengths, model_cfg=model_cfg, feature_cfg=feature_cfg)
+    out = {"ids": ctc.greedy_ids(logits), "lengths": lengths}
+    if log_probs:
+        out["log_probs"] = jax.nn.log_softmax(logits, axis=-1)
+    return out
+
+
+class Transcriber:
+    """A restored model plus a decoder; `transcribe` maps int16 16 kHz waveforms to texts."""
+
+    def __init__(self, workdir: str, decoder_cfg: decoding.DecoderConfig | None = None, step: int | None = None, batch_size: int = 8):
+        import jax
+
+        from ds2_jax import evaluation, train
+
+        self.config = train.load_config(workdir)
+        self.beam = decoding.make_beam_decoder(decoder_cfg or decoding.DecoderConfig())
+        self.state, self.step = evaluation.restore_state(self.config, workdir, step)
+        self.sample_rate = self.config.features.sample_rate
+        self.batch_size = batch_size
+        kw = train.step_kwargs(self.config)
+        self._infer = jax.jit(functools.partial(
+            _infer, model_cfg=kw["model_cfg"], feature_cfg=kw["feature_cfg"], log_probs=self.beam is not None
+        ))
+
+    def transcribe(self, waveforms: list[np.ndarray]) -> list[str]:
+        """Texts of <int16>[S_i] waveforms, batched by length, padded to fixed shapes."""
+        pad = int(PAD_SECONDS * self.sample_rate)
+        order = sorted(range(len(waveforms)), key=lambda i: len(waveforms[i]))
+        texts = [""] * len(waveforms)
+        for first in range(0, len(order), self.batch_size):
+            rows = order[first : first + self.batch_size]
+            samples = max(pad, -(-max(len(waveforms[i]) for i in rows) // pad) * pad)
+            audio = np.zeros((self.batch_size, samples), np.int16)
+            lengths = np.zeros((self.batch_size,), np.int32)
+            for j, i in enumerate(rows):
+                audio[j, : len(waveforms[i])] = waveforms[i]
+                lengths[j] = len(waveforms[i])
+            out = {k: np.asarray(v) for k, v in self._infer(self.state, audio, lengths).items()}
+            n = len(rows)
+            if self.beam is not None:
+                decoded = self.beam.decode_batch(out["log_probs"][:n], out["lengths"][:n])
+            else:
+                decoded = decoding.greedy_texts(out["ids"][:n], out["lengths"][:n])
+            for i, t in zip(rows, decoded):
+                texts[i] = t
+        return texts
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("files", nargs="+", help="Audio files.")
+    p.add_argument("--workdir", required=True, help="A training workdir (config.json + checkpoints/).")
+    p.add_argument("--step", type=int, default=None, help="Checkpoint step (default: latest).")
+    p.add_argument("--lm", default="", help="KenLM ARPA/binary word LM: beam search with it.")
+    p.add_argument("--beam_width", type=int, default=None,
+                   help=f"Beam search width; 0 = greedy (default: {DEFAULT_LM_BEAM_WIDTH} with --lm, else 0).")
+    p.add_argument("--alpha", type=float, default=None, help="LM weight (default: decoding.alpha of the workdir's config).")
+    p.add_argument("--beta", type=float, default=None, help="Word bonus (default: decoding.beta of the workdir's config).")
+    p.add_argument("--batch_size", type=int, default=8, help="Files per forward pass.")
+    args = p.parse_args(argv)
+
+    from absl import logging as absl_logging
+
+    absl_logging.set_verbosity(absl_logging.WARNING)  # orbax's restore chatter
+    from ds2_jax import train
+
+    base = decoding.DecoderConfig.from_config(train.load_config(args.workdir).get("decoding"))
+    beam_width = args.beam_width if args.beam_width is not None else (DEFAULT_LM_BEAM_WIDTH if args.lm else base.beam_width)
+    try:
+        cfg = decoding.DecoderConfig(
+            beam_width=beam_width,
+            lm_path=args.lm if args.lm else (base.lm_path if beam_width else ""),
+            alpha=base.alpha if args.alpha is None else args.alpha,
+            beta=base.beta if args.beta is None else args.beta,
+            beam_prune_logp=base.beam_prune_logp,
+            token_min_logp=base.token_min_logp,
+            unk_score_offset=base.unk_score_offset,
+        )
+    except ValueError as e:  # names decoding.* settings; say which flag
+        p.error(f"{e} (flags: --lm needs --beam_width > 0)")
+    transcriber = Transcriber(args.workdir, cfg, step=args.step, batch_size=args.batch_size)
+
+    paths, waveforms, failed = [], [], 0
+    for path in args.files:
+        try:
+            waveforms.append(load_audio(path, transcriber.sample_rate))
+            paths.append(path)
+        except Exception as e:  # noqa: BLE001  (any unreadable file: report it, go on)
+            failed += 1
+            print(f"error: {path}: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+    for path, t in zip(paths, transcriber.transcribe(waveforms)):
+        print(f"{path}\t{t}", flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,146 @@
+"""benchmarks/: the scaling command end to end on fake CPU devices, the PyTorch twins'
+parameter counts against the JAX model, loop == cuDNN forward, trace parsing."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+
+from benchmarks import profile, torch_model
+from ds2_jax import model
+from ds2_jax.features import FeatureConfig
+from tests.helpers import tiny_config
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY = ["--config=configs/smoke.py", "--config.dataset.synthetic_min_duration_s=0.3",
+        "--config.dataset.synthetic_max_duration_s=0.5"]
+
+
+def scaling(*args, timeout=120):
+    return subprocess.run([sys.executable, "-m", "benchmarks.scaling", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout, env=dict(os.environ, PYTHONPATH=ROOT))
+
+
+def test_scaling_command_writes_every_report(tmp_path):
+    out = tmp_path / "b"
+    proc = scaling(*TINY, "--devices=1,2", "--variants=jax,jax_eager,torch_loop,torch_cudnn", "--steps=2",
+                   "--warmup=1", "--profile_steps=1", "--num_batches=2", f"--out={out}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for name in ("results.json", "results.csv", "results.md", "speedup.png", "ms_per_step.png"):
+        assert (out / name).stat().st_size > 0, name
+    for name in ("speedup.png", "ms_per_step.png"):
+        assert (out / name).read_bytes()[:4] == b"\x89PNG"
+    rows = {(r["variant"], r["devices"]): r for r in json.loads((out / "results.json").read_text())["results"]}
+    for key in [("jax", 1), ("jax", 2), ("jax_eager", 1), ("torch_loop", 1), ("torch_cudnn", 1)]:
+        r = rows[key]
+        assert r["status"] == "ok", r
+        assert r["steps_timed"] == 2
+        assert 0 < r["step_ms_p10"] <= r["step_ms_median"] <= r["step_ms_p90"]
+        assert r["first_step_s"] > 0 and r["utterances_per_s"] > 0
+        assert r["global_batch"] == 2 * key[1]
+        assert r["minibatches_per_epoch"] == math.ceil(15_552 / r["global_batch"])
+        assert r["epoch_time_s"] == pytest.approx(r["minibatches_per_epoch"] * r["step_ms_median"] / 1e3)
+        assert "error" not in r["profile"], r["profile"]
+        assert r["profile"]["kernels_per_step"] == "n/a (cpu)"
+    assert rows[("jax", 1)]["speedup"] == 1.0
+    assert rows[("jax", 2)]["speedup"] > 0 and rows[("jax", 2)]["efficiency"] == pytest.approx(rows[("jax", 2)]["speedup"] / 2)
+    assert rows[("jax_eager", 2)]["status"] == "skipped"  # eager is one device
+    assert rows[("torch_loop", 2)]["status"] == "skipped"  # several torch processes need GPUs
+    assert rows[("jax", 1)]["params"] == rows[("torch_loop", 1)]["params"] == rows[("torch_cudnn", 1)]["params"]
+    md = (out / "results.md").read_text()
+    assert "| jax | float32 | 2 |" in md and "Paddle DS2 on 1080 Ti" in md and "## Profile" in md
+
+
+def test_more_devices_than_present_is_a_clear_error(tmp_path):
+    proc = scaling(*TINY, "--devices=1,16", "--variants=jax", f"--out={tmp_path}")
+    assert proc.returncode != 0
+    assert "asks for 16 devices but only 8" in proc.stderr
+    assert not (tmp_path / "results.json").exists()
+
+
+def jax_param_count(cfg: model.ModelConfig) -> int:
+    shapes = jax.eval_shape(
+        lambda: model.DeepSpeech2(cfg).init(jax.random.PRNGKey(0), jnp.zeros((1, 64, cfg.num_bins)), jnp.array([64]), train=False)
+    )
+    return model.count_params(shapes["params"])
+
+
+@pytest.mark.parametrize("overrides", [
+    {},  # the seed: 45,012,221 parameters
+    {"rnn_cell": "gru"},
+    {"rnn_cell": "lstm", "share_rnn_weights": False},
+    {"rnn_cell": "gru", "bidirectional": False, "num_conv_layers": 3},  # with the row convolution
+])
+@pytest.mark.parametrize("rnn_impl", torch_model.RNN_IMPLS)
+def test_torch_twins_have_the_jax_parameter_count(overrides, rnn_impl):
+    cfg = model.ModelConfig(**overrides)
+    with torch.device("meta"):  # shapes only, no memory
+        net = torch_model.TorchDS2(cfg, FeatureConfig(), np.zeros(161), np.ones(161), rnn_impl=rnn_impl)
+    assert torch_model.count_params(net) == jax_param_count(cfg)
+    if not overrides:
+        assert jax_param_count(cfg) == 45_012_221
+
+
+def _batch(n=3, seed=0):
+    from ds2_jax import input_pipeline
+
+    config = tiny_config(**{"dataset.synthetic_min_duration_s": 0.4, "dataset.synthetic_max_duration_s": 0.9})
+    source = input_pipeline.SyntheticSource(config, input_pipeline.Sharding(n))
+    b = source.train_batch(seed)
+    mean, std = source.feature_stats()
+    assert len(set(b["audio_lengths"])) > 1  # unequal lengths: padding and reversal matter
+    return torch.from_numpy(b["audio"]), torch.from_numpy(b["audio_lengths"]).long(), mean, std
+
+
+@pytest.mark.parametrize("cell,shared", [("simple", True), ("simple", False), ("gru", True), ("lstm", False)])
+def test_loop_and_cudnn_forwards_agree(cell, shared):
+    audio, lengths, mean, std = _batch()
+    cfg = model.ModelConfig(conv_channels=4, num_rnn_layers=2, rnn_size=24, rnn_cell=cell, share_rnn_weights=shared)
+    torch.manual_seed(0)
+    loop = torch_model.TorchDS2(cfg, FeatureConfig(), mean, std, rnn_impl="loop")
+    cudnn = torch_model.TorchDS2(cfg, FeatureConfig(), mean, std, rnn_impl="cudnn")
+    cudnn.load_state_dict(loop.state_dict())
+    logits_loop, out_loop = loop(audio, lengths)
+    logits_cudnn, out_cudnn = cudnn(audio, lengths)
+    np.testing.assert_array_equal(out_loop.numpy(), out_cudnn.numpy())
+    valid = (torch.arange(logits_loop.shape[1])[None, :] < out_loop[:, None]).numpy()
+    np.testing.assert_allclose(logits_cudnn.detach().numpy()[valid], logits_loop.detach().numpy()[valid], rtol=1e-4, atol=1e-5)
+    # Both directions see only valid frames: trimming the padding changes no valid output.
+    short = int(lengths.max())
+    trimmed, _ = loop(audio[:, :short], lengths)
+    np.testing.assert_allclose(trimmed.detach().numpy()[valid[:, : trimmed.shape[1]]],
+                               logits_loop.detach().numpy()[:, : trimmed.shape[1]][valid[:, : trimmed.shape[1]]], rtol=1e-4, atol=1e-5)
+    loss = torch_model.ctc_loss(logits_loop, out_loop, torch.randint(1, 29, (3, 4)), torch.tensor([4, 3, 2]))
+    loss.backward()
+    assert torch.isfinite(loss) and loop.rnns[0].recurrent.grad.abs().sum() > 0
+
+
+def test_profile_summary_reads_gpu_kernels_from_a_jax_style_trace(tmp_path):
+    meta = [
+        {"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "/device:GPU:0"}},
+        {"ph": "M", "name": "thread_name", "pid": 1, "tid": 7, "args": {"name": "Stream #7(Compute)"}},
+        {"ph": "M", "name": "thread_name", "pid": 1, "tid": 8, "args": {"name": "XLA Ops"}},
+        {"ph": "M", "name": "process_name", "pid": 2, "args": {"name": "/host:CPU"}},
+    ]
+    spans = [
+        {"ph": "X", "pid": 1, "tid": 7, "ts": 0, "dur": 4, "name": "gemm"},
+        {"ph": "X", "pid": 1, "tid": 7, "ts": 2, "dur": 4, "name": "gemm"},  # overlaps: busy counts it once
+        {"ph": "X", "pid": 1, "tid": 7, "ts": 10, "dur": 2, "name": "fusion"},
+        {"ph": "X", "pid": 1, "tid": 8, "ts": 0, "dur": 12, "name": "derived op"},  # not a kernel
+        {"ph": "X", "pid": 2, "tid": 1, "ts": 0, "dur": 1, "name": "host"},
+    ]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": meta + spans}))
+    s = profile.summarize(str(path), "jax", steps=1, step_ms=0.016, on_gpu=True)
+    assert s["kernels_per_step"] == 3
+    assert s["gpu_busy_ms_per_step"] == pytest.approx(0.008)
+    assert s["gpu_busy_fraction"] == pytest.approx(0.5)
+    assert s["top_kernels"][0]["name"] == "gemm" and s["top_kernels"][0]["calls_per_step"] == 2
+    assert "error" in profile.summarize(str(tmp_path / "missing.json"), "jax", 1, 1.0, True)
