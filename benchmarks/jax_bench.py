@@ -1,0 +1,63 @@
+"""The JAX variants: 'jax' (the project's pmap'd step) and 'jax_eager' (config.compile=False)."""
+
+from __future__ import annotations
+
+import copy
+import os
+import tempfile
+
+import jax
+from flax import jax_utils
+
+from benchmarks import profile, timing
+from ds2_jax import input_pipeline, model, train
+
+VARIANTS = ("jax", "jax_eager")
+
+
+def device_description() -> str:
+    d = jax.local_devices()[0]
+    return f"{jax.local_device_count()} x {d.platform}:{getattr(d, 'device_kind', '?')} (jax {jax.__version__})"
+
+
+def run(config, variant: str, n_devices: int, steps: int, warmup: int, profile_steps: int, num_batches: int) -> dict:
+    """Times the train step of ds2_jax.train on n_devices; returns a result row's fields."""
+    config = copy.deepcopy(config)
+    config.compile = variant == "jax"
+    devices = jax.local_devices()[:n_devices]
+    global_batch = config.per_device_batch_size * n_devices
+    source = input_pipeline.SyntheticSource(config, input_pipeline.Sharding(global_batch))
+    host_batches = [source.train_batch(i) for i in range(num_batches)]
+    mean, std = source.feature_stats()
+    state = train.create_state(config, jax.random.PRNGKey(config.seed), mean, std)
+    params = model.count_params(state.params)
+    step_fn = train.compile_train_step(config)
+    rng = jax.random.PRNGKey(config.seed + 1)
+    if config.compile:
+        state = jax_utils.replicate(state, devices, axis_name=train.AXIS)
+        rng = jax_utils.replicate(rng, devices, axis_name=train.AXIS)
+        batches = list(input_pipeline.prefetch_to_devices(iter(host_batches), devices, num_batches, train.AXIS))
+    else:
+        batches = [jax.device_put(b, devices[0]) for b in host_batches]
+    holder = {"state": state}
+
+    def step(i):
+        holder["state"], m = step_fn(holder["state"], batches[i % len(batches)], rng)
+        jax.block_until_ready(m)
+
+    timed = timing.measure(step, warmup, steps)
+    row = {"params": params, "first_step_s": timed["first_step_s"], **timing.step_stats(timed["step_times_s"], global_batch)}
+    if profile_steps > 0:
+        with tempfile.TemporaryDirectory() as log_dir:
+            try:
+                options = jax.profiler.ProfileOptions()
+                options.python_tracer_level = 0  # the Python tracer would swamp the eager step
+                with jax.profiler.trace(log_dir, create_perfetto_trace=True, profiler_options=options):
+                    for i in range(profile_steps):
+                        step(i)
+                path = profile.find_jax_trace(log_dir)
+                row["profile"] = profile.summarize(path, "jax", profile_steps, row["step_ms_median"], devices[0].platform == "gpu")
+                row["profile"]["trace_file"] = os.path.basename(path)
+            except Exception as e:
+                row["profile"] = {"error": f"{type(e).__name__}: {e}"[:500]}
+    return row

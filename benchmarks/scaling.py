@@ -1,0 +1,208 @@
+"""Step time, throughput and multi-device scaling of the JAX and PyTorch DS2 variants.
+
+    python -m benchmarks.scaling --config=configs/ds2_8gpu.py --devices=1,2,4,8 \
+        --variants=jax,jax_eager,torch_loop,torch_cudnn,torch_compile \
+        --dtype=float32,bfloat16 --out=DIR [--steps=20 --warmup=3 --config.x=y ...]
+
+On the CPU, with fake devices and the tiny config (seconds):
+
+    XLA_FLAGS=--xla_force_host_platform_device_count=8 python -m benchmarks.scaling \
+        --config=configs/smoke.py --devices=1,2 --variants=jax,jax_eager,torch_loop,torch_cudnn \
+        --steps=3 --warmup=1 --out=/tmp/b
+
+Data is always the synthetic source (config.dataset.synthetic_*: 6-8 s by default),
+per_device_batch_size utterances per device, every batch padded to the longest
+duration; --num_batches distinct batches are staged on the devices first and cycled,
+so the input pipeline is not measured (benchmarks/input_pipeline.py measures it).
+Per variant, dtype and device count: median and p10/p25/p75/p90 step time over --steps
+timed steps after --warmup untimed ones (the first, compile + run, timed apart),
+utterances/s, the seed's epoch columns, speedup and efficiency over one device, and
+a profile summary. Writes DIR/results.{json,csv,md}, DIR/speedup.png and
+DIR/ms_per_step.png after every measurement, so an interrupted run keeps what it has.
+
+jax_eager runs on one device only. With CUDA, every PyTorch measurement runs in its own
+processes, one per GPU (DistributedDataParallel through torch.distributed.run; rank 0
+reports), so its CUDA libraries never meet this process's JAX; on the CPU it runs here,
+on one device.
+"""
+
+from __future__ import annotations
+
+import os
+
+# JAX and PyTorch share the GPU in this process: JAX must not take 75% of it up front.
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
+import copy  # noqa: E402
+import datetime  # noqa: E402
+import json  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import traceback  # noqa: E402
+
+import jax  # noqa: E402
+from absl import app, flags, logging  # noqa: E402
+from ml_collections import config_flags  # noqa: E402
+
+from benchmarks import jax_bench, report  # noqa: E402
+from ds2_jax import model  # noqa: E402
+
+TORCH_VARIANTS = ("torch_loop", "torch_cudnn", "torch_compile")
+VARIANTS = jax_bench.VARIANTS + TORCH_VARIANTS
+
+_CONFIG = config_flags.DEFINE_config_file("config", "configs/ds2_8gpu.py", "Config file (model, batch, synthetic data).")
+_DEVICES = flags.DEFINE_list("devices", ["1"], "Device counts to measure, e.g. 1,2,4,8.")
+_VARIANTS = flags.DEFINE_list("variants", list(VARIANTS), f"Any of {','.join(VARIANTS)}.")
+_DTYPES = flags.DEFINE_list("dtype", ["float32"], "Compute dtypes: float32, bfloat16.")
+_OUT = flags.DEFINE_string("out", None, "Output directory.", required=True)
+_STEPS = flags.DEFINE_integer("steps", 20, "Timed steps per measurement.")
+_WARMUP = flags.DEFINE_integer("warmup", 3, "Untimed steps first (the first one, compile + run, is reported).")
+_VARIANT_STEPS = flags.DEFINE_list("variant_steps", [], "Per-variant timed steps, e.g. torch_loop:10,jax_eager:3.")
+_PROFILE_STEPS = flags.DEFINE_integer("profile_steps", 2, "Steps traced for the profile summary; 0 = none.")
+_NUM_BATCHES = flags.DEFINE_integer("num_batches", 4, "Distinct batches staged on the devices and cycled.")
+_COMPILE_MODE = flags.DEFINE_string(
+    "torch_compile_mode", "cudagraphs",
+    "torch_compile: 'cudagraphs' (loop model fwd+bwd as CUDA graphs) or a torch.compile mode (e.g. reduce-overhead).")
+_CELL_TIMEOUT = flags.DEFINE_integer("cell_timeout_s", 0, "Limit per PyTorch measurement on GPUs (its own processes); 0 = none.")
+_MERGE = flags.DEFINE_string("merge", "", "results.json of an earlier run: its rows are kept unless measured again.")
+
+
+def _parse() -> tuple[list[int], list[str], list[str], dict[str, int]]:
+    devices = sorted({int(d) for d in _DEVICES.value})
+    if not devices or devices[0] < 1:
+        raise app.UsageError("--devices must be positive integers")
+    variants = list(_VARIANTS.value)
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown:
+        raise app.UsageError(f"unknown --variants {unknown}: expected some of {list(VARIANTS)}")
+    dtypes = list(_DTYPES.value)
+    bad = [d for d in dtypes if d not in model.DTYPES]
+    if bad:
+        raise app.UsageError(f"unknown --dtype {bad}: expected some of {sorted(model.DTYPES)}")
+    steps = {}
+    for item in _VARIANT_STEPS.value:
+        name, _, n = item.partition(":")
+        if name not in VARIANTS or not n.isdigit() or int(n) < 1:
+            raise app.UsageError(f"--variant_steps entry {item!r}: expected VARIANT:STEPS")
+        steps[name] = int(n)
+    return devices, variants, dtypes, steps
+
+
+def check_devices(devices: list[int], variants: list[str]) -> None:
+    """Fails before measuring anything if a device count is more than present."""
+    want = max(devices)
+    if any(v in jax_bench.VARIANTS for v in variants) and want > jax.local_device_count():
+        raise ValueError(
+            f"--devices asks for {want} devices but only {jax.local_device_count()} jax "
+            f"{jax.local_devices()[0].platform} devices are present (on the CPU, set "
+            f"XLA_FLAGS=--xla_force_host_platform_device_count={want})"
+        )
+    if any(v in TORCH_VARIANTS for v in variants):
+        import torch
+
+        if torch.cuda.is_available() and want > torch.cuda.device_count():
+            raise ValueError(f"--devices asks for {want} devices but only {torch.cuda.device_count()} CUDA GPUs are present")
+
+
+def _torch_distributed(config, spec: dict, n: int) -> dict:
+    """Runs one torch measurement in n processes (one per GPU); returns rank 0's row."""
+    with tempfile.TemporaryDirectory() as d:
+        spec_path, result_path = os.path.join(d, "spec.json"), os.path.join(d, "result.json")
+        with open(spec_path, "w") as f:
+            json.dump({**spec, "config": json.loads(config.to_json())}, f)
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")]), JAX_PLATFORMS="cpu")
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}",
+               "-m", "benchmarks.torch_bench", f"--spec={spec_path}", f"--result={result_path}"]
+        try:
+            proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=_CELL_TIMEOUT.value or None)
+        except subprocess.TimeoutExpired as e:
+            raise RuntimeError(f"gave up after --cell_timeout_s={_CELL_TIMEOUT.value}") from e
+        if proc.returncode != 0 or not os.path.exists(result_path):
+            raise RuntimeError(f"torchrun exited {proc.returncode}: {proc.stderr[-1500:]}")
+        with open(result_path) as f:
+            return json.load(f)
+
+
+def measure(config, variant: str, dtype: str, n: int, steps: int) -> dict:
+    """One row: the variant's measurement, or status 'skipped' / 'error' with the reason."""
+    row = {"variant": variant, "dtype": dtype, "devices": n, "global_batch": config.per_device_batch_size * n,
+           "per_device_batch": config.per_device_batch_size, "warmup": _WARMUP.value}
+    config = copy.deepcopy(config)
+    config.model.dtype = dtype
+    common = dict(steps=steps, warmup=_WARMUP.value, profile_steps=_PROFILE_STEPS.value, num_batches=_NUM_BATCHES.value)
+    try:
+        if variant in jax_bench.VARIANTS:
+            if variant == "jax_eager" and n > 1:
+                return {**row, "status": "skipped", "notes": "eager runs op by op on one device"}
+            result = jax_bench.run(config, variant, n, **common)
+        else:
+            import torch
+
+            from benchmarks import torch_bench
+
+            if variant == "torch_compile" and _COMPILE_MODE.value == "cudagraphs" and not torch.cuda.is_available():
+                return {**row, "status": "skipped", "notes": "CUDA graphs need a GPU (on the CPU pass --torch_compile_mode=default)"}
+            if torch.cuda.is_available():  # own processes: CUDA libraries apart from this one's JAX
+                spec = dict(variant=variant, n_devices=n, compile_mode=_COMPILE_MODE.value, **common)
+                result = _torch_distributed(config, spec, n)
+            elif n == 1:
+                result = torch_bench.run(config, variant, 1, compile_mode=_COMPILE_MODE.value, **common)
+            else:
+                return {**row, "status": "skipped", "notes": "several torch devices need CUDA (one process per GPU)"}
+        return {**row, "status": "ok", **result}
+    except Exception as e:  # recorded, and the other measurements go on
+        logging.error("%s %s x%d failed:\n%s", variant, dtype, n, traceback.format_exc())
+        return {**row, "status": "error", "error": f"{type(e).__name__}: {e}"[:1000]}
+
+
+def main(argv) -> None:
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    config = _CONFIG.value
+    devices, variants, dtypes, variant_steps = _parse()
+    try:
+        check_devices(devices, variants)
+    except ValueError as e:
+        sys.exit(f"error: {e}")
+    meta = {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "command": "python -m benchmarks.scaling " + " ".join(sys.argv[1:]),
+        "jax devices": jax_bench.device_description(),
+        "model": _model_summary(config),
+        "data": (f"synthetic {config.dataset.synthetic_min_duration_s:g}-{config.dataset.synthetic_max_duration_s:g} s "
+                 f"utterances, padded to {config.dataset.synthetic_max_duration_s:g} s, "
+                 f"{config.per_device_batch_size} per device"),
+        "steps": f"{_STEPS.value} timed after {_WARMUP.value} warm-up (per-variant overrides: {dict(variant_steps) or 'none'})",
+    }
+    if any(v in TORCH_VARIANTS for v in variants):
+        from benchmarks import torch_bench
+
+        meta["torch devices"] = torch_bench.device_description()
+    rows = []
+    if _MERGE.value:
+        with open(_MERGE.value) as f:
+            rows = json.load(f)["results"]
+    for variant in variants:
+        for dtype in dtypes:
+            for n in devices:
+                steps = variant_steps.get(variant, _STEPS.value)
+                logging.info("measuring %s %s on %d device(s), %d steps", variant, dtype, n, steps)
+                row = measure(config, variant, dtype, n, steps)
+                rows = [r for r in rows if (r["variant"], r["dtype"], r["devices"]) != (variant, dtype, n)] + [row]
+                report.write_all(_OUT.value, meta, rows)
+                logging.info("%s %s x%d: %s, %s ms/step", variant, dtype, n, row["status"], row.get("step_ms_median"))
+    print(f"wrote {_OUT.value}/results.md")
+    with open(os.path.join(_OUT.value, "results.md")) as f:
+        print(f.read())
+
+
+def _model_summary(config) -> str:
+    m = config.model
+    return (f"{m.num_conv_layers} conv x {m.conv_channels} ch, {m.num_rnn_layers} x "
+            f"{'bi' if m.bidirectional else 'uni'}directional {m.rnn_cell} RNN of {m.rnn_size}"
+            f"{' (shared input weights)' if m.share_rnn_weights else ''}")
+
+
+if __name__ == "__main__":
+    app.run(main)

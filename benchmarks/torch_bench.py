@@ -1,0 +1,184 @@
+"""The PyTorch variants: one optimizer step = featurize, forward, CTC, backward, clip, Adam.
+
+    torch_loop     TorchDS2(rnn_impl='loop'): Python loop over time steps.
+    torch_cudnn    TorchDS2(rnn_impl='cudnn'): cuDNN RNNs (plain ReLU, see torch_model.py).
+    torch_compile  the loop model's forward and backward captured as CUDA graphs
+                   (--torch_compile_mode=cudagraphs, the default), or torch.compile of it
+                   with any other mode (e.g. reduce-overhead; see _compiled).
+
+Several GPUs: DistributedDataParallel, one process per GPU, launched by scaling.py as
+
+    python -m torch.distributed.run --standalone --nproc_per_node=N -m benchmarks.torch_bench \
+        --spec=SPEC.json --result=RESULT.json
+
+Rank 0 times the steps and writes the result. On the CPU the variants run in one process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import tempfile
+import time
+
+import torch
+
+from benchmarks import profile, timing
+from benchmarks.torch_model import TorchDS2, count_params, ctc_loss
+from ds2_jax import input_pipeline
+from ds2_jax.features import FeatureConfig
+from ds2_jax.model import ModelConfig
+
+VARIANTS = ("torch_loop", "torch_cudnn", "torch_compile")
+
+
+def device_description() -> str:
+    if torch.cuda.is_available():
+        return f"{torch.cuda.device_count()} x cuda:{torch.cuda.get_device_name(0)} (torch {torch.__version__})"
+    return f"cpu (torch {torch.__version__})"
+
+
+def build(config, variant: str, device: torch.device, mean, std) -> TorchDS2:
+    cfg = ModelConfig.from_config(config.model, num_bins=len(mean))
+    torch.manual_seed(config.seed)
+    impl = "cudnn" if variant == "torch_cudnn" else "loop"
+    return TorchDS2(cfg, FeatureConfig.from_config(config.features), mean, std, rnn_impl=impl).to(device)
+
+
+def run(config, variant: str, n_devices: int, steps: int, warmup: int, profile_steps: int, num_batches: int,
+        compile_mode: str = "cudagraphs", rank: int = 0, world: int = 1) -> dict:
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown torch variant {variant!r}")
+    cuda = torch.cuda.is_available()
+    device = torch.device("cuda", rank) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    global_batch = config.per_device_batch_size * n_devices
+    source = input_pipeline.SyntheticSource(config, input_pipeline.Sharding(global_batch, rank, world))
+    mean, std = source.feature_stats()
+    net = build(config, variant, device, mean, std)
+    params = count_params(net)
+    bf16 = config.model.dtype == "bfloat16"
+
+    def autocast():
+        # cache_enabled=False: required around CUDA graph capture, harmless otherwise.
+        return torch.autocast(device.type, dtype=torch.bfloat16, cache_enabled=False) if bf16 else contextlib.nullcontext()
+
+    batches = []
+    for i in range(num_batches):
+        b = source.train_batch(i)
+        batches.append({
+            "audio": torch.from_numpy(b["audio"]).to(device),
+            "audio_lengths": torch.from_numpy(b["audio_lengths"]).long().to(device),
+            "labels": torch.from_numpy(b["labels"]).long().to(device),
+            "label_lengths": torch.from_numpy(b["label_lengths"]).long().to(device),
+        })
+
+    t0 = time.perf_counter()
+    if variant == "torch_compile" and compile_mode == "cudagraphs":
+        net = _graphed(net, cuda, batches[0], autocast)  # before DDP: its hooks stay outside the graphs
+    forward = net
+    if world > 1:
+        forward = torch.nn.parallel.DistributedDataParallel(net, device_ids=[rank] if cuda else None)
+    if variant == "torch_compile" and compile_mode != "cudagraphs":
+        forward = torch.compile(forward, mode=compile_mode)
+    setup_s = time.perf_counter() - t0
+    notes = ""
+    if variant == "torch_compile":
+        notes = (GRAPHED_NOTE if compile_mode == "cudagraphs" else f"torch.compile(loop model, mode={compile_mode})")
+    opt_cfg = config.optimizer
+    optimizer = torch.optim.Adam(net.parameters(), lr=opt_cfg.learning_rate, betas=(opt_cfg.b1, opt_cfg.b2),
+                                 eps=opt_cfg.eps, fused=cuda)
+
+    def sync():
+        if cuda:
+            torch.cuda.synchronize(device)
+
+    def step(i):
+        b = batches[i % len(batches)]
+        optimizer.zero_grad(set_to_none=True)
+        with autocast():
+            logits, lengths = forward(b["audio"], b["audio_lengths"])
+        loss = ctc_loss(logits, lengths, b["labels"], b["label_lengths"])
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(net.parameters(), opt_cfg.clip_global_norm)
+        optimizer.step()
+        sync()
+
+    timed = timing.measure(step, warmup, steps)
+    row = {"params": params, "first_step_s": timed["first_step_s"] + setup_s, **timing.step_stats(timed["step_times_s"], global_batch)}
+    if notes:
+        row["notes"] = f"{notes}; setup {setup_s:.1f} s (included in first step)"
+    if profile_steps > 0:
+        if rank == 0:
+            row["profile"] = _profile(step, profile_steps, cuda, row["step_ms_median"])
+        else:  # the other ranks take part in the same collectives, unprofiled
+            for i in range(profile_steps):
+                step(i)
+    return row
+
+
+GRAPHED_NOTE = "loop model forward+backward as CUDA graphs (torch.cuda.make_graphed_callables); CTC, clip, Adam eager"
+
+
+def _graphed(net, cuda: bool, sample: dict, autocast):
+    """The loop model with its forward and backward captured as two CUDA graphs.
+
+    Everything inside the model (featurization, convs, batch norms, every RNN time step)
+    replays as one graph launch each way; CTC, the gradient clip and fused Adam stay
+    eager (a few dozen kernels), because CUDA's ctc_loss copies the lengths to the host,
+    which a capture cannot contain. torch.compile (--torch_compile_mode=reduce-overhead
+    etc.) is the alternative, but its compile time grows with the unrolled time loop.
+    """
+    if not cuda:
+        raise RuntimeError("torch_compile with --torch_compile_mode=cudagraphs needs CUDA; "
+                           "pass a torch.compile mode (e.g. --torch_compile_mode=default) on the CPU")
+    with autocast():
+        return torch.cuda.make_graphed_callables(net, (sample["audio"], sample["audio_lengths"]), num_warmup_iters=3)
+
+
+def _profile(step, profile_steps: int, cuda: bool, step_ms: float) -> dict:
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    try:
+        with tempfile.TemporaryDirectory() as d:
+            with torch_profile(activities=activities) as prof:
+                for i in range(profile_steps):
+                    step(i)
+            path = os.path.join(d, "trace.json")
+            prof.export_chrome_trace(path)
+            return profile.summarize(path, "torch", profile_steps, step_ms, cuda)
+    except Exception as e:
+        return {"error": f"{type(e).__name__}: {e}"[:500]}
+
+
+def main() -> None:
+    """torchrun entry: one process per GPU; rank 0 writes --result."""
+    import ml_collections
+    import torch.distributed as dist
+
+    p = argparse.ArgumentParser()
+    p.add_argument("--spec", required=True)
+    p.add_argument("--result", required=True)
+    args = p.parse_args()
+    with open(args.spec) as f:
+        spec = json.load(f)
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    try:
+        config = ml_collections.ConfigDict(spec.pop("config"))
+        row = run(config, rank=rank, world=world, **spec)
+        if rank == 0:
+            with open(args.result, "w") as f:
+                json.dump(row, f)
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")  # jax only computes feature statistics here
+    main()
