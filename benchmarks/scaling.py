@@ -58,7 +58,8 @@ _DTYPES = flags.DEFINE_list("dtype", ["float32"], "Compute dtypes: float32, bflo
 _OUT = flags.DEFINE_string("out", None, "Output directory.", required=True)
 _STEPS = flags.DEFINE_integer("steps", 20, "Timed steps per measurement.")
 _WARMUP = flags.DEFINE_integer("warmup", 3, "Untimed steps first (the first one, compile + run, is reported).")
-_VARIANT_STEPS = flags.DEFINE_list("variant_steps", [], "Per-variant timed steps, e.g. torch_loop:10,jax_eager:3.")
+_VARIANT_STEPS = flags.DEFINE_list(
+    "variant_steps", [], "Per-variant VARIANT:STEPS[:WARMUP[:PROFILE_STEPS]], e.g. torch_loop:10,jax_eager:2:1:1.")
 _PROFILE_STEPS = flags.DEFINE_integer("profile_steps", 2, "Steps traced for the profile summary; 0 = none.")
 _NUM_BATCHES = flags.DEFINE_integer("num_batches", 4, "Distinct batches staged on the devices and cycled.")
 _COMPILE_MODE = flags.DEFINE_string(
@@ -82,10 +83,11 @@ def _parse() -> tuple[list[int], list[str], list[str], dict[str, int]]:
         raise app.UsageError(f"unknown --dtype {bad}: expected some of {sorted(model.DTYPES)}")
     steps = {}
     for item in _VARIANT_STEPS.value:
-        name, _, n = item.partition(":")
-        if name not in VARIANTS or not n.isdigit() or int(n) < 1:
-            raise app.UsageError(f"--variant_steps entry {item!r}: expected VARIANT:STEPS")
-        steps[name] = int(n)
+        name, *counts = item.split(":")
+        if name not in VARIANTS or not 1 <= len(counts) <= 3 or not all(c.isdigit() for c in counts) or int(counts[0]) < 1:
+            raise app.UsageError(f"--variant_steps entry {item!r}: expected VARIANT:STEPS[:WARMUP[:PROFILE_STEPS]]")
+        defaults = [_STEPS.value, _WARMUP.value, _PROFILE_STEPS.value]
+        steps[name] = tuple(int(c) for c in counts) + tuple(defaults[len(counts):])
     return devices, variants, dtypes, steps
 
 
@@ -124,13 +126,17 @@ def _torch_distributed(config, spec: dict, n: int) -> dict:
             return json.load(f)
 
 
-def measure(config, variant: str, dtype: str, n: int, steps: int) -> dict:
-    """One row: the variant's measurement, or status 'skipped' / 'error' with the reason."""
+def measure(config, variant: str, dtype: str, n: int, counts: tuple[int, int, int]) -> dict:
+    """One row: the variant's measurement, or status 'skipped' / 'error' with the reason.
+
+    counts: (timed steps, warm-up steps, profiled steps).
+    """
+    steps, warmup, profile_steps = counts
     row = {"variant": variant, "dtype": dtype, "devices": n, "global_batch": config.per_device_batch_size * n,
-           "per_device_batch": config.per_device_batch_size, "warmup": _WARMUP.value}
+           "per_device_batch": config.per_device_batch_size, "warmup": warmup}
     config = copy.deepcopy(config)
     config.model.dtype = dtype
-    common = dict(steps=steps, warmup=_WARMUP.value, profile_steps=_PROFILE_STEPS.value, num_batches=_NUM_BATCHES.value)
+    common = dict(steps=steps, warmup=warmup, profile_steps=profile_steps, num_batches=_NUM_BATCHES.value)
     try:
         if variant in jax_bench.VARIANTS:
             if variant == "jax_eager" and n > 1:
@@ -186,9 +192,9 @@ def main(argv) -> None:
     for variant in variants:
         for dtype in dtypes:
             for n in devices:
-                steps = variant_steps.get(variant, _STEPS.value)
-                logging.info("measuring %s %s on %d device(s), %d steps", variant, dtype, n, steps)
-                row = measure(config, variant, dtype, n, steps)
+                counts = variant_steps.get(variant, (_STEPS.value, _WARMUP.value, _PROFILE_STEPS.value))
+                logging.info("measuring %s %s on %d device(s), (steps, warmup, profiled) = %s", variant, dtype, n, counts)
+                row = measure(config, variant, dtype, n, counts)
                 rows = [r for r in rows if (r["variant"], r["dtype"], r["devices"]) != (variant, dtype, n)] + [row]
                 report.write_all(_OUT.value, meta, rows)
                 logging.info("%s %s x%d: %s, %s ms/step", variant, dtype, n, row["status"], row.get("step_ms_median"))
