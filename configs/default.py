@@ -15,6 +15,7 @@ def get_config() -> ml_collections.ConfigDict:
     config.per_device_batch_size = 16  # Utterances per device; global = this x devices.
     config.num_devices = 0  # Local devices to use; 0 = all local devices.
     config.compile = True  # False runs the same step op by op on one device (eager).
+    config.parallelism = "pmap"  # 'pmap' or 'jit' (jit + NamedSharding over a device mesh).
     config.log_every_steps = 50  # stdout / metrics.jsonl / TensorBoard cadence.
     config.eval_every_steps = 2_000  # Greedy WER/CER on dataset.eval_split; 0 = never.
     config.checkpoint_every_steps = 1_000  # Orbax checkpoint cadence (and one at the end).

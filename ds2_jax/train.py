@@ -22,11 +22,11 @@ import optax
 from flax import jax_utils
 from flax.training import train_state
 
-from ds2_jax import checkpoint, ctc, features, input_pipeline, metrics, model, resilience
+from ds2_jax import checkpoint, ctc, features, input_pipeline, metrics, model, parallel, resilience
 from ds2_jax.config_validation import validate
 
 log = logging.getLogger("ds2_jax")
-AXIS = "batch"
+AXIS = parallel.AXIS
 
 
 class TrainState(train_state.TrainState):
@@ -236,7 +236,8 @@ def train_and_evaluate(config, workdir: str) -> TrainState:
     from ds2_jax import evaluation  # evaluation builds on this module
 
     validate(config)
-    devices = local_devices(config)
+    par = parallel.make(config)
+    devices = par.devices
     n_dev = len(devices)
     sharding = input_pipeline.Sharding(
         global_batch=config.per_device_batch_size * n_dev * jax.process_count(),
@@ -244,7 +245,8 @@ def train_and_evaluate(config, workdir: str) -> TrainState:
         process_count=jax.process_count(),
     )
     is_chief = jax.process_index() == 0
-    log.info("devices: %d local (%s), global batch %d", n_dev, devices[0].platform, sharding.global_batch)
+    log.info("devices: %d local (%s) x %d process(es), %s, global batch %d",
+             n_dev, devices[0].platform, jax.process_count(), par.kind, sharding.global_batch)
     source = input_pipeline.make_source(config, sharding)
     log.info("compiled batch shapes (samples, labels): %s", source.shapes())
 
@@ -261,19 +263,21 @@ def train_and_evaluate(config, workdir: str) -> TrainState:
     start = int(state.step)
     writer = metrics.MetricWriter(workdir, enabled=is_chief, resume_step=start)
 
-    p_train = compile_train_step(config)
+    p_train = par.compile(train_step, step_kwargs(config))
     p_eval = evaluation.compile_eval_step(config)
-    replicated = config.compile
+    state, step_rng = par.put_replicated(state), par.put_replicated(step_rng)
     host_batches = (source.train_batch(s) for s in range(start, config.num_train_steps))
-    if replicated:
-        state = jax_utils.replicate(state, devices, axis_name=AXIS)
-        step_rng = jax_utils.replicate(step_rng, devices, axis_name=AXIS)
-        batches = input_pipeline.prefetch_to_devices(host_batches, devices, config.prefetch_batches, AXIS)
-    else:
-        batches = host_batches
+    batches = par.put_batches(host_batches, config.prefetch_batches)
 
     def host_state():
-        return jax.device_get(unreplicate(state) if replicated else state)
+        return par.get(state)
+
+    def run_eval(step):
+        # The eval step is pmap'd (or eager); the jit path hands it a replicated copy.
+        eval_state = jax_utils.replicate(host_state(), devices, axis_name=AXIS) if par.kind == "jit" else state
+        result = evaluation.evaluate(p_eval, eval_state, source, config.dataset.eval_split,
+                                     config.eval.max_utterances, n_dev, par.kind != "eager")
+        evaluation.report(writer, step, result, config.eval.num_examples_to_print)
 
     def save(step):
         checkpoint.save_or_explain(mgr, step, host_state())
@@ -309,8 +313,7 @@ def train_and_evaluate(config, workdir: str) -> TrainState:
                 watchdog.ping(f"step {done}")
             if config.eval_every_steps and done % config.eval_every_steps == 0:
                 resilience.maybe_kill(config.faults, "eval", done)
-                result = evaluation.evaluate(p_eval, state, source, config.dataset.eval_split, config.eval.max_utterances, n_dev, replicated)
-                evaluation.report(writer, done, result, config.eval.num_examples_to_print)
+                run_eval(done)
                 watchdog.ping(f"eval at step {done}")
             if preemption.signal is not None:
                 log.warning("preempted at step %d: writing a checkpoint and exiting", done)

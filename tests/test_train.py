@@ -14,7 +14,7 @@ from tests.helpers import tiny_config
 
 
 def losses(workdir):
-    return [r["loss"] for r in metrics.read_jsonl(os.path.join(workdir, "metrics.jsonl")) if "loss" in r]
+    return [r.get("loss", r.get("eval_loss")) for r in metrics.read_jsonl(os.path.join(workdir, "metrics.jsonl"))]
 
 
 def leaves(tree):
@@ -117,3 +117,15 @@ def test_inconsistent_config_fails_before_compiling(tmp_path):
         train.train_and_evaluate(tiny_config(**{"dataset.min_duration_s": 9.0, "dataset.max_duration_s": 8.0}), str(tmp_path))
     with pytest.raises(ValueError, match="rnn_cell"):
         train.train_and_evaluate(tiny_config(**{"model.rnn_cell": "rnn"}), str(tmp_path))
+
+
+def test_jit_sharding_path_matches_pmap(tmp_path):
+    common = {"num_train_steps": 5, "log_every_steps": 1, "eval_every_steps": 5, "checkpoint_every_steps": 100,
+              "per_device_batch_size": 2, "eval.max_utterances": 8}
+    s_pmap = train.train_and_evaluate(tiny_config(**common), str(tmp_path / "pmap"))
+    s_jit = train.train_and_evaluate(tiny_config(**common, parallelism="jit"), str(tmp_path / "jit"))
+    l_pmap, l_jit = losses(tmp_path / "pmap"), losses(tmp_path / "jit")
+    assert len(l_jit) == 6  # 5 train records + 1 eval record
+    np.testing.assert_allclose(l_jit, l_pmap, rtol=1e-5)
+    for a, b in zip(leaves(s_pmap.params), leaves(s_jit.params)):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
