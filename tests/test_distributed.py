@@ -1,0 +1,59 @@
+"""Several processes (jax.distributed, gloo CPU collectives): 2 processes x 4 devices
+train like 1 process x 8 devices, and a killed 2-process run resumes."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from ds2_jax import metrics
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ARGS = ["--config=configs/smoke.py", "--config.num_train_steps=6", "--config.log_every_steps=1",
+        "--config.eval_every_steps=0", "--config.checkpoint_every_steps=3", "--config.per_device_batch_size=2"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
+def run_processes(workdir, num_processes, devices_per_process, *extra):
+    env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices_per_process}", JAX_PLATFORMS="cpu")
+    port = free_port()
+    procs = []
+    for pid in range(num_processes):
+        dist = [] if num_processes == 1 else [f"--coordinator_address=localhost:{port}",
+                                              f"--num_processes={num_processes}", f"--process_id={pid}"]
+        procs.append(subprocess.Popen([sys.executable, "launch.py", f"--workdir={workdir}", *ARGS, *dist, *extra],
+                                      cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    results = [p.communicate(timeout=600) for p in procs]
+    return [p.returncode for p in procs], [err for _, err in results]
+
+
+def losses(workdir):
+    return [r["loss"] for r in metrics.read_jsonl(os.path.join(workdir, "metrics.jsonl"))]
+
+
+@pytest.mark.slow
+def test_two_processes_match_one_process_and_resume_after_kill(tmp_path):
+    rcs, errs = run_processes(tmp_path / "single", 1, 8)
+    assert rcs == [0], errs[0][-3000:]
+    rcs, errs = run_processes(tmp_path / "multi", 2, 4)
+    assert rcs == [0, 0], "\n".join(e[-3000:] for e in errs)
+    assert "process 1 of 2" in errs[1]
+    np.testing.assert_allclose(losses(tmp_path / "multi"), losses(tmp_path / "single"), rtol=1e-5)
+
+    # kill -9 both processes at step 5 (after checkpoint 3), then rerun the same command
+    w = tmp_path / "killed"
+    rcs, _ = run_processes(w, 2, 4, "--config.faults.kill_at=step:5")
+    assert rcs == [-signal.SIGKILL] * 2
+    rcs, errs = run_processes(w, 2, 4)
+    assert rcs == [0, 0], "\n".join(e[-3000:] for e in errs)
+    assert "restored checkpoint at step 3" in errs[0]
+    np.testing.assert_allclose(losses(w), losses(tmp_path / "single"), rtol=1e-5)
