@@ -9,6 +9,7 @@ stays at the end and never reaches a valid output. `impl` picks the implementati
 
 from __future__ import annotations
 
+import functools
 from typing import Callable
 
 import jax
@@ -89,7 +90,58 @@ def scan_recurrence(xs: jax.Array, recurrent: jax.Array, cell: str, unroll: int 
     return ys
 
 
-IMPLS: dict[str, Callable] = {"scan": scan_recurrence}
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def _simple_rnn(xs: jax.Array, recurrent: jax.Array, unroll: int) -> jax.Array:
+    return scan_recurrence(xs, recurrent, "simple", unroll)
+
+
+def _simple_rnn_fwd(xs, recurrent, unroll):
+    ys = scan_recurrence(xs, recurrent, "simple", unroll)
+    return ys, (ys, recurrent)
+
+
+def _simple_rnn_bwd(unroll, residuals, dys):
+    """Backward scan carries only dL/dh; the weight gradient is one matmul over all steps.
+
+    Autodiff of the plain scan accumulates the [D, H, H] weight gradient inside the loop
+    (a full read-modify-write of it every time step); here the loop does one small
+    matmul per step and dW = sum_t h_{t-1}^T dz_t runs afterwards as a single GEMM.
+    """
+    ys, recurrent = residuals
+    dtype = ys.dtype
+    active = (ys > 0) & (ys < 20)  # clipped ReLU passes gradient only strictly inside (0, 20)
+
+    def step(g, inputs):
+        dy_t, active_t = inputs
+        dz = jnp.where(active_t, dy_t.astype(jnp.float32) + g, 0.0)
+        g = jnp.einsum("dbw,dhw->dbh", dz.astype(dtype), recurrent, preferred_element_type=jnp.float32)
+        return g, dz.astype(dtype)
+
+    g0 = jnp.zeros(ys.shape[1:], jnp.float32)
+    _, dzs = jax.lax.scan(step, g0, (dys, active), reverse=True, unroll=unroll)
+    h_prev = jnp.concatenate([jnp.zeros_like(ys[:1]), ys[:-1]], axis=0)
+    d_recurrent = jnp.einsum("tdbh,tdbw->dhw", h_prev, dzs, preferred_element_type=jnp.float32)
+    return dzs, d_recurrent.astype(recurrent.dtype)
+
+
+_simple_rnn.defvjp(_simple_rnn_fwd, _simple_rnn_bwd)
+
+
+def scan_vjp_recurrence(xs: jax.Array, recurrent: jax.Array, cell: str, unroll: int = 1) -> jax.Array:
+    """Simple (clipped-ReLU) recurrence with a hand-written backward pass; same math as 'scan'."""
+    if cell != "simple":
+        raise ValueError(f"rnn_impl='scan_vjp' supports rnn_cell='simple' only, not {cell!r}")
+    return _simple_rnn(xs, recurrent, unroll)
+
+
+IMPLS: dict[str, Callable] = {"scan": scan_recurrence, "scan_vjp": scan_vjp_recurrence, "auto": None}
+
+
+def resolve_impl(impl: str, cell: str) -> str:
+    """'auto' -> the fastest implementation that is correct for `cell`."""
+    if impl == "auto":
+        return "scan_vjp" if cell == "simple" else "scan"
+    return impl
 
 
 def bidirectional(
@@ -113,7 +165,7 @@ def bidirectional(
     if len(inputs) == 2:
         inputs[1] = reverse_valid(inputs[1], lengths)
     xs = jnp.stack(inputs, axis=0).transpose(2, 0, 1, 3)  # [T, D, B, W]
-    ys = IMPLS[impl](xs, recurrent, cell, unroll)  # [T, D, B, H]
+    ys = IMPLS[resolve_impl(impl, cell)](xs, recurrent, cell, unroll)  # [T, D, B, H]
     outs = [ys[:, k].transpose(1, 0, 2) for k in range(ys.shape[1])]  # [B, T, H] each
     if len(outs) == 2:
         outs[1] = reverse_valid(outs[1], lengths)
