@@ -1,0 +1,96 @@
+"""The fast-step levers, each measured on the seed configuration in one run.
+
+    python -m benchmarks.levers --out=DIR [--steps=30] [--levers=name,name]
+
+Each lever is one `benchmarks.scaling` measurement of the `jax` variant on one device
+(its own process, so XLA flags apply), cumulative from the plain lax.scan in float32 to
+the fastest combination; `torch_cudnn` (bfloat16) is measured in the same run for the
+ratio. Writes DIR/levers.json and DIR/levers.md (ms/step median, compile time, kernel
+launches per step and GPU-busy % from the profile summary).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from absl import app, flags
+
+COMMAND_BUFFERS = "--xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,WHILE,CONDITIONAL"
+# (name, config overrides, extra XLA_FLAGS, variant, dtype)
+LEVERS = [
+    ("scan f32 (reference)", ["--config.model.rnn_impl=scan"], "", "jax", "float32"),
+    ("scan bf16", ["--config.model.rnn_impl=scan"], "", "jax", "bfloat16"),
+    ("scan_vjp f32", ["--config.model.rnn_impl=scan_vjp"], "", "jax", "float32"),
+    ("scan_vjp bf16", ["--config.model.rnn_impl=scan_vjp"], "", "jax", "bfloat16"),
+    ("scan_vjp bf16 unroll 4", ["--config.model.rnn_impl=scan_vjp", "--config.model.scan_unroll=4"], "", "jax", "bfloat16"),
+    ("scan_vjp bf16 unroll 8", ["--config.model.rnn_impl=scan_vjp", "--config.model.scan_unroll=8"], "", "jax", "bfloat16"),
+    ("scan_vjp bf16 unroll 8 + command buffers", ["--config.model.rnn_impl=scan_vjp", "--config.model.scan_unroll=8"],
+     COMMAND_BUFFERS, "jax", "bfloat16"),
+    ("torch_cudnn bf16", [], "", "torch_cudnn", "bfloat16"),
+]
+
+_OUT = flags.DEFINE_string("out", None, "Output directory.", required=True)
+_CONFIG = flags.DEFINE_string("config", "configs/ds2_8gpu.py", "Config file.")
+_STEPS = flags.DEFINE_integer("steps", 30, "Timed steps per lever.")
+_ONLY = flags.DEFINE_list("levers", [], "Subset of lever names (default: all).")
+_TIMEOUT = flags.DEFINE_integer("timeout_s", 240, "Limit per lever.")
+
+
+def run_lever(name, overrides, xla_flags, variant, dtype, out_dir) -> dict:
+    env = dict(os.environ)
+    if xla_flags:
+        env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " " + xla_flags).strip()
+    cmd = [sys.executable, "-m", "benchmarks.scaling", f"--config={_CONFIG.value}", "--devices=1",
+           f"--variants={variant}", f"--dtype={dtype}", f"--out={out_dir}", f"--steps={_STEPS.value}",
+           "--warmup=3", "--profile_steps=2", "--config.dataset.name=synthetic", *overrides]
+    row = {"lever": name, "variant": variant, "dtype": dtype, "overrides": " ".join(overrides), "xla_flags": xla_flags}
+    try:
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=_TIMEOUT.value)
+        with open(os.path.join(out_dir, "results.json")) as f:
+            result = json.load(f)["results"][-1]
+        row.update({k: result.get(k) for k in ("status", "step_ms_median", "step_ms_p10", "step_ms_p90", "first_step_s", "error")})
+        prof = result.get("profile") or {}
+        busy = prof.get("gpu_busy_fraction")
+        row.update(launches_per_step=prof.get("kernels_per_step"),
+                   gpu_busy_pct=round(100 * busy, 1) if isinstance(busy, (int, float)) else busy,
+                   top_kernels=prof.get("top_kernels", [])[:5])
+        if proc.returncode:
+            row["error"] = proc.stderr[-800:]
+    except Exception as e:  # a lever that fails is recorded, the others still run
+        row.update(status="error", error=f"{type(e).__name__}: {e}"[:800])
+    return row
+
+
+def markdown(rows) -> str:
+    lines = ["| lever | ms/step (median) | p10-p90 | first step s | launches/step | GPU busy % |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        ms = r.get("step_ms_median")
+        spread = f"{r['step_ms_p10']:.1f}-{r['step_ms_p90']:.1f}" if ms else r.get("status", "")
+        lines.append(f"| {r['lever']} | {ms:.1f} | {spread} | {r.get('first_step_s') or 0:.1f} | "
+                     f"{r.get('launches_per_step') or '-'} | {r.get('gpu_busy_pct') or '-'} |" if ms else
+                     f"| {r['lever']} | - | {spread} | - | - | - |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv) -> None:
+    del argv
+    os.makedirs(_OUT.value, exist_ok=True)
+    rows = []
+    for i, lever in enumerate(LEVERS):
+        if _ONLY.value and lever[0] not in _ONLY.value:
+            continue
+        row = run_lever(*lever, os.path.join(_OUT.value, f"lever{i}"))
+        rows.append(row)
+        print(row["lever"], row.get("status"), row.get("step_ms_median"), flush=True)
+        with open(os.path.join(_OUT.value, "levers.json"), "w") as f:
+            json.dump(rows, f, indent=2)
+        with open(os.path.join(_OUT.value, "levers.md"), "w") as f:
+            f.write(markdown(rows))
+    print(markdown(rows))
+
+
+if __name__ == "__main__":
+    app.run(main)
