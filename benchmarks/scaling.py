@@ -66,6 +66,8 @@ _COMPILE_MODE = flags.DEFINE_string(
     "torch_compile_mode", "cudagraphs",
     "torch_compile: 'cudagraphs' (loop model fwd+bwd as CUDA graphs) or a torch.compile mode (e.g. reduce-overhead).")
 _CELL_TIMEOUT = flags.DEFINE_integer("cell_timeout_s", 0, "Limit per PyTorch measurement on GPUs (its own processes); 0 = none.")
+_TORCH_TF32 = flags.DEFINE_bool(
+    "torch_tf32", False, "Let PyTorch float32 matmuls use TF32 (PyTorch's default: off; cuDNN convs and RNNs: on).")
 _MERGE = flags.DEFINE_string("merge", "", "results.json of an earlier run: its rows are kept unless measured again.")
 
 
@@ -150,10 +152,10 @@ def measure(config, variant: str, dtype: str, n: int, counts: tuple[int, int, in
             if variant == "torch_compile" and _COMPILE_MODE.value == "cudagraphs" and not torch.cuda.is_available():
                 return {**row, "status": "skipped", "notes": "CUDA graphs need a GPU (on the CPU pass --torch_compile_mode=default)"}
             if torch.cuda.is_available():  # own processes: CUDA libraries apart from this one's JAX
-                spec = dict(variant=variant, n_devices=n, compile_mode=_COMPILE_MODE.value, **common)
+                spec = dict(variant=variant, n_devices=n, compile_mode=_COMPILE_MODE.value, tf32=_TORCH_TF32.value, **common)
                 result = _torch_distributed(config, spec, n)
             elif n == 1:
-                result = torch_bench.run(config, variant, 1, compile_mode=_COMPILE_MODE.value, **common)
+                result = torch_bench.run(config, variant, 1, compile_mode=_COMPILE_MODE.value, tf32=_TORCH_TF32.value, **common)
             else:
                 return {**row, "status": "skipped", "notes": "several torch devices need CUDA (one process per GPU)"}
         return {**row, "status": "ok", **result}
@@ -185,6 +187,9 @@ def main(argv) -> None:
         from benchmarks import torch_bench
 
         meta["torch devices"] = torch_bench.device_description()
+        meta["torch float32 matmuls"] = "TF32 allowed (--torch_tf32)" if _TORCH_TF32.value else "full float32 (PyTorch default; cuDNN convs/RNNs may use TF32)"
+    if any(v in jax_bench.VARIANTS for v in variants):
+        meta["jax default matmul precision"] = str(jax.config.jax_default_matmul_precision or "default (XLA's choice)")
     rows = []
     if _MERGE.value:
         with open(_MERGE.value) as f:

@@ -48,9 +48,10 @@ def build(config, variant: str, device: torch.device, mean, std) -> TorchDS2:
 
 
 def run(config, variant: str, n_devices: int, steps: int, warmup: int, profile_steps: int, num_batches: int,
-        compile_mode: str = "cudagraphs", rank: int = 0, world: int = 1) -> dict:
+        compile_mode: str = "cudagraphs", tf32: bool = False, rank: int = 0, world: int = 1) -> dict:
     if variant not in VARIANTS:
         raise ValueError(f"unknown torch variant {variant!r}")
+    torch.backends.cuda.matmul.allow_tf32 = tf32
     cuda = torch.cuda.is_available()
     device = torch.device("cuda", rank) if cuda else torch.device("cpu")
     if cuda:
