@@ -338,3 +338,38 @@ def ctc_loss(logits: torch.Tensor, logit_lengths, labels, label_lengths) -> torc
 
 def count_params(module: nn.Module) -> int:
     return sum(p.numel() for p in module.parameters() if p.requires_grad)
+
+
+def load_jax_params(net: TorchDS2, params) -> None:
+    """Copies a ds2_jax DeepSpeech2 parameter tree into `net` (same ModelConfig).
+
+    Layouts: conv [kt, kf, in, out] -> [out, in, kt, kf]; dense [in, out] -> [out, in];
+    recurrent [D, H, G*H] -> [D, G*H, H]. Used to check that both compute the same thing.
+    """
+
+    def put(dst: torch.Tensor, src) -> None:
+        src = torch.tensor(np.array(src, dtype=np.float32))
+        if tuple(src.shape) != tuple(dst.shape):
+            raise ValueError(f"shape {tuple(src.shape)} does not fit {tuple(dst.shape)}")
+        with torch.no_grad():
+            dst.copy_(src)
+
+    def bn(dst: MaskedBatchNorm, src) -> None:
+        put(dst.weight, src["scale"])
+        put(dst.bias, src["bias"])
+
+    for k, conv in enumerate(net.convs):
+        p = params[f"ConvBlock_{k}"]
+        put(conv.conv.weight, np.transpose(p["Conv_0"]["kernel"], (3, 2, 0, 1)))
+        bn(conv.bn, p["MaskedBatchNorm_0"])
+    for k, rnn in enumerate(net.rnns):
+        p = params[f"RNNLayer_{k}"]
+        names = ["input_proj"] if rnn.shared else ["input_proj_fwd", "input_proj_bwd"]
+        for proj, proj_bn, name in zip(rnn.proj, rnn.proj_bn, names):
+            put(proj.weight, np.asarray(p[name]["kernel"]).T)
+            bn(proj_bn, p[f"{name}_bn"])
+        put(rnn.recurrent, np.transpose(p["recurrent_kernel"], (0, 2, 1)))
+    if net.row_conv is not None:
+        put(net.row_conv.conv.weight, np.transpose(params["RowConv_0"]["Conv_0"]["kernel"], (2, 1, 0)))
+    put(net.output.weight, np.asarray(params["output"]["kernel"]).T)
+    put(net.output.bias, params["output"]["bias"])

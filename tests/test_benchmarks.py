@@ -145,3 +145,25 @@ def test_profile_summary_reads_gpu_kernels_from_a_jax_style_trace(tmp_path):
     assert s["gpu_busy_fraction"] == pytest.approx(0.5)
     assert s["top_kernels"][0]["name"] == "gemm" and s["top_kernels"][0]["calls_per_step"] == 2
     assert "error" in profile.summarize(str(tmp_path / "missing.json"), "jax", 1, 1.0, True)
+
+
+@pytest.mark.parametrize("overrides", [
+    {"rnn_cell": "simple"},
+    {"rnn_cell": "gru", "share_rnn_weights": False},
+    {"rnn_cell": "lstm", "bidirectional": False, "row_conv_context": 3, "num_conv_layers": 1},
+])
+def test_torch_loop_model_computes_what_the_jax_model_computes(overrides):
+    from ds2_jax import features
+
+    audio, lengths, mean, std = _batch()
+    cfg = model.ModelConfig(conv_channels=4, num_rnn_layers=2, rnn_size=24, **overrides)
+    net = model.DeepSpeech2(cfg)
+    feats, frames = features.featurize(jnp.asarray(audio.numpy()), jnp.asarray(lengths.numpy()), mean, std)
+    variables = net.init(jax.random.PRNGKey(0), feats, frames, train=False)
+    (logits_jax, out_jax), _ = net.apply(variables, feats, frames, train=True, mutable=["batch_stats"])
+    twin = torch_model.TorchDS2(cfg, FeatureConfig(), mean, std, rnn_impl="loop")
+    torch_model.load_jax_params(twin, variables["params"])
+    logits_torch, out_torch = twin(audio, lengths)
+    np.testing.assert_array_equal(out_torch.numpy(), np.asarray(out_jax))
+    valid = np.arange(logits_torch.shape[1])[None, :] < np.asarray(out_jax)[:, None]
+    np.testing.assert_allclose(logits_torch.detach().numpy()[valid], np.asarray(logits_jax)[valid], rtol=2e-3, atol=2e-4)
