@@ -26,7 +26,9 @@ TORCH = "torch==2.13.0"
 EXTRAS = {
     "test": ["pytest>=7.4", "pytest-timeout>=2.2", TORCH],
     "bench": [TORCH, "matplotlib>=3.7"],
-    "lm": ["pyctcdecode>=0.5", "kenlm>=0.2", "soxr>=0.3"],
+    # pyctcdecode 0.5 pins numpy<2 (jax needs >= 2) but runs on numpy 2: install it after
+    # this extra with `pip install --no-deps pyctcdecode==0.5.0`; pygtrie is its one dependency.
+    "lm": ["kenlm>=0.2", "pygtrie>=2.1", "soxr>=0.3"],
 }
 
 setup(

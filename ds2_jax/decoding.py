@@ -58,7 +58,7 @@ class DecoderConfig:
         return self.beam_width > 0
 
     @classmethod
-    def from_config(cls, decoding) -> "DecoderConfig":
+    def from_config(cls, decoding) -> DecoderConfig:
         """From config.decoding; None (a workdir config.json older than the section) = greedy."""
         if decoding is None:
             return cls()

@@ -17,7 +17,7 @@ import functools
 import json
 import logging
 import os
-from typing import Callable
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -31,7 +31,7 @@ log = logging.getLogger("ds2_jax")
 NUM_WORST = 10  # Worst utterances (by CER) kept in the eval json.
 
 
-def forward(state: "train.TrainState", audio, audio_lengths, *, model_cfg, feature_cfg, axis_name: str | None = None):
+def forward(state: train.TrainState, audio, audio_lengths, *, model_cfg, feature_cfg, axis_name: str | None = None):
     """Inference forward pass with running batch-norm statistics.
 
     Args:
@@ -46,7 +46,7 @@ def forward(state: "train.TrainState", audio, audio_lengths, *, model_cfg, featu
 
 
 def eval_step(
-    state: "train.TrainState",
+    state: train.TrainState,
     batch,
     *,
     model_cfg,
@@ -75,7 +75,7 @@ def eval_step(
 def compile_eval_step(config, log_probs: bool = False) -> Callable:
     """pmap'd eval step (or eager with config.compile=False); log_probs for beam search."""
     kw = train.step_kwargs(config)
-    kwargs = dict(model_cfg=kw["model_cfg"], feature_cfg=kw["feature_cfg"], norm_by_times=kw["norm_by_times"], log_probs=log_probs)
+    kwargs = {"model_cfg": kw["model_cfg"], "feature_cfg": kw["feature_cfg"], "norm_by_times": kw["norm_by_times"], "log_probs": log_probs}
     if config.compile:
         return jax.pmap(functools.partial(eval_step, **kwargs, axis_name=train.AXIS), axis_name=train.AXIS)
     return functools.partial(eval_step, **kwargs, axis_name=None)
@@ -145,7 +145,7 @@ def evaluate(
     return result
 
 
-def restore_state(config, workdir: str, step: int | None = None) -> tuple["train.TrainState", int]:
+def restore_state(config, workdir: str, step: int | None = None) -> tuple[train.TrainState, int]:
     """(unreplicated state, step) of checkpoint `step` (default: latest) of `workdir`.
 
     The template's feature statistics are placeholders: the checkpoint's replace them,
@@ -154,12 +154,14 @@ def restore_state(config, workdir: str, step: int | None = None) -> tuple["train
     num_bins = features.FeatureConfig.from_config(config.features).num_bins
     template = train.create_state(config, jax.random.PRNGKey(0), np.zeros(num_bins, np.float32), np.ones(num_bins, np.float32))
     mgr = checkpoint.manager(workdir, config.keep_checkpoints)
-    step = mgr.latest_step() if step is None else step
     if step is None:
-        raise FileNotFoundError(f"no checkpoint in {os.path.join(workdir, 'checkpoints')}: train first")
-    if step not in mgr.all_steps():
+        state, step = checkpoint.restore_latest(mgr, template)  # skips a damaged newest one
+        if state is None:
+            raise FileNotFoundError(f"no checkpoint in {os.path.join(workdir, 'checkpoints')}: train first")
+    elif step in mgr.all_steps():
+        state = mgr.restore(step, args=checkpoint.ocp.args.StandardRestore(template))
+    else:
         raise FileNotFoundError(f"no checkpoint at step {step} in {mgr.directory} (it has {sorted(mgr.all_steps())})")
-    state = mgr.restore(step, args=checkpoint.ocp.args.StandardRestore(template))
     return state.replace(apply_fn=template.apply_fn, tx=template.tx), int(step)
 
 

@@ -27,7 +27,7 @@ import math
 import os
 import sys
 import tarfile
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 from ds2_jax import text
 
@@ -119,7 +119,7 @@ def adjusted_counts(raw: list[collections.Counter]) -> list[dict]:
     """Kneser-Ney counts: the highest order and n-grams starting with <s> keep raw counts;
     other lower-order n-grams count their distinct left extensions."""
     order = len(raw)
-    adjusted = [dict() for _ in range(order)]
+    adjusted: list[dict] = [{} for _ in range(order)]
     adjusted[-1] = dict(raw[-1])
     for k in range(order - 1):
         left = collections.Counter(g[1:] for g in raw[k + 1])
@@ -154,8 +154,8 @@ def estimate(sents: Iterable[list[str]], order: int) -> tuple[list[dict], list[d
         raise ValueError("no words in the transcripts")
     adj = adjusted_counts(raw)
     vocab = {g[0] for g in raw[0]} - {BOS} | {UNK}
-    probs: list[dict] = [dict() for _ in range(order)]
-    backoffs: list[dict] = [dict() for _ in range(order)]
+    probs: list[dict] = [{} for _ in range(order)]
+    backoffs: list[dict] = [{} for _ in range(order)]
     for k in range(1, order + 1):
         d = discounts(adj[k - 1], k)
         denom: dict = collections.defaultdict(float)
@@ -191,8 +191,7 @@ def write_arpa(probs: list[dict], backoffs: list[dict], path: str) -> dict[int, 
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
         f.write("\\data\\\n")
-        for k in range(1, order + 1):
-            f.write(f"ngram {k}={sizes[k]}\n")
+        f.writelines(f"ngram {k}={sizes[k]}\n" for k in range(1, order + 1))
         for k in range(1, order + 1):
             f.write(f"\n\\{k}-grams:\n")
             table = probs[k - 1]
