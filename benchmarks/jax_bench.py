@@ -47,6 +47,9 @@ def run(config, variant: str, n_devices: int, steps: int, warmup: int, profile_s
 
     timed = timing.measure(step, warmup, steps)
     row = {"params": params, "first_step_s": timed["first_step_s"], **timing.step_stats(timed["step_times_s"], global_batch)}
+    stats = devices[0].memory_stats() or {}  # None on the CPU
+    if "peak_bytes_in_use" in stats:
+        row["peak_memory_gb"] = round(stats["peak_bytes_in_use"] / 1e9, 2)
     if profile_steps > 0:
         with tempfile.TemporaryDirectory() as log_dir:
             try:

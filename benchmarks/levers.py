@@ -27,6 +27,18 @@ LEVERS = [
     ("scan_vjp bf16", ["--config.model.rnn_impl=scan_vjp"], "", "jax", "bfloat16"),
     ("scan_vjp bf16 unroll 4", ["--config.model.rnn_impl=scan_vjp", "--config.model.scan_unroll=4"], "", "jax", "bfloat16"),
     ("scan_vjp bf16 unroll 8", ["--config.model.rnn_impl=scan_vjp", "--config.model.scan_unroll=8"], "", "jax", "bfloat16"),
+    ("scan_vjp f32 unroll 8", ["--config.model.rnn_impl=scan_vjp", "--config.model.scan_unroll=8"], "", "jax", "float32"),
+    ("scan_vjp bf16 unroll 8 + Triton GEMM epilogue fusion", ["--config.model.rnn_impl=scan_vjp", "--config.model.scan_unroll=8"],
+     "--xla_gpu_triton_gemm_any=true", "jax", "bfloat16"),
+    ("scan_vjp bf16 unroll 16", ["--config.model.rnn_impl=scan_vjp", "--config.model.scan_unroll=16"], "", "jax", "bfloat16"),
+    ("scan_vjp bf16 unroll 8, batch 64", ["--config.model.rnn_impl=scan_vjp", "--config.model.scan_unroll=8",
+                                          "--config.per_device_batch_size=64"], "", "jax", "bfloat16"),
+    ("scan_vjp bf16 unroll 8, 16 s utterances", ["--config.model.rnn_impl=scan_vjp", "--config.model.scan_unroll=8",
+                                                 "--config.dataset.synthetic_min_duration_s=16",
+                                                 "--config.dataset.synthetic_max_duration_s=16"], "", "jax", "bfloat16"),
+    ("torch_cudnn bf16, batch 64", ["--config.per_device_batch_size=64"], "", "torch_cudnn", "bfloat16"),
+    ("torch_cudnn bf16, 16 s utterances", ["--config.dataset.synthetic_min_duration_s=16",
+                                           "--config.dataset.synthetic_max_duration_s=16"], "", "torch_cudnn", "bfloat16"),
     ("scan_vjp bf16 unroll 8 + command buffers", ["--config.model.rnn_impl=scan_vjp", "--config.model.scan_unroll=8"],
      COMMAND_BUFFERS, "jax", "bfloat16"),
     ("torch_cudnn bf16", [], "", "torch_cudnn", "bfloat16"),
@@ -51,7 +63,8 @@ def run_lever(name, overrides, xla_flags, variant, dtype, out_dir) -> dict:
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=_TIMEOUT.value)
         with open(os.path.join(out_dir, "results.json")) as f:
             result = json.load(f)["results"][-1]
-        row.update({k: result.get(k) for k in ("status", "step_ms_median", "step_ms_p10", "step_ms_p90", "first_step_s", "error")})
+        row.update({k: result.get(k) for k in ("status", "step_ms_median", "step_ms_p10", "step_ms_p90", "first_step_s",
+                                                "peak_memory_gb", "global_batch", "error")})
         prof = result.get("profile") or {}
         busy = prof.get("gpu_busy_fraction")
         row.update(launches_per_step=prof.get("kernels_per_step"),
@@ -65,13 +78,17 @@ def run_lever(name, overrides, xla_flags, variant, dtype, out_dir) -> dict:
 
 
 def markdown(rows) -> str:
-    lines = ["| lever | ms/step (median) | p10-p90 | first step s | launches/step | GPU busy % |", "|---|---|---|---|---|---|"]
+    lines = ["| lever | ms/step (median) | p10-p90 | first step s | launches/step | GPU busy % | peak GB |",
+             "|---|---|---|---|---|---|---|"]
     for r in rows:
         ms = r.get("step_ms_median")
-        spread = f"{r['step_ms_p10']:.1f}-{r['step_ms_p90']:.1f}" if ms else r.get("status", "")
-        lines.append(f"| {r['lever']} | {ms:.1f} | {spread} | {r.get('first_step_s') or 0:.1f} | "
-                     f"{r.get('launches_per_step') or '-'} | {r.get('gpu_busy_pct') or '-'} |" if ms else
-                     f"| {r['lever']} | - | {spread} | - | - | - |")
+        if not ms:
+            lines.append(f"| {r['lever']} | - | {r.get('status', '')}: {str(r.get('error', ''))[:120]} | - | - | - | - |")
+            continue
+        peak = r.get("peak_memory_gb")
+        lines.append(f"| {r['lever']} | {ms:.1f} | {r['step_ms_p10']:.1f}-{r['step_ms_p90']:.1f} | "
+                     f"{r.get('first_step_s') or 0:.1f} | {r.get('launches_per_step') or '-'} | "
+                     f"{r.get('gpu_busy_pct') or '-'} | {f'{peak:.1f}' if peak else '-'} |")
     return "\n".join(lines) + "\n"
 
 

@@ -110,6 +110,8 @@ def run(config, variant: str, n_devices: int, steps: int, warmup: int, profile_s
 
     timed = timing.measure(step, warmup, steps)
     row = {"params": params, "first_step_s": timed["first_step_s"] + setup_s, **timing.step_stats(timed["step_times_s"], global_batch)}
+    if cuda:
+        row["peak_memory_gb"] = round(torch.cuda.max_memory_allocated(device) / 1e9, 2)
     if notes:
         row["notes"] = f"{notes}; setup {setup_s:.1f} s (included in first step)"
     if profile_steps > 0:
