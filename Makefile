@@ -13,8 +13,11 @@ $(VENV)/.stamp-base: setup.py
 	$(PY) -m pip install -q -e .
 	touch $@
 
+# The tests cover LM beam search too: the lm extra, then pyctcdecode without its numpy<2
+# pin (it runs on numpy 2; jax needs numpy >= 2). See BUILD_NOTES "Decoding".
 $(VENV)/.stamp-test: setup.py $(VENV)/.stamp-base
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[test,lm]'
+	$(PY) -m pip install -q --no-deps pyctcdecode==0.5.0
 	touch $@
 
 venv: $(VENV)/.stamp-base

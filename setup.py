@@ -15,6 +15,7 @@ INSTALL_REQUIRES = [
     "optax>=0.2.3",
     "orbax-checkpoint>=0.6",
     "soundfile>=0.12",
+    "soxr>=0.3",  # resampling in transcribe (any input rate -> 16 kHz)
     "tensorboardX>=2.6",
     "tensorflow-datasets>=4.9.6",
     "tqdm>=4.66",
@@ -28,7 +29,7 @@ EXTRAS = {
     "bench": [TORCH, "matplotlib>=3.7"],
     # pyctcdecode 0.5 pins numpy<2 (jax needs >= 2) but runs on numpy 2: install it after
     # this extra with `pip install --no-deps pyctcdecode==0.5.0`; pygtrie is its one dependency.
-    "lm": ["kenlm>=0.2", "pygtrie>=2.1", "soxr>=0.3"],
+    "lm": ["kenlm>=0.2", "pygtrie>=2.1"],
 }
 
 setup(
