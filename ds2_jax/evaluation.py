@@ -136,13 +136,29 @@ def evaluate(
     adds a 'beam' section with its own figures and settings.
     """
     out = run_split(p_eval, state, source, split, max_utterances, num_devices, replicated)
-    result = {**score(out.references, out.greedy), "loss": out.loss, "utterances": len(out.references)}
+    # With several processes each one decoded its own rows; every process scores them all.
+    references, greedy = gather_texts(out.references), gather_texts(out.greedy)
+    result = {**score(references, greedy), "loss": out.loss, "utterances": len(references)}
     if beam is not None:
         if out.log_probs is None and out.references:
             raise ValueError("beam search needs compile_eval_step(config, log_probs=True)")
-        beam_hyps = [beam.decode(lp) for lp in out.log_probs or []]
-        result["beam"] = {**beam.describe(), **score(out.references, beam_hyps)}
+        beam_hyps = gather_texts([beam.decode(lp) for lp in out.log_probs or []])
+        result["beam"] = {**beam.describe(), **score(references, beam_hyps)}
     return result
+
+
+def gather_texts(texts: list[str]) -> list[str]:
+    """Concatenates every process's list (in process order); the list itself with one process."""
+    if jax.process_count() == 1:
+        return texts
+    from jax.experimental import multihost_utils
+
+    blob = np.frombuffer(json.dumps(texts).encode(), np.uint8)
+    sizes = multihost_utils.process_allgather(np.array([blob.size], np.int32)).reshape(-1)
+    padded = np.zeros(int(sizes.max()), np.uint8)
+    padded[: blob.size] = blob
+    blobs = multihost_utils.process_allgather(padded).reshape(len(sizes), -1)
+    return [t for b, n in zip(blobs, sizes) for t in json.loads(bytes(b[:n]).decode())]
 
 
 def restore_state(config, workdir: str, step: int | None = None) -> tuple[train.TrainState, int]:

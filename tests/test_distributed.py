@@ -14,7 +14,8 @@ from ds2_jax import metrics
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ARGS = ["--config=configs/smoke.py", "--config.num_train_steps=6", "--config.log_every_steps=1",
-        "--config.eval_every_steps=0", "--config.checkpoint_every_steps=3", "--config.per_device_batch_size=2"]
+        "--config.eval_every_steps=6", "--config.eval.max_utterances=32", "--config.checkpoint_every_steps=3",
+        "--config.per_device_batch_size=2"]
 
 
 def free_port() -> int:
@@ -37,7 +38,11 @@ def run_processes(workdir, num_processes, devices_per_process, *extra):
 
 
 def losses(workdir):
-    return [r["loss"] for r in metrics.read_jsonl(os.path.join(workdir, "metrics.jsonl"))]
+    """Train losses, then the final eval's loss, WER and CER (gathered over processes)."""
+    records = metrics.read_jsonl(os.path.join(workdir, "metrics.jsonl"))
+    evals = [[r["eval_loss"], r["eval_wer"], r["eval_cer"]] for r in records if "eval_loss" in r]
+    assert len(evals) == 1
+    return [r["loss"] for r in records if "loss" in r] + evals[0]
 
 
 @pytest.mark.slow
@@ -47,6 +52,7 @@ def test_two_processes_match_one_process_and_resume_after_kill(tmp_path):
     rcs, errs = run_processes(tmp_path / "multi", 2, 4)
     assert rcs == [0, 0], "\n".join(e[-3000:] for e in errs)
     assert "process 1 of 2" in errs[1]
+    assert "(32 utterances)" in errs[0]  # process 0 scored both processes' rows
     np.testing.assert_allclose(losses(tmp_path / "multi"), losses(tmp_path / "single"), rtol=1e-5)
 
     # kill -9 both processes at step 5 (after checkpoint 3), then rerun the same command
