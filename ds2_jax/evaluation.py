@@ -148,17 +148,28 @@ def evaluate(
 
 
 def gather_texts(texts: list[str]) -> list[str]:
-    """Concatenates every process's list (in process order); the list itself with one process."""
+    """Concatenates every process's list (in process order); the list itself with one process.
+
+    The gather is a pmap'd all_gather over all devices, the same collective group as the
+    train and eval steps (multihost_utils.process_allgather builds a new one, whose
+    set-up timed out now and then under gloo).
+    """
     if jax.process_count() == 1:
         return texts
-    from jax.experimental import multihost_utils
+    n_local = jax.local_device_count()
+    gather = jax.pmap(lambda x: jax.lax.all_gather(x, train.AXIS), axis_name=train.AXIS)
+
+    def all_rows(row: np.ndarray) -> np.ndarray:
+        local = np.zeros((n_local,) + row.shape, row.dtype)
+        local[0] = row  # one row per process; the other local devices send zeros
+        return np.asarray(gather(local)[0])
 
     blob = np.frombuffer(json.dumps(texts).encode(), np.uint8)
-    sizes = multihost_utils.process_allgather(np.array([blob.size], np.int32)).reshape(-1)
+    sizes = all_rows(np.array([blob.size], np.int32)).reshape(-1)
     padded = np.zeros(int(sizes.max()), np.uint8)
     padded[: blob.size] = blob
-    blobs = multihost_utils.process_allgather(padded).reshape(len(sizes), -1)
-    return [t for b, n in zip(blobs, sizes) for t in json.loads(bytes(b[:n]).decode())]
+    blobs = all_rows(padded)
+    return [t for b, n in zip(blobs, sizes) if n for t in json.loads(bytes(b[:n]).decode())]
 
 
 def restore_state(config, workdir: str, step: int | None = None) -> tuple[train.TrainState, int]:
