@@ -36,6 +36,8 @@ LEVERS = [
     ("scan_vjp bf16 unroll 8 16 s utterances", ["--config.model.rnn_impl=scan_vjp", "--config.model.scan_unroll=8",
                                                  "--config.dataset.synthetic_min_duration_s=16",
                                                  "--config.dataset.synthetic_max_duration_s=16"], "", "jax", "bfloat16"),
+    ("scan_vjp bf16 unroll 8 + deterministic ops", ["--config.model.rnn_impl=scan_vjp", "--config.model.scan_unroll=8"],
+     "--xla_gpu_deterministic_ops=true", "jax", "bfloat16"),
     ("torch_cudnn bf16 batch 64", ["--config.per_device_batch_size=64"], "", "torch_cudnn", "bfloat16"),
     ("torch_cudnn bf16 16 s utterances", ["--config.dataset.synthetic_min_duration_s=16",
                                            "--config.dataset.synthetic_max_duration_s=16"], "", "torch_cudnn", "bfloat16"),
