@@ -25,7 +25,7 @@ INSTALL_REQUIRES = [
 TORCH = "torch==2.13.0"
 
 EXTRAS = {
-    "test": ["pytest>=7.4", "pytest-timeout>=2.2", TORCH],
+    "test": ["pytest>=7.4", "pytest-timeout>=2.2", TORCH, "matplotlib>=3.7"],  # benchmarks are tested too
     "bench": [TORCH, "matplotlib>=3.7"],
     # pyctcdecode 0.5 pins numpy<2 (jax needs >= 2) but runs on numpy 2: install it after
     # this extra with `pip install --no-deps pyctcdecode==0.5.0`; pygtrie is its one dependency.

@@ -80,16 +80,15 @@ class Parallel:
 
     def get(self, tree):
         """A replicated device pytree -> one host copy."""
-        if self.kind == "pmap":
-            tree = jax.tree_util.tree_map(lambda x: x.addressable_shards[0].data[0], tree)
-        return jax.device_get(tree)
+        return jax.device_get(unreplicate(tree) if self.kind == "pmap" else tree)
 
-    def flat_rows(self, x) -> np.ndarray:
-        """Per-utterance outputs of this process, [rows, ...] in batch order."""
-        if self.kind == "jit" and jax.process_count() > 1:
-            x = np.concatenate([np.asarray(s.data) for s in sorted(x.addressable_shards, key=lambda s: s.index[0].start or 0)])
-        x = np.asarray(x)
-        return x.reshape((-1,) + x.shape[2:]) if self.kind == "pmap" else x
+
+def unreplicate(tree):
+    """First device's copy of a pmap-replicated pytree (any device count).
+
+    flax.jax_utils.unreplicate returns the unsqueezed (1, ...) array with one device.
+    """
+    return jax.tree_util.tree_map(lambda x: x.addressable_shards[0].data[0], tree)
 
 
 def _prefetch(items: Iterator, size: int) -> Iterator:

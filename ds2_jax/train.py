@@ -1,14 +1,14 @@
-"""Train state, the pure train and eval steps, and the training loop.
+"""Train state, the pure train step, and the training loop.
 
 `train_step` is one pure function (features, forward, CTC, backward, gradient
-all-reduce, update, metrics). `compile_train_step` wraps it with `jax.pmap` (axis name
-`batch`, state donated) or, with config.compile=False, leaves it to run op by op on
-one device, so the compiled and the eager design run identical code.
+all-reduce, update, metrics). `compile_train_step` wraps it as config.parallelism says
+(parallel.py: `jax.pmap` with axis name `batch` and the state donated, or jit over a
+device mesh) or, with config.compile=False, leaves it to run op by op on one device, so
+the compiled and the eager design run identical code.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import os
@@ -172,30 +172,16 @@ def step_kwargs(config) -> dict:
 
 
 def compile_train_step(config) -> Callable:
-    """pmap'd train step (state donated), or the eager single-device step."""
-    kwargs = step_kwargs(config)
-    if config.compile:
-        return jax.pmap(functools.partial(train_step, **kwargs, axis_name=AXIS), axis_name=AXIS, donate_argnums=(0,))
-    eager = functools.partial(train_step, **kwargs, axis_name=None)
-
-    def run_eager(state, batch, rng):
-        with jax.disable_jit():
-            return eager(state, batch, rng)
-
-    return run_eager
+    """The train step compiled for config.parallelism, or eager with config.compile=False."""
+    return parallel.make(config).compile(train_step, step_kwargs(config))
 
 
 # ----------------------------------------------------------------------------- loop
 
 
 def local_devices(config) -> list:
-    devices = jax.local_devices()
-    if config.num_devices > len(devices):
-        raise ValueError(f"num_devices={config.num_devices} but only {len(devices)} local devices are present")
-    n = config.num_devices or len(devices)
-    if not config.compile:
-        n = 1
-    return devices[:n]
+    """This process's devices that the step uses."""
+    return parallel.make(config).devices
 
 
 def save_config(config, workdir: str) -> None:
@@ -216,9 +202,7 @@ def load_config(workdir: str):
         return ml_collections.ConfigDict(json.load(f))
 
 
-def unreplicate(tree):
-    """First device's copy of a pmap-replicated pytree (works for any device count)."""
-    return jax.tree_util.tree_map(lambda x: x.addressable_shards[0].data[0], tree)
+unreplicate = parallel.unreplicate
 
 
 def initial_state(config, source, rng):

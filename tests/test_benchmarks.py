@@ -112,7 +112,8 @@ def test_loop_and_cudnn_forwards_agree(cell, shared):
     logits_cudnn, out_cudnn = cudnn(audio, lengths)
     np.testing.assert_array_equal(out_loop.numpy(), out_cudnn.numpy())
     valid = (torch.arange(logits_loop.shape[1])[None, :] < out_loop[:, None]).numpy()
-    np.testing.assert_allclose(logits_cudnn.detach().numpy()[valid], logits_loop.detach().numpy()[valid], rtol=1e-4, atol=1e-5)
+    # float32 sums in different orders (per-step matmuls vs nn.RNN): ~1e-5 apart at worst
+    np.testing.assert_allclose(logits_cudnn.detach().numpy()[valid], logits_loop.detach().numpy()[valid], rtol=1e-4, atol=1e-4)
     # Both directions see only valid frames: trimming the padding changes no valid output.
     short = int(lengths.max())
     trimmed, _ = loop(audio[:, :short], lengths)
