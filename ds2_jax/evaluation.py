@@ -151,8 +151,7 @@ def gather_texts(texts: list[str]) -> list[str]:
     """Concatenates every process's list (in process order); the list itself with one process.
 
     The gather is a pmap'd all_gather over all devices, the same collective group as the
-    train and eval steps (multihost_utils.process_allgather builds a new one, whose
-    set-up timed out now and then under gloo).
+    train and eval steps, so no new communicator is set up.
     """
     if jax.process_count() == 1:
         return texts

@@ -89,7 +89,8 @@ def check_workdir(workdir: str, checkpoint_bytes: int) -> None:
     """Fails before training if workdir can't be written or can't hold two more checkpoints."""
     try:
         os.makedirs(workdir, exist_ok=True)
-        probe = os.path.join(workdir, ".write_probe")
+        # One probe per process: processes of a multi-process run share the workdir.
+        probe = os.path.join(workdir, f".write_probe.{os.getpid()}.{threading.get_ident()}")
         with open(probe, "wb") as f:
             f.write(b"0" * 4096)
         os.remove(probe)
