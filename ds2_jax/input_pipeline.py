@@ -126,11 +126,8 @@ class SyntheticSource:
         for first in range(0, total, s.global_batch):
             lo = base + first + s.start
             n = max(0, min(s.local_batch, total - first - s.start))
-            batch = self._batch(range(lo, lo + n))
-            yield pad_batch(
-                [{"audio": a[:l], "labels": y[:k]} for a, l, y, k in zip(batch["audio"], batch["audio_lengths"], batch["labels"], batch["label_lengths"])],
-                self.max_samples, self.max_label_len, s.local_batch,
-            )
+            utts = [self.utterance(i) for i in range(lo, lo + n)]
+            yield pad_batch(utts, self.max_samples, self.max_label_len, s.local_batch)
 
     def shapes(self) -> list[tuple[int, int]]:
         return [(self.max_samples, self.max_label_len)]

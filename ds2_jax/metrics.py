@@ -19,8 +19,7 @@ def error_rates(references: list[str], hypotheses: list[str]) -> dict[str, float
         return {"wer": 0.0, "cer": 0.0}
     # jiwer rejects empty reference strings; score them as one-character sentinels.
     refs = [r if r.strip() else "<empty>" for r in references]
-    hyps = [h if h.strip() else "" for h in hypotheses]
-    return {"wer": float(jiwer.wer(refs, hyps)), "cer": float(jiwer.cer(refs, hyps))}
+    return {"wer": float(jiwer.wer(refs, hypotheses)), "cer": float(jiwer.cer(refs, hypotheses))}
 
 
 def reduce_sums(step_metrics: list[Mapping[str, np.ndarray]]) -> dict[str, float]:
