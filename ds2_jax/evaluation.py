@@ -191,6 +191,31 @@ def restore_state(config, workdir: str, step: int | None = None) -> tuple[train.
     return state.replace(apply_fn=template.apply_fn, tx=template.tx), int(step)
 
 
+def replicate_for_eval(config, state, devices):
+    """A host state in the layout of compile_eval_step: replicated for pmap, as is for eager."""
+    return jax_utils.replicate(state, devices, axis_name=train.AXIS) if config.compile else state
+
+
+@dataclasses.dataclass
+class EvalRun:
+    """A restored checkpoint, ready for run_split / evaluate."""
+
+    p_eval: Callable
+    state: "train.TrainState"
+    source: input_pipeline.Source
+    devices: list
+    step: int
+
+
+def prepare(config, workdir: str, step: int | None = None, log_probs: bool = False) -> EvalRun:
+    """Restores checkpoint `step` (default: latest), builds the source and the eval step."""
+    devices = train.local_devices(config)
+    source = input_pipeline.make_source(config, input_pipeline.Sharding(config.per_device_batch_size * len(devices)))
+    state, step = restore_state(config, workdir, step)
+    p_eval = compile_eval_step(config, log_probs=log_probs)
+    return EvalRun(p_eval, replicate_for_eval(config, state, devices), source, devices, step)
+
+
 def split_list(spec: str) -> list[str]:
     """'test-clean, test-other' -> ['test-clean', 'test-other'] (each scored on its own)."""
     splits = [s.strip() for s in spec.split(",") if s.strip()]
@@ -205,16 +230,12 @@ def evaluate_splits(config, workdir: str, split: str = "", step: int | None = No
     validate(config)
     dec_cfg = decoding.DecoderConfig.from_config(config.get("decoding"))
     beam = decoding.make_beam_decoder(dec_cfg)  # before compiling: a missing LM fails fast
-    devices = train.local_devices(config)
-    sharding = input_pipeline.Sharding(config.per_device_batch_size * len(devices))
-    source = input_pipeline.make_source(config, sharding)
-    state, step = restore_state(config, workdir, step)
-    p_eval = compile_eval_step(config, log_probs=beam is not None)
-    if config.compile:
-        state = jax_utils.replicate(state, devices, axis_name=train.AXIS)
+    run = prepare(config, workdir, step, log_probs=beam is not None)
+    step = run.step
     results = {}
     for name in split_list(split or config.eval.split or config.dataset.eval_split):
-        result = evaluate(p_eval, state, source, name, config.eval.max_utterances, len(devices), config.compile, beam)
+        result = evaluate(run.p_eval, run.state, run.source, name, config.eval.max_utterances,
+                          len(run.devices), config.compile, beam)
         result.update(split=name, step=step)
         path = os.path.join(workdir, f"eval-{name}-{step}.json")
         with open(path, "w") as f:

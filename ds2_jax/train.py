@@ -19,7 +19,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from flax import jax_utils
 from flax.training import train_state
 
 from ds2_jax import checkpoint, ctc, features, input_pipeline, metrics, model, parallel, resilience
@@ -202,9 +201,6 @@ def load_config(workdir: str):
         return ml_collections.ConfigDict(json.load(f))
 
 
-unreplicate = parallel.unreplicate
-
-
 def initial_state(config, source, rng):
     mean, std = source.feature_stats()
     return create_state(config, rng, mean, std)
@@ -258,7 +254,7 @@ def train_and_evaluate(config, workdir: str) -> TrainState:
 
     def run_eval(step):
         # The eval step is pmap'd (or eager); the jit path hands it a replicated copy.
-        eval_state = jax_utils.replicate(host_state(), devices, axis_name=AXIS) if par.kind == "jit" else state
+        eval_state = evaluation.replicate_for_eval(config, host_state(), devices) if par.kind == "jit" else state
         result = evaluation.evaluate(p_eval, eval_state, source, config.dataset.eval_split,
                                      config.eval.max_utterances, n_dev, par.kind != "eager")
         evaluation.report(writer, step, result, config.eval.num_examples_to_print)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from flax import jax_utils
 
-from ds2_jax import checkpoint, input_pipeline, metrics, train
+from ds2_jax import checkpoint, input_pipeline, metrics, parallel, train
 from tests.helpers import tiny_config
 
 
@@ -41,7 +41,7 @@ def _one_step(config, state, batch):
         devices = jax.local_devices()[:1]
         new_state, m = step(jax_utils.replicate(state, devices, axis_name=train.AXIS),
                             input_pipeline.shard_for_devices(batch, 1), jax_utils.replicate(rng, devices))
-        return train.unreplicate(new_state), train.unreplicate(m)
+        return parallel.unreplicate(new_state), parallel.unreplicate(m)
     return step(state, batch, rng)
 
 

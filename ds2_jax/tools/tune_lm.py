@@ -51,19 +51,13 @@ def grid_search(outputs, beam, alphas: list[float], betas: list[float]) -> list[
 
 def tune(config, workdir: str, lm: str, split: str, alphas, betas, beam_width: int, max_utterances: int = 0, step=None) -> dict:
     """Runs the grid; returns {'best': {...}, 'greedy': {...}, 'grid': [...], ...} and writes the json."""
-    from flax import jax_utils
-
-    from ds2_jax import decoding, evaluation, input_pipeline, metrics, train
+    from ds2_jax import decoding, evaluation, metrics
 
     beam = decoding.BeamSearchDecoder(decoding.DecoderConfig(beam_width=beam_width, lm_path=lm))
-    devices = train.local_devices(config)
-    source = input_pipeline.make_source(config, input_pipeline.Sharding(config.per_device_batch_size * len(devices)))
-    state, step = evaluation.restore_state(config, workdir, step)
-    p_eval = evaluation.compile_eval_step(config, log_probs=True)
-    if config.compile:
-        state = jax_utils.replicate(state, devices, axis_name=train.AXIS)
+    run = evaluation.prepare(config, workdir, step, log_probs=True)
+    step = run.step
     split = split or config.eval.split or config.dataset.eval_split
-    out = evaluation.run_split(p_eval, state, source, split, max_utterances, len(devices), config.compile)
+    out = evaluation.run_split(run.p_eval, run.state, run.source, split, max_utterances, len(run.devices), config.compile)
     grid = grid_search(out, beam, [float(a) for a in alphas], [float(b) for b in betas])
     best = min(grid, key=lambda r: (r["wer"], r["cer"]))
     result = {
