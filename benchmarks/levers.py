@@ -43,6 +43,11 @@ LEVERS = [
                                            "--config.dataset.synthetic_max_duration_s=16"], "", "torch_cudnn", "bfloat16"),
     ("scan_vjp bf16 unroll 8 + command buffers", ["--config.model.rnn_impl=scan_vjp", "--config.model.scan_unroll=8"],
      COMMAND_BUFFERS, "jax", "bfloat16"),
+    ("pallas bf16", ["--config.model.rnn_impl=pallas"], "", "jax", "bfloat16"),
+    ("pallas f32", ["--config.model.rnn_impl=pallas"], "", "jax", "float32"),
+    ("pallas bf16 batch 64", ["--config.model.rnn_impl=pallas", "--config.per_device_batch_size=64"], "", "jax", "bfloat16"),
+    ("pallas bf16 16 s utterances", ["--config.model.rnn_impl=pallas", "--config.dataset.synthetic_min_duration_s=16",
+                                     "--config.dataset.synthetic_max_duration_s=16"], "", "jax", "bfloat16"),
     ("torch_cudnn bf16", [], "", "torch_cudnn", "bfloat16"),
 ]
 
@@ -71,7 +76,8 @@ def run_lever(name, overrides, xla_flags, variant, dtype, out_dir) -> dict:
         busy = prof.get("gpu_busy_fraction")
         row.update(launches_per_step=prof.get("kernels_per_step"),
                    gpu_busy_pct=round(100 * busy, 1) if isinstance(busy, (int, float)) else busy,
-                   top_kernels=prof.get("top_kernels", [])[:5])
+                   top_kernels=prof.get("top_kernels", []),
+                   time_by_calls_per_step=prof.get("time_by_calls_per_step", []))
         if proc.returncode:
             row["error"] = proc.stderr[-800:]
     except Exception as e:  # a lever that fails is recorded, the others still run

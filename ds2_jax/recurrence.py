@@ -15,6 +15,8 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 
+from ds2_jax import persistent_rnn
+
 
 def reverse_valid(x: jax.Array, lengths: jax.Array) -> jax.Array:
     """Reverses x[b, :lengths[b]] along axis 1 and leaves the padding in place."""
@@ -134,7 +136,21 @@ def scan_vjp_recurrence(xs: jax.Array, recurrent: jax.Array, cell: str, unroll: 
     return _simple_rnn(xs, recurrent, unroll)
 
 
-IMPLS: dict[str, Callable] = {"scan": scan_recurrence, "scan_vjp": scan_vjp_recurrence, "auto": None}
+def pallas_recurrence(xs: jax.Array, recurrent: jax.Array, cell: str, unroll: int = 1) -> jax.Array:
+    """Simple recurrence as one persistent Pallas kernel per direction pair (GPU; interpret mode elsewhere)."""
+    del unroll  # the kernel loops over time itself
+    if cell != "simple":
+        raise ValueError(f"rnn_impl='pallas' supports rnn_cell='simple' only, not {cell!r}")
+    batch, hidden = xs.shape[2], recurrent.shape[1]
+    if jax.default_backend() == "gpu" and not persistent_rnn.supported(hidden, batch):
+        raise ValueError(
+            f"rnn_impl='pallas' needs a power-of-two rnn_hidden and per-device batch >= 16, got hidden={hidden}, "
+            f"batch={batch}; use model.rnn_impl='auto' or 'scan_vjp'")
+    return persistent_rnn.persistent_simple_rnn(xs, recurrent)
+
+
+IMPLS: dict[str, Callable] = {
+    "scan": scan_recurrence, "scan_vjp": scan_vjp_recurrence, "pallas": pallas_recurrence, "auto": None}
 
 
 def resolve_impl(impl: str, cell: str) -> str:

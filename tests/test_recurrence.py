@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ds2_jax import recurrence
+from ds2_jax import persistent_rnn, recurrence
 
 
 def problem(dtype, t=23, d=2, b=3, h=16, seed=0):
@@ -16,17 +16,15 @@ def problem(dtype, t=23, d=2, b=3, h=16, seed=0):
     return xs.astype(dtype), w.astype(dtype), dys.astype(dtype)
 
 
-@pytest.mark.parametrize("dtype, rtol", [(jnp.float32, 1e-5), (jnp.bfloat16, 2e-2)])
-@pytest.mark.parametrize("unroll", [1, 4])
-def test_scan_vjp_matches_scan(dtype, rtol, unroll):
-    xs, w, dys = problem(dtype)
+def assert_matches_scan(impl, dtype, rtol, xs, w, dys, **kwargs):
+    """Outputs and gradients of `impl` against the lax.scan reference."""
 
-    def loss(impl, xs, w):
-        ys = recurrence.IMPLS[impl](xs, w, "simple", unroll)
+    def loss(name, xs, w):
+        ys = recurrence.IMPLS[name](xs, w, "simple", **kwargs)
         return jnp.sum(ys.astype(jnp.float32) * dys.astype(jnp.float32)), ys
 
-    (l_ref, y_ref), g_ref = jax.value_and_grad(lambda a, b: loss("scan", a, b), argnums=(0, 1), has_aux=True)(xs, w)
-    (l_new, y_new), g_new = jax.value_and_grad(lambda a, b: loss("scan_vjp", a, b), argnums=(0, 1), has_aux=True)(xs, w)
+    (_, y_ref), g_ref = jax.value_and_grad(lambda a, b: loss("scan", a, b), argnums=(0, 1), has_aux=True)(xs, w)
+    (_, y_new), g_new = jax.value_and_grad(lambda a, b: loss(impl, a, b), argnums=(0, 1), has_aux=True)(xs, w)
     np.testing.assert_allclose(np.asarray(y_new, np.float32), np.asarray(y_ref, np.float32), rtol=rtol, atol=rtol)
     for a, b in zip(g_new, g_ref):
         a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
@@ -34,8 +32,34 @@ def test_scan_vjp_matches_scan(dtype, rtol, unroll):
         np.testing.assert_allclose(a, b, rtol=rtol, atol=rtol * np.abs(b).max())
 
 
+DTYPES = [(jnp.float32, 1e-5), (jnp.bfloat16, 2e-2)]
+
+
+@pytest.mark.parametrize("dtype, rtol", DTYPES)
+@pytest.mark.parametrize("unroll", [1, 4])
+def test_scan_vjp_matches_scan(dtype, rtol, unroll):
+    assert_matches_scan("scan_vjp", dtype, rtol, *problem(dtype), unroll=unroll)
+
+
+# On a GPU the kernel runs with several programs per direction (cols 16 of 64), so the
+# grid-wide barrier between time steps is exercised; elsewhere it runs in interpret mode.
+@pytest.mark.parametrize("dtype, rtol", DTYPES)
+@pytest.mark.parametrize("cols", [16, 64])
+def test_pallas_kernel_matches_scan(dtype, rtol, cols, monkeypatch):
+    monkeypatch.setattr(persistent_rnn, "column_block", lambda *_: cols)
+    assert_matches_scan("pallas", dtype, rtol, *problem(dtype, t=19, b=16, h=64))
+
+
+def test_pallas_kernel_at_seed_width():
+    """One layer of the seed (2 directions x 2048 units, batch 16) in bfloat16."""
+    if jax.default_backend() != "gpu":
+        pytest.skip("seed-width kernel check runs on the GPU (interpret mode would take minutes)")
+    assert_matches_scan("pallas", jnp.bfloat16, 2e-2, *problem(jnp.bfloat16, t=267, b=16, h=2048))
+
+
 def test_auto_picks_scan_for_gated_cells():
     assert recurrence.resolve_impl("auto", "simple") == "scan_vjp"
     assert recurrence.resolve_impl("auto", "gru") == "scan"
-    with pytest.raises(ValueError, match="simple"):
-        recurrence.scan_vjp_recurrence(jnp.zeros((2, 1, 1, 6)), jnp.zeros((1, 2, 6)), "gru")
+    for impl in ("scan_vjp", "pallas"):
+        with pytest.raises(ValueError, match="simple"):
+            recurrence.IMPLS[impl](jnp.zeros((2, 1, 1, 6)), jnp.zeros((1, 2, 6)), "gru")

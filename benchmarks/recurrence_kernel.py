@@ -1,0 +1,94 @@
+"""One bidirectional RNN layer alone: scan_vjp against the persistent Pallas kernel.
+
+    python -m benchmarks.recurrence_kernel --out=DIR [--steps=30] [--cols=16,32,64]
+
+Seed layer shape (267 frames, 2 directions, batch 16, 2048 units, bfloat16). Times the
+forward and the forward + backward (gradient of sum(ys * cotangent)) as medians over
+`steps` calls, compile apart, and checks each kernel setting's outputs and gradients
+against scan_vjp. Writes DIR/recurrence_kernel.json and .md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import app, flags
+
+from benchmarks import timing
+from ds2_jax import persistent_rnn, recurrence
+
+_OUT = flags.DEFINE_string("out", None, "Output directory.", required=True)
+_STEPS = flags.DEFINE_integer("steps", 30, "Timed calls per setting.")
+_COLS = flags.DEFINE_list("cols", ["16", "32", "64"], "Kernel column blocks to try.")
+_SHAPE = flags.DEFINE_list("shape", ["267", "2", "16", "2048"], "T, directions, batch, hidden.")
+_DTYPE = flags.DEFINE_string("dtype", "bfloat16", "Compute dtype.")
+
+
+def layer_fns(impl):
+    """(forward, forward+backward) for one recurrence implementation."""
+    fwd = jax.jit(impl)
+
+    def loss(xs, w, ct):
+        return jnp.sum(impl(xs, w).astype(jnp.float32) * ct)
+
+    return fwd, jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))
+
+
+def time_ms(fn, args, steps):
+    out = timing.measure(lambda _: jax.block_until_ready(fn(*args)), warmup=3, steps=steps)
+    return out["first_step_s"], float(np.median(out["step_times_s"]) * 1e3)
+
+
+def rel_err(a, b):
+    a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
+
+
+def main(argv):
+    del argv
+    t, d, b, h = (int(v) for v in _SHAPE.value)
+    dtype = jnp.dtype(_DTYPE.value)
+    k1, k2, k3 = jax.random.split(jax.random.PRNGKey(0), 3)
+    xs = (jax.random.normal(k1, (t, d, b, h)) * 2.0).astype(dtype)
+    w = (jax.random.normal(k2, (d, h, h)) / np.sqrt(h)).astype(dtype)
+    ct = jax.random.normal(k3, (t, d, b, h))
+    impls = {"scan_vjp unroll 8": lambda x, r: recurrence.scan_vjp_recurrence(x, r, "simple", 8)}
+    for cols in _COLS.value:
+        impls[f"pallas cols {cols}"] = (lambda c: lambda x, r: persistent_rnn.persistent_simple_rnn(x, r, c))(int(cols))
+    rows, reference = [], None
+    for name, impl in impls.items():
+        fwd, fwd_bwd = layer_fns(impl)
+        row = {"impl": name, "shape": [t, d, b, h], "dtype": dtype.name}
+        try:
+            row["compile_fwd_s"], row["fwd_ms"] = time_ms(fwd, (xs, w), _STEPS.value)
+            row["compile_fwd_bwd_s"], row["fwd_bwd_ms"] = time_ms(fwd_bwd, (xs, w, ct), _STEPS.value)
+            ys, (loss, (dxs, dw)) = fwd(xs, w), fwd_bwd(xs, w, ct)
+            if reference is None:
+                reference = (ys, dxs, dw)
+            row.update(rel_err_ys=rel_err(ys, reference[0]), rel_err_dxs=rel_err(dxs, reference[1]),
+                       rel_err_dw=rel_err(dw, reference[2]), status="ok")
+        except Exception as e:  # a failing setting is reported, the others still run
+            row.update(status="error", error=f"{type(e).__name__}: {e}"[:500])
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+    os.makedirs(_OUT.value, exist_ok=True)
+    with open(os.path.join(_OUT.value, "recurrence_kernel.json"), "w") as f:
+        json.dump({"device": str(jax.devices()[0].device_kind), "rows": rows}, f, indent=1)
+    lines = ["| impl | fwd ms | fwd+bwd ms | compile s | rel err ys / dxs / dW |", "|---|---|---|---|---|"]
+    for r in rows:
+        if r["status"] != "ok":
+            lines.append(f"| {r['impl']} | error: {r['error'][:120]} | | | |")
+            continue
+        lines.append(f"| {r['impl']} | {r['fwd_ms']:.2f} | {r['fwd_bwd_ms']:.2f} | {r['compile_fwd_bwd_s']:.1f} | "
+                     f"{r['rel_err_ys']:.1e} / {r['rel_err_dxs']:.1e} / {r['rel_err_dw']:.1e} |")
+    with open(os.path.join(_OUT.value, "recurrence_kernel.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    app.run(main)

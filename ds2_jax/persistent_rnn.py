@@ -1,0 +1,162 @@
+"""Persistent recurrence kernel (Pallas, Triton lowering) for the clipped-ReLU RNN.
+
+One kernel launch runs a whole layer over time, in the spirit of Diamos et al. 2016.
+The grid has one program per (direction, column block); program (d, j) owns columns
+j*cols:(j+1)*cols of direction d, loads its slice of the recurrent matrix once, and per
+time step reads the full previous hidden state of its direction from global memory,
+computes its columns and publishes them. A per-direction counter, bumped atomically by
+every program after it stored its columns, is the grid-wide barrier between time steps,
+so all programs must be resident at once: the grid never exceeds the GPU's SM count.
+
+The backward pass is the same kernel run in reverse time on the transposed matrix
+(dL/dz_t = active_t * (dL/dy_t + dL/dz_{t+1} W^T)); the weight gradient is one GEMM over
+all time steps afterwards, as in `recurrence.scan_vjp_recurrence`.
+
+In Pallas interpret mode (CPU tests) the grid runs one program after another, so a
+program cannot wait for a later one: interpret mode uses one column block per direction.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as plt
+
+CLIP = 20.0
+
+
+def _forward_cell(x, rec):
+    return jnp.clip(x + rec, 0.0, CLIP)
+
+
+def _backward_cell(dy, y, rec):
+    # The clipped ReLU passes gradient only strictly inside (0, CLIP).
+    return jnp.where((y > 0) & (y < CLIP), dy + rec, 0.0)
+
+
+def _recurrence_kernel(*refs, cell: Callable, n_inputs: int, reverse: bool, transposed: bool,
+                       cols: int, blocks_per_dir: int, precision, interpret: bool):
+    """One program: columns [c0, c0 + cols) of direction d, all time steps."""
+    in_refs, (w_ref, _, out_ref, count_ref) = refs[:n_inputs], refs[n_inputs:]
+    n_steps = out_ref.shape[0]
+    pid = pl.program_id(0)
+    d = pid // blocks_per_dir
+    col = pl.ds(pl.multiple_of((pid % blocks_per_dir) * cols, cols), cols)
+    # This program's slice of the recurrent matrix, loaded once for all time steps.
+    w = w_ref[d, col, :] if transposed else w_ref[d, :, col]
+
+    def sync_threads():
+        if not interpret:  # one thread per program in interpret mode
+            plt.debug_barrier()
+
+    def time_of(step):
+        return n_steps - 1 - step if reverse else step
+
+    def emit(step, rec):
+        t = time_of(step)
+        inputs = [r[t, d, :, col].astype(jnp.float32) for r in in_refs]
+        out_ref[t, d, :, col] = cell(*inputs, rec).astype(out_ref.dtype)
+        sync_threads()  # every thread's store is issued before the release below
+        plt.atomic_add(count_ref, (d,), jnp.int32(1))
+
+    def wait_for(step):
+        # Spin on an atomic read (add 0) until every program of direction d has
+        # published step - 1. The target rides in the carry (interpret mode wants no consts).
+        def poll(carry):
+            _, target = carry
+            return plt.atomic_add(count_ref, (d,), target * 0), target
+
+        jax.lax.while_loop(lambda carry: carry[0] < carry[1], poll,
+                           (jnp.int32(-1), blocks_per_dir * step))
+        sync_threads()
+
+    def step_fn(step, carry):
+        wait_for(step)
+        # volatile: read through L2, never a stale L1 line of a buffer written by another program.
+        prev = plt.load(out_ref.at[time_of(step - 1), d], volatile=True)
+        rec = jax.lax.dot_general(prev, w, (((1,), (1 if transposed else 0,)), ((), ())),
+                                  precision=precision, preferred_element_type=jnp.float32)
+        emit(step, rec)
+        return carry
+
+    emit(0, jnp.zeros((out_ref.shape[2], cols), jnp.float32))
+    jax.lax.fori_loop(1, n_steps, step_fn, 0)
+
+
+def column_block(hidden: int, directions: int, cores: int) -> int:
+    """Smallest power-of-two column block whose grid fits on `cores` SMs at once."""
+    cols = 16
+    while directions * (hidden // cols) > cores and cols < hidden:
+        cols *= 2
+    return cols
+
+
+def supported(hidden: int, batch: int) -> bool:
+    """Triton blocks need power-of-two sides; tiny batches fall below the MMA tile."""
+    def pow2(n):
+        return n > 0 and n & (n - 1) == 0
+    return pow2(hidden) and hidden >= 16 and pow2(batch) and batch >= 16
+
+
+def _run(cell, inputs, weights, *, reverse: bool, transposed: bool, cols: int | None):
+    """Runs the kernel; inputs are [T, D, B, H] arrays, weights [D, H, H]."""
+    directions, hidden = weights.shape[0], weights.shape[1]
+    interpret = jax.default_backend() != "gpu"
+    if interpret:
+        cols = hidden
+    elif cols is None:
+        cols = column_block(hidden, directions, jax.devices()[0].core_count)
+    blocks_per_dir = hidden // cols
+    out_dtype = inputs[0].dtype
+    precision = jax.lax.Precision.HIGHEST if out_dtype == jnp.float32 else None
+    kernel = functools.partial(
+        _recurrence_kernel, cell=cell, n_inputs=len(inputs), reverse=reverse, transposed=transposed,
+        cols=cols, blocks_per_dir=blocks_per_dir, precision=precision, interpret=interpret)
+    counts = jnp.zeros((directions,), jnp.int32)
+    out, _ = pl.pallas_call(
+        kernel,
+        out_shape=(jax.ShapeDtypeStruct(inputs[0].shape, out_dtype), jax.ShapeDtypeStruct(counts.shape, counts.dtype)),
+        grid=(directions * blocks_per_dir,),
+        input_output_aliases={len(inputs) + 1: 1},
+        compiler_params=plt.CompilerParams(num_warps=4, num_stages=1),
+        interpret=interpret,
+        name="persistent_rnn_backward" if reverse else "persistent_rnn_forward",
+    )(*inputs, weights, counts)
+    return out
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def persistent_simple_rnn(xs: jax.Array, recurrent: jax.Array, cols: int | None = None) -> jax.Array:
+    """Clipped-ReLU recurrence h_t = min(max(x_t + h_{t-1} W, 0), 20).
+
+    Runs as a Triton kernel on GPUs and in Pallas interpret mode elsewhere.
+
+    Args:
+      xs: [T, D, B, H] time-major projections for D directions (B, H powers of two >= 16 on GPU).
+      recurrent: [D, H, H] recurrent matrices.
+      cols: columns per program (GPU); None picks the smallest that fits the SMs.
+    Returns:
+      [T, D, B, H] hidden states in xs.dtype.
+    """
+    return _run(_forward_cell, [xs], recurrent.astype(xs.dtype), reverse=False, transposed=False, cols=cols)
+
+
+def _fwd(xs, recurrent, cols):
+    ys = persistent_simple_rnn(xs, recurrent, cols)
+    return ys, (ys, recurrent)
+
+
+def _bwd(cols, residuals, dys):
+    ys, recurrent = residuals
+    dzs = _run(_backward_cell, [dys.astype(ys.dtype), ys], recurrent.astype(ys.dtype), reverse=True,
+               transposed=True, cols=cols)
+    h_prev = jnp.concatenate([jnp.zeros_like(ys[:1]), ys[:-1]], axis=0)
+    d_recurrent = jnp.einsum("tdbh,tdbw->dhw", h_prev, dzs, preferred_element_type=jnp.float32)
+    return dzs, d_recurrent.astype(recurrent.dtype)
+
+
+persistent_simple_rnn.defvjp(_fwd, _bwd)
