@@ -18,6 +18,7 @@ program cannot wait for a later one: interpret mode uses one column block per di
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Callable
 
@@ -27,6 +28,17 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plt
 
 CLIP = 20.0
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelOptions:
+    """Launch settings (GPU only). cols=None picks the smallest block that fits the SMs."""
+
+    cols: int | None = None
+    num_warps: int = 4
+    # Read the previous hidden state with volatile loads (bypassing L1). The acquire on
+    # the barrier's atomic already orders plain loads, so this is off by default.
+    volatile_exchange: bool = False
 
 
 def _forward_cell(x, rec):
@@ -39,7 +51,7 @@ def _backward_cell(dy, y, rec):
 
 
 def _recurrence_kernel(*refs, cell: Callable, n_inputs: int, reverse: bool, transposed: bool,
-                       cols: int, blocks_per_dir: int, precision, interpret: bool):
+                       cols: int, blocks_per_dir: int, precision, interpret: bool, volatile: bool):
     """One program: columns [c0, c0 + cols) of direction d, all time steps."""
     in_refs, (w_ref, _, out_ref, count_ref) = refs[:n_inputs], refs[n_inputs:]
     n_steps = out_ref.shape[0]
@@ -76,8 +88,7 @@ def _recurrence_kernel(*refs, cell: Callable, n_inputs: int, reverse: bool, tran
 
     def step_fn(step, carry):
         wait_for(step)
-        # volatile: read through L2, never a stale L1 line of a buffer written by another program.
-        prev = plt.load(out_ref.at[time_of(step - 1), d], volatile=True)
+        prev = plt.load(out_ref.at[time_of(step - 1), d], volatile=volatile)
         rec = jax.lax.dot_general(prev, w, (((1,), (1 if transposed else 0,)), ((), ())),
                                   precision=precision, preferred_element_type=jnp.float32)
         emit(step, rec)
@@ -102,10 +113,11 @@ def supported(hidden: int, batch: int) -> bool:
     return pow2(hidden) and hidden >= 16 and pow2(batch) and batch >= 16
 
 
-def _run(cell, inputs, weights, *, reverse: bool, transposed: bool, cols: int | None):
+def _run(cell, inputs, weights, *, reverse: bool, transposed: bool, options: KernelOptions):
     """Runs the kernel; inputs are [T, D, B, H] arrays, weights [D, H, H]."""
     directions, hidden = weights.shape[0], weights.shape[1]
     interpret = jax.default_backend() != "gpu"
+    cols = options.cols
     if interpret:
         cols = hidden
     elif cols is None:
@@ -115,14 +127,15 @@ def _run(cell, inputs, weights, *, reverse: bool, transposed: bool, cols: int | 
     precision = jax.lax.Precision.HIGHEST if out_dtype == jnp.float32 else None
     kernel = functools.partial(
         _recurrence_kernel, cell=cell, n_inputs=len(inputs), reverse=reverse, transposed=transposed,
-        cols=cols, blocks_per_dir=blocks_per_dir, precision=precision, interpret=interpret)
+        cols=cols, blocks_per_dir=blocks_per_dir, precision=precision, interpret=interpret,
+        volatile=options.volatile_exchange)
     counts = jnp.zeros((directions,), jnp.int32)
     out, _ = pl.pallas_call(
         kernel,
         out_shape=(jax.ShapeDtypeStruct(inputs[0].shape, out_dtype), jax.ShapeDtypeStruct(counts.shape, counts.dtype)),
         grid=(directions * blocks_per_dir,),
         input_output_aliases={len(inputs) + 1: 1},
-        compiler_params=plt.CompilerParams(num_warps=4, num_stages=1),
+        compiler_params=plt.CompilerParams(num_warps=options.num_warps, num_stages=1),
         interpret=interpret,
         name="persistent_rnn_backward" if reverse else "persistent_rnn_forward",
     )(*inputs, weights, counts)
@@ -130,7 +143,7 @@ def _run(cell, inputs, weights, *, reverse: bool, transposed: bool, cols: int | 
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
-def persistent_simple_rnn(xs: jax.Array, recurrent: jax.Array, cols: int | None = None) -> jax.Array:
+def persistent_simple_rnn(xs: jax.Array, recurrent: jax.Array, options: KernelOptions = KernelOptions()) -> jax.Array:
     """Clipped-ReLU recurrence h_t = min(max(x_t + h_{t-1} W, 0), 20).
 
     Runs as a Triton kernel on GPUs and in Pallas interpret mode elsewhere.
@@ -138,22 +151,22 @@ def persistent_simple_rnn(xs: jax.Array, recurrent: jax.Array, cols: int | None 
     Args:
       xs: [T, D, B, H] time-major projections for D directions (B, H powers of two >= 16 on GPU).
       recurrent: [D, H, H] recurrent matrices.
-      cols: columns per program (GPU); None picks the smallest that fits the SMs.
+      options: launch settings (GPU).
     Returns:
       [T, D, B, H] hidden states in xs.dtype.
     """
-    return _run(_forward_cell, [xs], recurrent.astype(xs.dtype), reverse=False, transposed=False, cols=cols)
+    return _run(_forward_cell, [xs], recurrent.astype(xs.dtype), reverse=False, transposed=False, options=options)
 
 
-def _fwd(xs, recurrent, cols):
-    ys = persistent_simple_rnn(xs, recurrent, cols)
+def _fwd(xs, recurrent, options):
+    ys = persistent_simple_rnn(xs, recurrent, options)
     return ys, (ys, recurrent)
 
 
-def _bwd(cols, residuals, dys):
+def _bwd(options, residuals, dys):
     ys, recurrent = residuals
     dzs = _run(_backward_cell, [dys.astype(ys.dtype), ys], recurrent.astype(ys.dtype), reverse=True,
-               transposed=True, cols=cols)
+               transposed=True, options=options)
     h_prev = jnp.concatenate([jnp.zeros_like(ys[:1]), ys[:-1]], axis=0)
     d_recurrent = jnp.einsum("tdbh,tdbw->dhw", h_prev, dzs, preferred_element_type=jnp.float32)
     return dzs, d_recurrent.astype(recurrent.dtype)

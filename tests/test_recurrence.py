@@ -16,18 +16,23 @@ def problem(dtype, t=23, d=2, b=3, h=16, seed=0):
     return xs.astype(dtype), w.astype(dtype), dys.astype(dtype)
 
 
-def assert_matches_scan(impl, dtype, rtol, xs, w, dys, **kwargs):
-    """Outputs and gradients of `impl` against the lax.scan reference."""
+def outputs_and_grads(impl, xs, w, dys, **kwargs):
+    """ys and (dL/dxs, dL/dW) of L = sum(ys * dys) for one implementation, as float32 numpy."""
 
-    def loss(name, xs, w):
-        ys = recurrence.IMPLS[name](xs, w, "simple", **kwargs)
+    def loss(xs, w):
+        ys = recurrence.IMPLS[impl](xs, w, "simple", **kwargs)
         return jnp.sum(ys.astype(jnp.float32) * dys.astype(jnp.float32)), ys
 
-    (_, y_ref), g_ref = jax.value_and_grad(lambda a, b: loss("scan", a, b), argnums=(0, 1), has_aux=True)(xs, w)
-    (_, y_new), g_new = jax.value_and_grad(lambda a, b: loss(impl, a, b), argnums=(0, 1), has_aux=True)(xs, w)
-    np.testing.assert_allclose(np.asarray(y_new, np.float32), np.asarray(y_ref, np.float32), rtol=rtol, atol=rtol)
+    (_, ys), grads = jax.value_and_grad(loss, argnums=(0, 1), has_aux=True)(xs, w)
+    return [np.asarray(a, np.float32) for a in (ys, *grads)]
+
+
+def assert_matches_scan(impl, dtype, rtol, xs, w, dys, **kwargs):
+    """Outputs and gradients of `impl` against the lax.scan reference."""
+    y_ref, *g_ref = outputs_and_grads("scan", xs, w, dys, **kwargs)
+    y_new, *g_new = outputs_and_grads(impl, xs, w, dys, **kwargs)
+    np.testing.assert_allclose(y_new, y_ref, rtol=rtol, atol=rtol)
     for a, b in zip(g_new, g_ref):
-        a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
         # relative to the gradient's scale: bf16 rounding differs between the two orders
         np.testing.assert_allclose(a, b, rtol=rtol, atol=rtol * np.abs(b).max())
 
@@ -51,10 +56,24 @@ def test_pallas_kernel_matches_scan(dtype, rtol, cols, monkeypatch):
 
 
 def test_pallas_kernel_at_seed_width():
-    """One layer of the seed (2 directions x 2048 units, batch 16) in bfloat16."""
+    """One seed layer (2 directions x 2048 units, batch 16, 267 frames) in bfloat16.
+
+    Over 267 steps bfloat16 rounding grows (either implementation is ~5% off float32 in
+    the gradients), so both are measured against float32 and the kernel may not be worse.
+    """
     if jax.default_backend() != "gpu":
         pytest.skip("seed-width kernel check runs on the GPU (interpret mode would take minutes)")
-    assert_matches_scan("pallas", jnp.bfloat16, 2e-2, *problem(jnp.bfloat16, t=267, b=16, h=2048))
+    xs, w, dys = problem(jnp.bfloat16, t=267, b=16, h=2048)
+    with jax.default_matmul_precision("highest"):
+        truth = outputs_and_grads("scan_vjp", xs.astype(jnp.float32), w.astype(jnp.float32), dys)
+
+    def errors(impl):
+        return [np.linalg.norm(a - b) / np.linalg.norm(b) for a, b in zip(outputs_and_grads(impl, xs, w, dys), truth)]
+
+    kernel, scan = errors("pallas"), errors("scan_vjp")
+    assert kernel[0] < 2e-2, kernel
+    for k, s in zip(kernel, scan):
+        assert k <= 1.25 * s + 1e-3, (kernel, scan)
 
 
 def test_auto_picks_scan_for_gated_cells():
