@@ -39,6 +39,9 @@ class KernelOptions:
     # Read the previous hidden state with volatile loads (bypassing L1). The acquire on
     # the barrier's atomic already orders plain loads, so this is off by default.
     volatile_exchange: bool = False
+    # Spin on plain volatile loads of the counter and acquire once with an atomic, instead
+    # of polling with atomic read-modify-writes that queue behind the other programs' adds.
+    poll_with_load: bool = True
 
 
 def _forward_cell(x, rec):
@@ -51,7 +54,8 @@ def _backward_cell(dy, y, rec):
 
 
 def _recurrence_kernel(*refs, cell: Callable, n_inputs: int, reverse: bool, transposed: bool,
-                       cols: int, blocks_per_dir: int, precision, interpret: bool, volatile: bool):
+                       cols: int, blocks_per_dir: int, precision, interpret: bool, volatile: bool,
+                       poll_with_load: bool):
     """One program: columns [c0, c0 + cols) of direction d, all time steps."""
     in_refs, (w_ref, _, out_ref, count_ref) = refs[:n_inputs], refs[n_inputs:]
     n_steps = out_ref.shape[0]
@@ -76,14 +80,18 @@ def _recurrence_kernel(*refs, cell: Callable, n_inputs: int, reverse: bool, tran
         plt.atomic_add(count_ref, (d,), jnp.int32(1))
 
     def wait_for(step):
-        # Spin on an atomic read (add 0) until every program of direction d has
-        # published step - 1. The target rides in the carry (interpret mode wants no consts).
+        # Spin until every program of direction d has published step - 1. The target rides
+        # in the carry (interpret mode wants no consts in the loop).
         def poll(carry):
             _, target = carry
+            if poll_with_load:
+                return plt.load(count_ref.at[d], volatile=True), target
             return plt.atomic_add(count_ref, (d,), target * 0), target
 
-        jax.lax.while_loop(lambda carry: carry[0] < carry[1], poll,
-                           (jnp.int32(-1), blocks_per_dir * step))
+        _, target = jax.lax.while_loop(lambda carry: carry[0] < carry[1], poll,
+                                       (jnp.int32(-1), blocks_per_dir * step))
+        if poll_with_load:
+            plt.atomic_add(count_ref, (d,), target * 0)  # acquire: orders the loads that follow
         sync_threads()
 
     def step_fn(step, carry):
@@ -106,13 +114,6 @@ def column_block(hidden: int, directions: int, cores: int) -> int:
     return cols
 
 
-def supported(hidden: int, batch: int) -> bool:
-    """Triton blocks need power-of-two sides; tiny batches fall below the MMA tile."""
-    def pow2(n):
-        return n > 0 and n & (n - 1) == 0
-    return pow2(hidden) and hidden >= 16 and pow2(batch) and batch >= 16
-
-
 def _run(cell, inputs, weights, *, reverse: bool, transposed: bool, options: KernelOptions):
     """Runs the kernel; inputs are [T, D, B, H] arrays, weights [D, H, H]."""
     directions, hidden = weights.shape[0], weights.shape[1]
@@ -128,7 +129,7 @@ def _run(cell, inputs, weights, *, reverse: bool, transposed: bool, options: Ker
     kernel = functools.partial(
         _recurrence_kernel, cell=cell, n_inputs=len(inputs), reverse=reverse, transposed=transposed,
         cols=cols, blocks_per_dir=blocks_per_dir, precision=precision, interpret=interpret,
-        volatile=options.volatile_exchange)
+        volatile=options.volatile_exchange, poll_with_load=options.poll_with_load)
     counts = jnp.zeros((directions,), jnp.int32)
     out, _ = pl.pallas_call(
         kernel,
@@ -142,24 +143,40 @@ def _run(cell, inputs, weights, *, reverse: bool, transposed: bool, options: Ker
     return out
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def _padded_size(n: int) -> int:
+    """Triton blocks need power-of-two sides of at least 16 (the MMA tile)."""
+    return max(16, 1 << (n - 1).bit_length())
+
+
 def persistent_simple_rnn(xs: jax.Array, recurrent: jax.Array, options: KernelOptions = KernelOptions()) -> jax.Array:
     """Clipped-ReLU recurrence h_t = min(max(x_t + h_{t-1} W, 0), 20).
 
-    Runs as a Triton kernel on GPUs and in Pallas interpret mode elsewhere.
+    Runs as a Triton kernel on GPUs and in Pallas interpret mode elsewhere. Batch and
+    hidden sizes are zero-padded to powers of two: zero units and rows stay zero and
+    never reach the real ones.
 
     Args:
-      xs: [T, D, B, H] time-major projections for D directions (B, H powers of two >= 16 on GPU).
+      xs: [T, D, B, H] time-major projections for D directions.
       recurrent: [D, H, H] recurrent matrices.
       options: launch settings (GPU).
     Returns:
       [T, D, B, H] hidden states in xs.dtype.
     """
+    _, _, batch, hidden = xs.shape
+    pad_b, pad_h = _padded_size(batch) - batch, _padded_size(hidden) - hidden
+    if pad_b or pad_h:
+        xs = jnp.pad(xs, ((0, 0), (0, 0), (0, pad_b), (0, pad_h)))
+        recurrent = jnp.pad(recurrent, ((0, 0), (0, pad_h), (0, pad_h)))
+    return _persistent(xs, recurrent, options)[:, :, :batch, :hidden]
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def _persistent(xs: jax.Array, recurrent: jax.Array, options: KernelOptions) -> jax.Array:
     return _run(_forward_cell, [xs], recurrent.astype(xs.dtype), reverse=False, transposed=False, options=options)
 
 
 def _fwd(xs, recurrent, options):
-    ys = persistent_simple_rnn(xs, recurrent, options)
+    ys = _persistent(xs, recurrent, options)
     return ys, (ys, recurrent)
 
 
@@ -172,4 +189,4 @@ def _bwd(options, residuals, dys):
     return dzs, d_recurrent.astype(recurrent.dtype)
 
 
-persistent_simple_rnn.defvjp(_fwd, _bwd)
+_persistent.defvjp(_fwd, _bwd)

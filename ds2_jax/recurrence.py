@@ -141,11 +141,6 @@ def pallas_recurrence(xs: jax.Array, recurrent: jax.Array, cell: str, unroll: in
     del unroll  # the kernel loops over time itself
     if cell != "simple":
         raise ValueError(f"rnn_impl='pallas' supports rnn_cell='simple' only, not {cell!r}")
-    batch, hidden = xs.shape[2], recurrent.shape[1]
-    if jax.default_backend() == "gpu" and not persistent_rnn.supported(hidden, batch):
-        raise ValueError(
-            f"rnn_impl='pallas' needs a power-of-two rnn_hidden and per-device batch >= 16, got hidden={hidden}, "
-            f"batch={batch}; use model.rnn_impl='auto' or 'scan_vjp'")
     return persistent_rnn.persistent_simple_rnn(xs, recurrent)
 
 
@@ -154,10 +149,15 @@ IMPLS: dict[str, Callable] = {
 
 
 def resolve_impl(impl: str, cell: str) -> str:
-    """'auto' -> the fastest implementation that is correct for `cell`."""
-    if impl == "auto":
-        return "scan_vjp" if cell == "simple" else "scan"
-    return impl
+    """'auto' -> the fastest implementation that is correct for `cell` on this backend.
+
+    The persistent kernel runs natively only on GPUs; elsewhere it would be interpreted.
+    """
+    if impl != "auto":
+        return impl
+    if cell != "simple":
+        return "scan"
+    return "pallas" if jax.default_backend() == "gpu" else "scan_vjp"
 
 
 def bidirectional(
