@@ -80,13 +80,18 @@ def get_config() -> ml_collections.ConfigDict:
     config.model.batch_norm_momentum = 0.99
     config.model.batch_norm_epsilon = 1e-5
     # Recurrence: 'scan' (lax.scan + autodiff, the reference), 'scan_vjp' (simple cell:
-    # hand-written backward, weight gradient as one GEMM) or 'auto' (fastest correct one).
+    # hand-written backward, weight gradient as one GEMM), 'pallas' (simple cell: one
+    # persistent Pallas kernel per layer and direction pair, GPU; interpreted elsewhere)
+    # or 'auto' (pallas on GPUs, scan_vjp elsewhere, scan for GRU/LSTM).
     config.model.rnn_impl = "auto"
     config.model.scan_unroll = 1  # lax.scan unroll factor.
 
     # --- Loss ------------------------------------------------------------------
     config.loss = ml_collections.ConfigDict()
     config.loss.norm_by_times = False  # Divide each utterance's CTC loss by its frames.
+    # CTC: 'optax' (lax.scan), 'pallas' (forward-backward kernels, GPU; interpreted
+    # elsewhere) or 'auto' (pallas on GPUs, optax elsewhere).
+    config.loss.ctc_impl = "auto"
 
     # --- Optimizer -------------------------------------------------------------
     config.optimizer = ml_collections.ConfigDict()

@@ -13,7 +13,18 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from ds2_jax import text
+from ds2_jax import ctc_kernel, text
+
+IMPLS = ("auto", "optax", "pallas")
+
+
+def resolve_impl(impl: str) -> str:
+    """'auto' -> the Pallas forward-backward kernels on GPUs, optax elsewhere."""
+    if impl not in IMPLS:
+        raise ValueError(f"loss.ctc_impl={impl!r}: expected one of {IMPLS}")
+    if impl == "auto":
+        return "pallas" if jax.default_backend() == "gpu" else "optax"
+    return impl
 
 
 def paddings(lengths: jax.Array, size: int) -> jax.Array:
@@ -39,6 +50,7 @@ def per_utterance_loss(
     labels: jax.Array,
     label_lengths: jax.Array,
     norm_by_times: bool = False,
+    impl: str = "auto",
 ) -> tuple[jax.Array, jax.Array]:
     """Per-utterance CTC negative log likelihood.
 
@@ -46,17 +58,22 @@ def per_utterance_loss(
       logits: <float32>[B, T, V] unnormalized, blank = 0.
       logit_lengths, label_lengths: <int32>[B].
       labels: <int32>[B, L].
+      impl: 'optax' (lax.scan), 'pallas' (ds2_jax.ctc_kernel) or 'auto'.
     Returns:
       (<float32>[B] loss, 0 where infeasible; <bool>[B] feasible).
     """
     ok = feasible(logit_lengths, labels, label_lengths)
-    loss = optax.ctc_loss(
-        logits.astype(jnp.float32),
-        paddings(logit_lengths, logits.shape[1]),
-        labels,
-        paddings(label_lengths, labels.shape[1]),
-        blank_id=text.BLANK,
-    )
+    logits = logits.astype(jnp.float32)
+    if resolve_impl(impl) == "pallas":
+        loss = ctc_kernel.ctc_loss(jax.nn.log_softmax(logits), logit_lengths, labels, label_lengths, text.BLANK)
+    else:
+        loss = optax.ctc_loss(
+            logits,
+            paddings(logit_lengths, logits.shape[1]),
+            labels,
+            paddings(label_lengths, labels.shape[1]),
+            blank_id=text.BLANK,
+        )
     if norm_by_times:
         loss = loss / jnp.maximum(logit_lengths, 1).astype(jnp.float32)
     # jnp.where also blocks the gradient of the masked entries.

@@ -52,6 +52,7 @@ def eval_step(
     model_cfg,
     feature_cfg,
     norm_by_times: bool,
+    ctc_impl: str = "auto",
     log_probs: bool = False,
     axis_name: str | None = "batch",
 ):
@@ -63,7 +64,8 @@ def eval_step(
        {'loss_sum', 'loss_count'} psum'd over `axis_name`).
     """
     logits, out_lengths = forward(state, batch["audio"], batch["audio_lengths"], model_cfg=model_cfg, feature_cfg=feature_cfg, axis_name=axis_name)
-    loss, ok = ctc.per_utterance_loss(logits, out_lengths, batch["labels"], batch["label_lengths"], norm_by_times)
+    loss, ok = ctc.per_utterance_loss(logits, out_lengths, batch["labels"], batch["label_lengths"], norm_by_times,
+                                      ctc_impl)
     used = ok.astype(jnp.float32) * batch["weights"]
     sums = {"loss_sum": train.psum(jnp.sum(loss * used), axis_name), "loss_count": train.psum(jnp.sum(used), axis_name)}
     outputs = {"ids": ctc.greedy_ids(logits), "lengths": out_lengths}
@@ -75,7 +77,8 @@ def eval_step(
 def compile_eval_step(config, log_probs: bool = False) -> Callable:
     """pmap'd eval step (or eager with config.compile=False); log_probs for beam search."""
     kw = train.step_kwargs(config)
-    kwargs = {"model_cfg": kw["model_cfg"], "feature_cfg": kw["feature_cfg"], "norm_by_times": kw["norm_by_times"], "log_probs": log_probs}
+    kwargs = {"model_cfg": kw["model_cfg"], "feature_cfg": kw["feature_cfg"], "norm_by_times": kw["norm_by_times"],
+              "ctc_impl": kw["ctc_impl"], "log_probs": log_probs}
     if config.compile:
         return jax.pmap(functools.partial(eval_step, **kwargs, axis_name=train.AXIS), axis_name=train.AXIS)
     return functools.partial(eval_step, **kwargs, axis_name=None)

@@ -95,6 +95,7 @@ def train_step(
     feature_cfg: features.FeatureConfig,
     config_aug: tuple,
     norm_by_times: bool,
+    ctc_impl: str,
     learning_rate_fn: Callable,
     nan_steps: tuple[int, ...] = (),
     axis_name: str | None = AXIS,
@@ -120,7 +121,8 @@ def train_step(
         (logits, out_lengths), updates = net.apply(
             {"params": params, "batch_stats": state.batch_stats}, feats, frames, train=True, mutable=["batch_stats"]
         )
-        loss, ok = ctc.per_utterance_loss(logits, out_lengths, batch["labels"], batch["label_lengths"], norm_by_times)
+        loss, ok = ctc.per_utterance_loss(logits, out_lengths, batch["labels"], batch["label_lengths"], norm_by_times,
+                                          ctc_impl)
         used = ok.astype(jnp.float32) * weights
         count = psum(jnp.sum(used), axis_name)
         local_sum = jnp.sum(loss * used)
@@ -165,6 +167,7 @@ def step_kwargs(config) -> dict:
         feature_cfg=features.FeatureConfig.from_config(f),
         config_aug=(f.freq_masks, f.freq_mask_width, f.time_masks, f.time_mask_max_fraction),
         norm_by_times=config.loss.norm_by_times,
+        ctc_impl=config.loss.get("ctc_impl", "auto"),  # workdirs saved before the knob existed
         learning_rate_fn=learning_rate_schedule(config.optimizer),
         nan_steps=resilience.parse_steps(config.faults.nan_at_steps),
     )

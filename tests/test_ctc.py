@@ -3,6 +3,7 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 import torch
 
 from ds2_jax import ctc, text
@@ -20,7 +21,11 @@ def random_problem(seed=0, b=6, t=40, v=29, max_label=12):
 
 
 def torch_ctc(logits, logit_lengths, labels, label_lengths):
-    log_probs = torch.log_softmax(torch.tensor(logits), -1).transpose(0, 1)
+    return torch_ctc_tensor(torch.tensor(logits), logit_lengths, labels, label_lengths).numpy()
+
+
+def torch_ctc_tensor(logits, logit_lengths, labels, label_lengths):
+    log_probs = torch.log_softmax(logits, -1).transpose(0, 1)
     return torch.nn.functional.ctc_loss(
         log_probs,
         torch.tensor(labels, dtype=torch.long),
@@ -29,16 +34,43 @@ def torch_ctc(logits, logit_lengths, labels, label_lengths):
         blank=0,
         reduction="none",
         zero_infinity=False,
-    ).numpy()
+    )
 
 
-def test_matches_torch_ctc_loss():
+# 'pallas' runs the forward-backward kernels (interpret mode off the GPU).
+IMPLS = ["optax", "pallas"]
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_matches_torch_ctc_loss(impl):
     for seed in range(3):
         logits, ll, labels, yl = random_problem(seed)
-        got, ok = ctc.per_utterance_loss(jnp.asarray(logits), jnp.asarray(ll), jnp.asarray(labels), jnp.asarray(yl))
+        got, ok = ctc.per_utterance_loss(jnp.asarray(logits), jnp.asarray(ll), jnp.asarray(labels), jnp.asarray(yl),
+                                         impl=impl)
         assert np.all(ok)
         want = torch_ctc(logits, ll, labels, yl)
         np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_gradient_matches_torch(impl):
+    logits, ll, labels, yl = random_problem(3, b=5, t=33, max_label=9)
+    weights = np.arange(1, 6, dtype=np.float32)
+
+    def total(x):
+        loss, _ = ctc.per_utterance_loss(x, jnp.asarray(ll), jnp.asarray(labels), jnp.asarray(yl), impl=impl)
+        return jnp.sum(loss * weights)
+
+    got = np.asarray(jax.grad(total)(jnp.asarray(logits)))
+    x = torch.tensor(logits, requires_grad=True)
+    (torch_ctc_tensor(x, ll, labels, yl) * torch.tensor(weights)).sum().backward()
+    np.testing.assert_allclose(got, x.grad.numpy(), atol=1e-4 * np.abs(x.grad.numpy()).max())
+
+
+def test_auto_picks_the_kernel_on_gpus_only():
+    assert ctc.resolve_impl("auto") == ("pallas" if jax.default_backend() == "gpu" else "optax")
+    with pytest.raises(ValueError, match="ctc_impl"):
+        ctc.resolve_impl("warp")
 
 
 def test_norm_by_times_divides_by_frames():
@@ -48,13 +80,14 @@ def test_norm_by_times_divides_by_frames():
     np.testing.assert_allclose(np.asarray(norm), np.asarray(raw) / ll, rtol=1e-5)
 
 
-def test_infeasible_labels_are_masked_out_of_loss_and_gradient():
+@pytest.mark.parametrize("impl", IMPLS)
+def test_infeasible_labels_are_masked_out_of_loss_and_gradient(impl):
     logits = np.random.default_rng(0).standard_normal((2, 5, 29)).astype(np.float32)
     labels = np.array([[3, 3, 3, 0], [4, 5, 0, 0]], np.int32)  # 3,3,3 needs 5 frames; only 4 valid
     ll, yl = jnp.array([4, 5]), jnp.array([3, 2])
 
     def total(x):
-        loss, ok = ctc.per_utterance_loss(x, ll, jnp.asarray(labels), yl)
+        loss, ok = ctc.per_utterance_loss(x, ll, jnp.asarray(labels), yl, impl=impl)
         return jnp.sum(loss), ok
 
     (value, ok), grad = jax.value_and_grad(total, has_aux=True)(jnp.asarray(logits))

@@ -129,3 +129,24 @@ def test_jit_sharding_path_matches_pmap(tmp_path):
     np.testing.assert_allclose(l_jit, l_pmap, rtol=1e-5)
     for a, b in zip(leaves(s_pmap.params), leaves(s_jit.params)):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_pallas_kernels_train_like_the_references():
+    """Two steps with the persistent RNN and CTC kernels (interpret mode off the GPU) give
+    the losses and parameters of lax.scan + optax."""
+    def run(rnn_impl, ctc_impl):
+        config = tiny_config(per_device_batch_size=4, **{"model.rnn_impl": rnn_impl, "loss.ctc_impl": ctc_impl})
+        source = input_pipeline.make_source(config, input_pipeline.Sharding(4))
+        state = train.initial_state(config, source, jax.random.PRNGKey(0))
+        step = jax.jit(functools.partial(train.train_step, **train.step_kwargs(config), axis_name=None))
+        out = []
+        for i in range(2):
+            state, m = step(state, source.train_batch(i), jax.random.PRNGKey(1))
+            out.append(float(m["loss_sum"]) / float(m["loss_count"]))
+        return out, state
+
+    ref_losses, ref = run("scan", "optax")
+    new_losses, new = run("pallas", "pallas")
+    np.testing.assert_allclose(new_losses, ref_losses, rtol=1e-4)
+    for a, b in zip(leaves(new.params), leaves(ref.params)):
+        np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-5)
