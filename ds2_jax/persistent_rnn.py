@@ -102,16 +102,28 @@ def _recurrence_kernel(*refs, cell: Callable, n_inputs: int, reverse: bool, tran
             plt.atomic_add(count_ref, (d,), target * 0)  # acquire: orders the loads that follow
         sync_threads()
 
+    def chunk_step(step, t, rows, x):
+        prev = plt.load(out_ref.at[time_of(step - 1), d, rows], volatile=volatile)
+        rec = jax.lax.dot_general(prev, w, (((1,), (1 if transposed else 0,)), ((), ())),
+                                  precision=precision, preferred_element_type=jnp.float32)
+        out_ref[t, d, rows, col] = cell(*x, rec).astype(out_ref.dtype)
+
     def step_fn(step, carry):
         t = time_of(step)
-        # Inputs do not depend on the other programs: issue their loads before waiting.
-        inputs = [load_inputs(t, rows) for rows in chunks]
-        wait_for(step)
-        for rows, x in zip(chunks, inputs):
-            prev = plt.load(out_ref.at[time_of(step - 1), d, rows], volatile=volatile)
-            rec = jax.lax.dot_general(prev, w, (((1,), (1 if transposed else 0,)), ((), ())),
-                                      precision=precision, preferred_element_type=jnp.float32)
-            out_ref[t, d, rows, col] = cell(*x, rec).astype(out_ref.dtype)
+        if batch == ROWS:
+            # Inputs do not depend on the other programs: issue their loads before waiting.
+            x = load_inputs(t, chunks[0])
+            wait_for(step)
+            chunk_step(step, t, chunks[0], x)
+        else:  # a loop (not unrolled), so the chunks share one shared-memory buffer
+            wait_for(step)
+
+            def one_chunk(c, _):
+                rows = pl.ds(pl.multiple_of(c * ROWS, ROWS), ROWS)
+                chunk_step(step, t, rows, load_inputs(t, rows))
+                return _
+
+            jax.lax.fori_loop(0, batch // ROWS, one_chunk, 0)
         publish()
         return carry
 
