@@ -6,7 +6,7 @@ Each lever is one `benchmarks.scaling` measurement of the `jax` variant on one d
 (its own process, so XLA flags apply), cumulative from the plain lax.scan in float32 to
 the fastest combination; `torch_cudnn` (bfloat16) is measured in the same run for the
 ratio. Writes DIR/levers.json and DIR/levers.md (ms/step median, compile time, kernel
-launches per step and GPU-busy % from the profile summary).
+launches per step and GPU-busy % from the profile summary) and DIR/levers.png.
 """
 
 from __future__ import annotations
@@ -60,6 +60,7 @@ _CONFIG = flags.DEFINE_string("config", "configs/ds2_8gpu.py", "Config file.")
 _STEPS = flags.DEFINE_integer("steps", 30, "Timed steps per lever.")
 _ONLY = flags.DEFINE_list("levers", [], "Subset of lever names (default: all).")
 _TIMEOUT = flags.DEFINE_integer("timeout_s", 240, "Limit per lever.")
+_PLOT_ONLY = flags.DEFINE_bool("plot_only", False, "Only redraw DIR/levers.png from DIR/levers.json.")
 
 
 def run_lever(name, overrides, xla_flags, variant, dtype, out_dir) -> dict:
@@ -104,9 +105,34 @@ def markdown(rows) -> str:
     return "\n".join(lines) + "\n"
 
 
+def plot(rows, path: str) -> None:
+    """Horizontal bars of ms/step per lever (JAX blue, PyTorch orange)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    done = [r for r in rows if r.get("step_ms_median")]
+    fig, ax = plt.subplots(figsize=(9, 0.45 * len(done) + 1.2))
+    ax.barh([r["lever"] for r in done], [r["step_ms_median"] for r in done],
+            color=["tab:orange" if r["variant"].startswith("torch") else "tab:blue" for r in done])
+    for i, r in enumerate(done):
+        ax.text(r["step_ms_median"], i, f" {r['step_ms_median']:.1f}", va="center", fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("ms per training step (median)")
+    ax.tick_params(axis="y", labelsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def main(argv) -> None:
     del argv
     os.makedirs(_OUT.value, exist_ok=True)
+    if _PLOT_ONLY.value:
+        with open(os.path.join(_OUT.value, "levers.json")) as f:
+            plot(json.load(f), os.path.join(_OUT.value, "levers.png"))
+        return
     rows = []
     for i, lever in enumerate(LEVERS):
         if _ONLY.value and lever[0] not in _ONLY.value:
@@ -118,6 +144,7 @@ def main(argv) -> None:
             json.dump(rows, f, indent=2)
         with open(os.path.join(_OUT.value, "levers.md"), "w") as f:
             f.write(markdown(rows))
+    plot(rows, os.path.join(_OUT.value, "levers.png"))
     print(markdown(rows))
 
 

@@ -160,14 +160,24 @@ def resolve_impl(impl: str, cell: str) -> str:
     return "pallas" if jax.default_backend() == "gpu" else "scan_vjp"
 
 
-def _impl_for(impl: str, cell: str, recurrent: jax.Array) -> str:
-    """resolve_impl, then scan_vjp where the kernel's shared memory would not fit the GPU."""
+def _impl_for(impl: str, cell: str, xs: jax.Array, recurrent: jax.Array) -> str:
+    """resolve_impl for these shapes on this backend.
+
+    'auto' keeps the persistent kernel to batches of at most 16 per device: above that its
+    row chunks run one after another and scan_vjp is faster (46.3 vs 43.9 ms/step at 64
+    on an H200). A kernel whose shared memory would not fit is an error when asked for
+    explicitly and scan_vjp under 'auto'.
+    """
     name = resolve_impl(impl, cell)
+    if name != "pallas" or jax.default_backend() != "gpu":
+        return name
     d, h = recurrent.shape[0], recurrent.shape[1]
-    if name == "pallas" and jax.default_backend() == "gpu" and not persistent_rnn.fits(h, d, recurrent.dtype.itemsize):
+    if not persistent_rnn.fits(h, d, recurrent.dtype.itemsize):
         if impl != "auto":
             raise ValueError(f"rnn_impl='pallas': a {recurrent.dtype} recurrence of width {h} does not fit the "
                              "GPU's shared memory; use model.rnn_impl='auto' (falls back to scan_vjp) or bfloat16")
+        return "scan_vjp"
+    if impl == "auto" and xs.shape[2] > persistent_rnn.ROWS:
         return "scan_vjp"
     return name
 
@@ -193,7 +203,7 @@ def bidirectional(
     if len(inputs) == 2:
         inputs[1] = reverse_valid(inputs[1], lengths)
     xs = jnp.stack(inputs, axis=0).transpose(2, 0, 1, 3)  # [T, D, B, W]
-    ys = IMPLS[_impl_for(impl, cell, recurrent)](xs, recurrent, cell, unroll)  # [T, D, B, H]
+    ys = IMPLS[_impl_for(impl, cell, xs, recurrent)](xs, recurrent, cell, unroll)  # [T, D, B, H]
     outs = [ys[:, k].transpose(1, 0, 2) for k in range(ys.shape[1])]  # [B, T, H] each
     if len(outs) == 2:
         outs[1] = reverse_valid(outs[1], lengths)
