@@ -1,6 +1,6 @@
 """One bidirectional RNN layer alone: scan_vjp against the persistent Pallas kernel.
 
-    python -m benchmarks.recurrence_kernel --out=DIR [--steps=30] [--kernels=32/4/0/1,32/4/0/0]
+    python -m benchmarks.recurrence_kernel --out=DIR [--steps=30] [--kernels=32/4/0/0/1,32/4/0/0/4]
 
 Seed layer shape (267 frames, 2 directions, batch 16, 2048 units, bfloat16). Times the
 forward and the forward + backward (gradient of sum(ys * cotangent)) as medians over
@@ -23,8 +23,8 @@ from ds2_jax import persistent_rnn, recurrence
 
 _OUT = flags.DEFINE_string("out", None, "Output directory.", required=True)
 _STEPS = flags.DEFINE_integer("steps", 30, "Timed calls per setting.")
-_KERNELS = flags.DEFINE_list("kernels", ["32/4/0/1", "32/4/0/0", "32/8/0/1", "32/4/1/1"],
-                              "Kernel settings to try, each cols/num_warps/volatile_exchange/poll_with_load.")
+_KERNELS = flags.DEFINE_list("kernels", ["32/4/0/0/1", "32/4/0/0/4"],
+                              "Kernel settings to try, each cols/num_warps/volatile_exchange/poll_with_load/k_split.")
 _SHAPE = flags.DEFINE_list("shape", ["267", "2", "16", "2048"], "T, directions, batch, hidden.")
 _DTYPE = flags.DEFINE_string("dtype", "bfloat16", "Compute dtype.")
 
@@ -59,10 +59,11 @@ def main(argv):
     ct = jax.random.normal(k3, (t, d, b, h))
     impls = {"scan_vjp unroll 8": lambda x, r: recurrence.scan_vjp_recurrence(x, r, "simple", 8)}
     for setting in _KERNELS.value:
-        cols, warps, volatile, poll_load = (int(v) for v in setting.split("/"))
+        cols, warps, volatile, poll_load, k_split = (int(v) for v in setting.split("/"))
         options = persistent_rnn.KernelOptions(cols=cols, num_warps=warps, volatile_exchange=bool(volatile),
-                                               poll_with_load=bool(poll_load))
-        name = f"pallas cols {cols} warps {warps}{' volatile' if volatile else ''} poll {'load' if poll_load else 'atomic'}"
+                                               poll_with_load=bool(poll_load), k_split=k_split)
+        name = (f"pallas cols {cols} warps {warps}{' volatile' if volatile else ''} "
+                f"poll {'load' if poll_load else 'atomic'} k_split {k_split}")
         impls[name] = (
             lambda o: lambda x, r: persistent_rnn.persistent_simple_rnn(x, r, o))(options)
     # Float32 truth: scan_vjp on the same (rounded) inputs at full matmul precision.

@@ -45,6 +45,8 @@ class KernelOptions:
     # Spin on plain volatile loads of the counter and acquire once with an atomic, instead
     # of polling with atomic read-modify-writes (measured equal on an H200).
     poll_with_load: bool = False
+    # Split the contraction over the hidden units into this many independent products.
+    k_split: int = 1
 
 
 def _forward_cell(x, rec):
@@ -58,7 +60,7 @@ def _backward_cell(dy, y, rec):
 
 def _recurrence_kernel(*refs, cell: Callable, n_inputs: int, reverse: bool, transposed: bool,
                        cols: int, blocks_per_dir: int, precision, interpret: bool, volatile: bool,
-                       poll_with_load: bool):
+                       poll_with_load: bool, k_split: int):
     """One program: columns [c0, c0 + cols) of direction d, all time steps.
 
     Rows go through the matmul ROWS at a time, so shared memory holds the weight slice
@@ -71,7 +73,9 @@ def _recurrence_kernel(*refs, cell: Callable, n_inputs: int, reverse: bool, tran
     d = pid // blocks_per_dir
     col = pl.ds(pl.multiple_of((pid % blocks_per_dir) * cols, cols), cols)
     # This program's slice of the recurrent matrix, loaded once for all time steps.
-    w = w_ref[d, col, :] if transposed else w_ref[d, :, col]
+    hidden = out_ref.shape[3]
+    ks = [pl.ds(k, hidden // k_split) for k in range(0, hidden, hidden // k_split)]
+    ws = [w_ref[d, col, k] if transposed else w_ref[d, k, col] for k in ks]
 
     def sync_threads():
         if not interpret:  # one thread per program in interpret mode
@@ -103,9 +107,13 @@ def _recurrence_kernel(*refs, cell: Callable, n_inputs: int, reverse: bool, tran
         sync_threads()
 
     def chunk_step(step, t, rows, x):
-        prev = plt.load(out_ref.at[time_of(step - 1), d, rows], volatile=volatile)
-        rec = jax.lax.dot_general(prev, w, (((1,), (1 if transposed else 0,)), ((), ())),
-                                  precision=precision, preferred_element_type=jnp.float32)
+        # k_split independent partial products: separate accumulator chains the
+        # scheduler can interleave, instead of one serial chain over all of K.
+        rec = 0.0
+        for k, w in zip(ks, ws):
+            prev = plt.load(out_ref.at[time_of(step - 1), d, rows, k], volatile=volatile)
+            rec = rec + jax.lax.dot_general(prev, w, (((1,), (1 if transposed else 0,)), ((), ())),
+                                            precision=precision, preferred_element_type=jnp.float32)
         out_ref[t, d, rows, col] = cell(*x, rec).astype(out_ref.dtype)
 
     def step_fn(step, carry):
@@ -164,7 +172,8 @@ def _run(cell, inputs, weights, *, reverse: bool, transposed: bool, options: Ker
     kernel = functools.partial(
         _recurrence_kernel, cell=cell, n_inputs=len(inputs), reverse=reverse, transposed=transposed,
         cols=cols, blocks_per_dir=blocks_per_dir, precision=precision, interpret=interpret,
-        volatile=options.volatile_exchange, poll_with_load=options.poll_with_load)
+        volatile=options.volatile_exchange, poll_with_load=options.poll_with_load,
+        k_split=options.k_split if hidden % (16 * options.k_split) == 0 else 1)
     counts = jnp.zeros((directions,), jnp.int32)
     out, _ = pl.pallas_call(
         kernel,

@@ -60,6 +60,16 @@ def test_pallas_kernel_pads_odd_batch_and_width(b, h):
     assert_matches_scan("pallas", jnp.float32, 1e-5, *problem(jnp.float32, t=11, b=b, h=h))
 
 
+def test_pallas_kernel_split_contraction_matches_scan():
+    xs, w, dys = problem(jnp.float32, t=9, b=16, h=64)
+    options = persistent_rnn.KernelOptions(k_split=4)
+    got = persistent_rnn.persistent_simple_rnn(xs, w, options)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(recurrence.scan_recurrence(xs, w, "simple")), rtol=1e-5, atol=1e-5)
+    g_ref = jax.grad(lambda w: jnp.sum(recurrence.scan_recurrence(xs, w, "simple") * dys))(w)
+    g_new = jax.grad(lambda w: jnp.sum(persistent_rnn.persistent_simple_rnn(xs, w, options) * dys))(w)
+    np.testing.assert_allclose(np.asarray(g_new), np.asarray(g_ref), rtol=1e-5, atol=1e-5 * float(jnp.abs(g_ref).max()))
+
+
 def test_pallas_kernel_at_seed_width():
     """One seed layer (2 directions x 2048 units, batch 16, 267 frames) in bfloat16.
 
