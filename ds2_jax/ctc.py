@@ -19,7 +19,8 @@ IMPLS = ("auto", "optax", "pallas")
 
 
 def resolve_impl(impl: str) -> str:
-    """'auto' -> the Pallas forward-backward kernels on GPUs, optax elsewhere."""
+    """'auto' -> the Pallas forward-backward kernels on GPUs, optax elsewhere (see also
+    train.ctc_impl_for, which keeps optax under parallelism='jit')."""
     if impl not in IMPLS:
         raise ValueError(f"loss.ctc_impl={impl!r}: expected one of {IMPLS}")
     if impl == "auto":

@@ -7,8 +7,9 @@ utterance loops over time with the extended-label vector (blank, l1, blank, l2, 
 blank; padded to a power of two) in registers. The s-1 / s-2 (alpha) and s+1 / s+2
 (beta) neighbours are read back from the row just written to global memory, after a
 barrier among the program's threads. The gradient with respect to the log
-probabilities is the posterior of each (frame, extended label), summed per vocabulary
-entry with one one-hot contraction in XLA.
+probabilities is the posterior of each (frame, extended label) (a `jax.custom_vjp`);
+the autodiff of the gather that built the extended-label log probabilities sums it
+back per vocabulary entry.
 
 Log zero is a large finite negative number, so that max/exp never see inf - inf.
 """

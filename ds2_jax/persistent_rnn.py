@@ -72,9 +72,9 @@ def _recurrence_kernel(*refs, cell: Callable, n_inputs: int, reverse: bool, tran
     pid = pl.program_id(0)
     d = pid // blocks_per_dir
     col = pl.ds(pl.multiple_of((pid % blocks_per_dir) * cols, cols), cols)
-    # This program's slice of the recurrent matrix, loaded once for all time steps.
     hidden = out_ref.shape[3]
     ks = [pl.ds(k, hidden // k_split) for k in range(0, hidden, hidden // k_split)]
+    # This program's slice of the recurrent matrix, loaded once for all time steps.
     ws = [w_ref[d, col, k] if transposed else w_ref[d, k, col] for k in ks]
 
     def sync_threads():
@@ -126,10 +126,10 @@ def _recurrence_kernel(*refs, cell: Callable, n_inputs: int, reverse: bool, tran
         else:  # a loop (not unrolled), so the chunks share one shared-memory buffer
             wait_for(step)
 
-            def one_chunk(c, _):
+            def one_chunk(c, unused):
                 rows = pl.ds(pl.multiple_of(c * ROWS, ROWS), ROWS)
                 chunk_step(step, t, rows, load_inputs(t, rows))
-                return _
+                return unused
 
             jax.lax.fori_loop(0, batch // ROWS, one_chunk, 0)
         publish()

@@ -159,6 +159,13 @@ def train_step(
     return new_state, step_metrics
 
 
+def ctc_impl_for(config) -> str:
+    """config.loss.ctc_impl; 'auto' means optax under parallelism='jit', where the step sees
+    the global batch and XLA could only replicate the kernels' custom calls."""
+    impl = config.loss.get("ctc_impl", "auto")  # workdirs saved before the knob existed
+    return "optax" if impl == "auto" and config.parallelism == "jit" else impl
+
+
 def step_kwargs(config) -> dict:
     """The fixed (static) arguments of train_step, derived from the config."""
     f = config.features
@@ -167,7 +174,7 @@ def step_kwargs(config) -> dict:
         feature_cfg=features.FeatureConfig.from_config(f),
         config_aug=(f.freq_masks, f.freq_mask_width, f.time_masks, f.time_mask_max_fraction),
         norm_by_times=config.loss.norm_by_times,
-        ctc_impl=config.loss.get("ctc_impl", "auto"),  # workdirs saved before the knob existed
+        ctc_impl=ctc_impl_for(config),
         learning_rate_fn=learning_rate_schedule(config.optimizer),
         nan_steps=resilience.parse_steps(config.faults.nan_at_steps),
     )
