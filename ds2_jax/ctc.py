@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from ds2_jax import ctc_kernel, text
+from ds2_jax import ctc_kernel, pallas_common, text
 
 IMPLS = ("auto", "optax", "pallas")
 
@@ -24,7 +24,7 @@ def resolve_impl(impl: str) -> str:
     if impl not in IMPLS:
         raise ValueError(f"loss.ctc_impl={impl!r}: expected one of {IMPLS}")
     if impl == "auto":
-        return "pallas" if jax.default_backend() == "gpu" else "optax"
+        return "optax" if pallas_common.interpret_mode() else "pallas"
     return impl
 
 

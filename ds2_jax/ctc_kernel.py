@@ -23,6 +23,8 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plt
 
+from ds2_jax.pallas_common import block_size, interpret_mode, sync_threads
+
 LOG_ZERO = -1e30
 GUARD = 2  # slots before and after the flattened rows so shifted reads stay in bounds
 
@@ -53,10 +55,6 @@ def _recursion_kernel(lp_ref, skip_ref, bounds_ref, out_ref, *, n_frames: int, w
         ok = (lanes + shift * step >= 0) & (lanes + shift * step < width)
         return plt.load(out_ref.at[pl.ds(row_start(t) + shift * step, width)], mask=ok, other=LOG_ZERO)
 
-    def sync_threads():
-        if not interpret:
-            plt.debug_barrier()
-
     def first_row(t, lp):
         if reverse:  # beta starts at the last valid frame in the last blank or label
             start = (lanes == ext_len - 1) | (lanes == ext_len - 2)
@@ -67,7 +65,7 @@ def _recursion_kernel(lp_ref, skip_ref, bounds_ref, out_ref, *, n_frames: int, w
     def body(i, prev):
         t = n_frames - 1 - i if reverse else i
         lp = lp_ref[pl.ds(row_start(t) - GUARD, width)]
-        sync_threads()  # the previous row is stored by all threads
+        sync_threads(interpret)  # the previous row is stored by all threads
         before = t + 1 if reverse else t - 1
         one, two = neighbour(before, 1), jnp.where(skip, neighbour(before, 2), LOG_ZERO)
         new = _lse3(prev, one, two) + lp
@@ -87,7 +85,7 @@ def _recursion_kernel(lp_ref, skip_ref, bounds_ref, out_ref, *, n_frames: int, w
 def _recursion(lp_ext, skip, bounds, reverse: bool):
     """<float32>[B, T, S] alpha (or beta) for lp_ext [B, T, S]."""
     batch, n_frames, width = lp_ext.shape
-    interpret = jax.default_backend() != "gpu"
+    interpret = interpret_mode()
     kernel = functools.partial(_recursion_kernel, n_frames=n_frames, width=width, reverse=reverse, interpret=interpret)
     out = pl.pallas_call(
         kernel,
@@ -111,7 +109,7 @@ def _log_likelihood(alpha, bounds):
 
 @jax.custom_vjp
 def _nll(lp_ext, skip, skip_next, bounds):
-    return -_log_likelihood(_recursion(lp_ext, skip, bounds, reverse=False), bounds)
+    return _nll_fwd(lp_ext, skip, skip_next, bounds)[0]
 
 
 def _nll_fwd(lp_ext, skip, skip_next, bounds):
@@ -146,7 +144,7 @@ def ctc_loss(log_probs: jax.Array, logit_lengths: jax.Array, labels: jax.Array, 
       <float32>[B].
     """
     batch, max_label = labels.shape
-    width = max(16, 1 << (2 * max_label).bit_length())  # power of two >= 2L + 1
+    width = block_size(2 * max_label + 1)
     s = jnp.arange(width)
     label_at = jnp.take_along_axis(labels, jnp.clip((s - 1) // 2, 0, max_label - 1)[None, :].repeat(batch, 0), axis=1)
     ext_len = 2 * label_lengths + 1

@@ -27,8 +27,10 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plt
 
+from ds2_jax.pallas_common import MIN_BLOCK, block_size, interpret_mode, sync_threads
+
 CLIP = 20.0
-ROWS = 16  # batch rows per matmul: the MMA tile height
+ROWS = MIN_BLOCK  # batch rows per matmul: the MMA tile height
 # Shared memory per block on H100/H200 (227 KB); smaller GPUs fall back to scan_vjp.
 SHARED_MEMORY_BYTES = 232_448
 
@@ -77,10 +79,6 @@ def _recurrence_kernel(*refs, cell: Callable, n_inputs: int, reverse: bool, tran
     # This program's slice of the recurrent matrix, loaded once for all time steps.
     ws = [w_ref[d, col, k] if transposed else w_ref[d, k, col] for k in ks]
 
-    def sync_threads():
-        if not interpret:  # one thread per program in interpret mode
-            plt.debug_barrier()
-
     def time_of(step):
         return n_steps - 1 - step if reverse else step
 
@@ -88,7 +86,7 @@ def _recurrence_kernel(*refs, cell: Callable, n_inputs: int, reverse: bool, tran
         return [r[t, d, rows, col].astype(jnp.float32) for r in in_refs]
 
     def publish():
-        sync_threads()  # every thread's store is issued before the release below
+        sync_threads(interpret)  # every thread's store is issued before the release below
         plt.atomic_add(count_ref, (d,), jnp.int32(1))
 
     def wait_for(step):
@@ -104,7 +102,7 @@ def _recurrence_kernel(*refs, cell: Callable, n_inputs: int, reverse: bool, tran
                                        (jnp.int32(-1), blocks_per_dir * step))
         if poll_with_load:
             plt.atomic_add(count_ref, (d,), target * 0)  # acquire: orders the loads that follow
-        sync_threads()
+        sync_threads(interpret)
 
     def chunk_step(step, t, rows, x):
         # k_split independent partial products: separate accumulator chains the
@@ -144,7 +142,7 @@ def _recurrence_kernel(*refs, cell: Callable, n_inputs: int, reverse: bool, tran
 
 def column_block(hidden: int, directions: int, cores: int) -> int:
     """Smallest power-of-two column block whose grid fits on `cores` SMs at once."""
-    cols = 16
+    cols = MIN_BLOCK
     while directions * (hidden // cols) > cores and cols < hidden:
         cols *= 2
     return cols
@@ -152,7 +150,7 @@ def column_block(hidden: int, directions: int, cores: int) -> int:
 
 def fits(hidden: int, directions: int, itemsize: int) -> bool:
     """Whether the kernel's shared memory (weight slice + one row chunk) fits on this GPU."""
-    hidden = _padded_size(hidden)
+    hidden = block_size(hidden)
     cols = column_block(hidden, directions, jax.devices()[0].core_count)
     return (cols + ROWS) * hidden * itemsize <= SHARED_MEMORY_BYTES
 
@@ -160,7 +158,7 @@ def fits(hidden: int, directions: int, itemsize: int) -> bool:
 def _run(cell, inputs, weights, *, reverse: bool, transposed: bool, options: KernelOptions):
     """Runs the kernel; inputs are [T, D, B, H] arrays, weights [D, H, H]."""
     directions, hidden = weights.shape[0], weights.shape[1]
-    interpret = jax.default_backend() != "gpu"
+    interpret = interpret_mode()
     cols = options.cols
     if interpret:
         cols = hidden
@@ -187,11 +185,6 @@ def _run(cell, inputs, weights, *, reverse: bool, transposed: bool, options: Ker
     return out
 
 
-def _padded_size(n: int) -> int:
-    """Triton blocks need power-of-two sides of at least 16 (the MMA tile)."""
-    return max(16, 1 << (n - 1).bit_length())
-
-
 def persistent_simple_rnn(xs: jax.Array, recurrent: jax.Array, options: KernelOptions = KernelOptions()) -> jax.Array:
     """Clipped-ReLU recurrence h_t = min(max(x_t + h_{t-1} W, 0), 20).
 
@@ -207,7 +200,7 @@ def persistent_simple_rnn(xs: jax.Array, recurrent: jax.Array, options: KernelOp
       [T, D, B, H] hidden states in xs.dtype.
     """
     _, _, batch, hidden = xs.shape
-    pad_b, pad_h = _padded_size(batch) - batch, _padded_size(hidden) - hidden
+    pad_b, pad_h = block_size(batch) - batch, block_size(hidden) - hidden
     if pad_b or pad_h:
         xs = jnp.pad(xs, ((0, 0), (0, 0), (0, pad_b), (0, pad_h)))
         recurrent = jnp.pad(recurrent, ((0, 0), (0, pad_h), (0, pad_h)))

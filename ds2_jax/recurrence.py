@@ -15,7 +15,7 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 
-from ds2_jax import persistent_rnn
+from ds2_jax import pallas_common, persistent_rnn
 
 
 def reverse_valid(x: jax.Array, lengths: jax.Array) -> jax.Array:
@@ -157,7 +157,7 @@ def resolve_impl(impl: str, cell: str) -> str:
         return impl
     if cell != "simple":
         return "scan"
-    return "pallas" if jax.default_backend() == "gpu" else "scan_vjp"
+    return "scan_vjp" if pallas_common.interpret_mode() else "pallas"
 
 
 def _impl_for(impl: str, cell: str, xs: jax.Array, recurrent: jax.Array) -> str:
@@ -169,7 +169,7 @@ def _impl_for(impl: str, cell: str, xs: jax.Array, recurrent: jax.Array) -> str:
     explicitly and scan_vjp under 'auto'.
     """
     name = resolve_impl(impl, cell)
-    if name != "pallas" or jax.default_backend() != "gpu":
+    if name != "pallas" or pallas_common.interpret_mode():
         return name
     d, h = recurrent.shape[0], recurrent.shape[1]
     if not persistent_rnn.fits(h, d, recurrent.dtype.itemsize):

@@ -17,10 +17,12 @@ def problem(dtype, t=23, d=2, b=3, h=16, seed=0):
 
 
 def outputs_and_grads(impl, xs, w, dys, **kwargs):
-    """ys and (dL/dxs, dL/dW) of L = sum(ys * dys) for one implementation, as float32 numpy."""
+    """ys and (dL/dxs, dL/dW) of L = sum(ys * dys) for one implementation (a recurrence.IMPLS
+    name or a function of (xs, w, cell)), as float32 numpy."""
+    fn = recurrence.IMPLS[impl] if isinstance(impl, str) else impl
 
     def loss(xs, w):
-        ys = recurrence.IMPLS[impl](xs, w, "simple", **kwargs)
+        ys = fn(xs, w, "simple", **kwargs)
         return jnp.sum(ys.astype(jnp.float32) * dys.astype(jnp.float32)), ys
 
     (_, ys), grads = jax.value_and_grad(loss, argnums=(0, 1), has_aux=True)(xs, w)
@@ -61,13 +63,9 @@ def test_pallas_kernel_pads_odd_batch_and_width(b, h):
 
 
 def test_pallas_kernel_split_contraction_matches_scan():
-    xs, w, dys = problem(jnp.float32, t=9, b=16, h=64)
     options = persistent_rnn.KernelOptions(k_split=4)
-    got = persistent_rnn.persistent_simple_rnn(xs, w, options)
-    np.testing.assert_allclose(np.asarray(got), np.asarray(recurrence.scan_recurrence(xs, w, "simple")), rtol=1e-5, atol=1e-5)
-    g_ref = jax.grad(lambda w: jnp.sum(recurrence.scan_recurrence(xs, w, "simple") * dys))(w)
-    g_new = jax.grad(lambda w: jnp.sum(persistent_rnn.persistent_simple_rnn(xs, w, options) * dys))(w)
-    np.testing.assert_allclose(np.asarray(g_new), np.asarray(g_ref), rtol=1e-5, atol=1e-5 * float(jnp.abs(g_ref).max()))
+    split = lambda xs, w, cell: persistent_rnn.persistent_simple_rnn(xs, w, options)  # noqa: E731
+    assert_matches_scan(split, jnp.float32, 1e-5, *problem(jnp.float32, t=9, b=16, h=64))
 
 
 def test_pallas_kernel_at_seed_width():

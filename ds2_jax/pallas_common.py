@@ -1,0 +1,25 @@
+"""What the two Pallas kernels (persistent_rnn, ctc_kernel) share: where they run, their
+block sizes and the barrier among one program's threads."""
+
+from __future__ import annotations
+
+import jax
+from jax.experimental.pallas import triton as plt
+
+MIN_BLOCK = 16  # Triton's smallest MMA tile side
+
+
+def interpret_mode() -> bool:
+    """Triton kernels run natively on GPUs only; elsewhere Pallas interprets them."""
+    return jax.default_backend() != "gpu"
+
+
+def block_size(n: int) -> int:
+    """The power of two >= n (and >= MIN_BLOCK) that a Triton block of n elements needs."""
+    return max(MIN_BLOCK, 1 << (n - 1).bit_length())
+
+
+def sync_threads(interpret: bool) -> None:
+    """Barrier among one program's threads; interpret mode has one thread per program."""
+    if not interpret:
+        plt.debug_barrier()
