@@ -2,7 +2,8 @@
 
     python -m benchmarks.recurrence_kernel --out=DIR [--steps=30] [--kernels=32/4/0/0/1,32/4/0/0/4]
 
-Seed layer shape (267 frames, 2 directions, batch 16, 2048 units, bfloat16). Times the
+Seed layer shape (267 frames, 2 directions, batch 16, 2048 units, bfloat16, one input
+projection shared by both directions as in the model). Times the
 forward and the forward + backward (gradient of sum(ys * cotangent)) as medians over
 `steps` calls, compile apart, and gives each setting's relative error (norms) of outputs
 and gradients against a float32 scan_vjp at full matmul precision. Writes DIR/recurrence_kernel.json and .md.
@@ -54,9 +55,9 @@ def main(argv):
     t, d, b, h = (int(v) for v in _SHAPE.value)
     dtype = jnp.dtype(_DTYPE.value)
     k1, k2, k3 = jax.random.split(jax.random.PRNGKey(0), 3)
-    xs = (jax.random.normal(k1, (t, d, b, h)) * 2.0).astype(dtype)
+    xs = (jax.random.normal(k1, (b, t, 1, h)) * 2.0).astype(dtype)
     w = (jax.random.normal(k2, (d, h, h)) / np.sqrt(h)).astype(dtype)
-    ct = jax.random.normal(k3, (t, d, b, h))
+    ct = jax.random.normal(k3, (b, t, d, h))
     impls = {"scan_vjp unroll 8": lambda x, r: recurrence.scan_vjp_recurrence(x, r, "simple", 8)}
     for setting in _KERNELS.value:
         cols, warps, volatile, poll_load, k_split = (int(v) for v in setting.split("/"))

@@ -3,7 +3,7 @@
 Every layer takes and returns (inputs, lengths): padding travels through the conv
 stack (lengths from the strides, padded frames re-zeroed), batch norm (statistics over
 valid frames only, optionally summed over devices), the RNNs (the backward direction
-reverses only the valid prefix) and the output layer.
+starts from a zero state at each sequence's last valid frame) and the output layer.
 """
 
 from __future__ import annotations
@@ -193,8 +193,7 @@ class RNNLayer(nn.Module):
             return _batch_norm(cfg, self.axis_name, name=f"{name}_bn")(p, mask, train)
 
         if cfg.share_rnn_weights or num_dirs == 1:
-            shared = projection("input_proj")
-            projections = [shared] * num_dirs
+            projections = [projection("input_proj")]  # read by every direction
         else:
             projections = [projection(f"input_proj_{d}") for d in ("fwd", "bwd")]
         recurrent = self.param(

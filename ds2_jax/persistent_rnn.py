@@ -4,13 +4,15 @@ One kernel launch runs a whole layer over time, in the spirit of Diamos et al. 2
 The grid has one program per (direction, column block); program (d, j) owns columns
 j*cols:(j+1)*cols of direction d, loads its slice of the recurrent matrix once, and per
 time step reads the full previous hidden state of its direction from global memory,
-computes its columns and publishes them. A per-direction counter, bumped atomically by
+computes its columns and publishes them. Direction 1 runs in reverse time. Inputs and
+outputs stay in the model's batch-major layout ([B, T, D, H]; a shared input projection
+is read by both directions), so no transpose or reversal surrounds the kernel. A per-direction counter, bumped atomically by
 every program after it stored its columns, is the grid-wide barrier between time steps,
 so all programs must be resident at once: the grid never exceeds the GPU's SM count.
 
-The backward pass is the same kernel run in reverse time on the transposed matrix
-(dL/dz_t = active_t * (dL/dy_t + dL/dz_{t+1} W^T)); the weight gradient is one GEMM over
-all time steps afterwards, as in `recurrence.scan_vjp_recurrence`.
+The backward pass is the same kernel with every direction's time order flipped, on the
+transposed matrix (dL/dz_t = active_t * (dL/dy_t + dL/dz_{t+1} W^T)); the weight
+gradient is one GEMM over all time steps afterwards, as in `recurrence.scan_vjp_time_major`.
 
 In Pallas interpret mode (CPU tests) the grid runs one program after another, so a
 program cannot wait for a later one: interpret mode uses one column block per direction.
@@ -69,10 +71,11 @@ def _recurrence_kernel(*refs, cell: Callable, n_inputs: int, reverse: bool, tran
     and one [ROWS, H] slice of the previous state whatever the batch.
     """
     in_refs, (w_ref, _, out_ref, count_ref) = refs[:n_inputs], refs[n_inputs:]
-    n_steps, batch = out_ref.shape[0], out_ref.shape[2]
+    batch, n_steps = out_ref.shape[0], out_ref.shape[1]
     chunks = [pl.ds(r, ROWS) for r in range(0, batch, ROWS)]
     pid = pl.program_id(0)
     d = pid // blocks_per_dir
+    backwards_in_time = (d % 2 == 1) != reverse  # direction 1 runs in reverse time
     col = pl.ds(pl.multiple_of((pid % blocks_per_dir) * cols, cols), cols)
     hidden = out_ref.shape[3]
     ks = [pl.ds(k, hidden // k_split) for k in range(0, hidden, hidden // k_split)]
@@ -80,10 +83,11 @@ def _recurrence_kernel(*refs, cell: Callable, n_inputs: int, reverse: bool, tran
     ws = [w_ref[d, col, k] if transposed else w_ref[d, k, col] for k in ks]
 
     def time_of(step):
-        return n_steps - 1 - step if reverse else step
+        return jnp.where(backwards_in_time, n_steps - 1 - step, step)
 
     def load_inputs(t, rows):
-        return [r[t, d, rows, col].astype(jnp.float32) for r in in_refs]
+        # an input with one direction (a shared projection) is read by every direction
+        return [r[rows, t, d if r.shape[2] > 1 else 0, col].astype(jnp.float32) for r in in_refs]
 
     def publish():
         sync_threads(interpret)  # every thread's store is issued before the release below
@@ -109,10 +113,10 @@ def _recurrence_kernel(*refs, cell: Callable, n_inputs: int, reverse: bool, tran
         # scheduler can interleave, instead of one serial chain over all of K.
         rec = 0.0
         for k, w in zip(ks, ws):
-            prev = plt.load(out_ref.at[time_of(step - 1), d, rows, k], volatile=volatile)
+            prev = plt.load(out_ref.at[rows, time_of(step - 1), d, k], volatile=volatile)
             rec = rec + jax.lax.dot_general(prev, w, (((1,), (1 if transposed else 0,)), ((), ())),
                                             precision=precision, preferred_element_type=jnp.float32)
-        out_ref[t, d, rows, col] = cell(*x, rec).astype(out_ref.dtype)
+        out_ref[rows, t, d, col] = cell(*x, rec).astype(out_ref.dtype)
 
     def step_fn(step, carry):
         t = time_of(step)
@@ -135,7 +139,7 @@ def _recurrence_kernel(*refs, cell: Callable, n_inputs: int, reverse: bool, tran
 
     t0 = time_of(0)
     for rows in chunks:
-        out_ref[t0, d, rows, col] = cell(*load_inputs(t0, rows), jnp.zeros((ROWS, cols), jnp.float32)).astype(out_ref.dtype)
+        out_ref[rows, t0, d, col] = cell(*load_inputs(t0, rows), jnp.zeros((ROWS, cols), jnp.float32)).astype(out_ref.dtype)
     publish()
     jax.lax.fori_loop(1, n_steps, step_fn, 0)
 
@@ -156,7 +160,7 @@ def fits(hidden: int, directions: int, itemsize: int) -> bool:
 
 
 def _run(cell, inputs, weights, *, reverse: bool, transposed: bool, options: KernelOptions):
-    """Runs the kernel; inputs are [T, D, B, H] arrays, weights [D, H, H]."""
+    """Runs the kernel; inputs are [B, T, D or 1, H] arrays, weights [D, H, H]; returns [B, T, D, H]."""
     directions, hidden = weights.shape[0], weights.shape[1]
     interpret = interpret_mode()
     cols = options.cols
@@ -175,7 +179,8 @@ def _run(cell, inputs, weights, *, reverse: bool, transposed: bool, options: Ker
     counts = jnp.zeros((directions,), jnp.int32)
     out, _ = pl.pallas_call(
         kernel,
-        out_shape=(jax.ShapeDtypeStruct(inputs[0].shape, out_dtype), jax.ShapeDtypeStruct(counts.shape, counts.dtype)),
+        out_shape=(jax.ShapeDtypeStruct(inputs[0].shape[:2] + (directions, hidden), out_dtype),
+                   jax.ShapeDtypeStruct(counts.shape, counts.dtype)),
         grid=(directions * blocks_per_dir,),
         input_output_aliases={len(inputs) + 1: 1},
         compiler_params=plt.CompilerParams(num_warps=options.num_warps, num_stages=1),
@@ -186,25 +191,26 @@ def _run(cell, inputs, weights, *, reverse: bool, transposed: bool, options: Ker
 
 
 def persistent_simple_rnn(xs: jax.Array, recurrent: jax.Array, options: KernelOptions = KernelOptions()) -> jax.Array:
-    """Clipped-ReLU recurrence h_t = min(max(x_t + h_{t-1} W, 0), 20).
+    """Clipped-ReLU recurrence h_t = min(max(x_t + h_{t-1} W, 0), 20); direction 1 runs
+    from the last frame to the first (h_t from h_{t+1}).
 
     Runs as a Triton kernel on GPUs and in Pallas interpret mode elsewhere. Batch and
     hidden sizes are zero-padded to powers of two: zero units and rows stay zero and
     never reach the real ones.
 
     Args:
-      xs: [T, D, B, H] time-major projections for D directions.
+      xs: [B, T, D or 1, H] input projections (1: shared by the D directions).
       recurrent: [D, H, H] recurrent matrices.
       options: launch settings (GPU).
     Returns:
-      [T, D, B, H] hidden states in xs.dtype.
+      [B, T, D, H] hidden states in xs.dtype.
     """
-    _, _, batch, hidden = xs.shape
+    batch, _, _, hidden = xs.shape
     pad_b, pad_h = block_size(batch) - batch, block_size(hidden) - hidden
     if pad_b or pad_h:
-        xs = jnp.pad(xs, ((0, 0), (0, 0), (0, pad_b), (0, pad_h)))
+        xs = jnp.pad(xs, ((0, pad_b), (0, 0), (0, 0), (0, pad_h)))
         recurrent = jnp.pad(recurrent, ((0, 0), (0, pad_h), (0, pad_h)))
-    return _persistent(xs, recurrent, options)[:, :, :batch, :hidden]
+    return _persistent(xs, recurrent, options)[:batch, ..., :hidden]
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
@@ -214,15 +220,26 @@ def _persistent(xs: jax.Array, recurrent: jax.Array, options: KernelOptions) -> 
 
 def _fwd(xs, recurrent, options):
     ys = _persistent(xs, recurrent, options)
-    return ys, (ys, recurrent)
+    return ys, (ys, recurrent, jnp.zeros((xs.shape[2],), xs.dtype))
+
+
+def previous_states(ys: jax.Array) -> jax.Array:
+    """[B, T, D, H] states -> the state each step started from (h_{t-1}; h_{t+1} for direction 1)."""
+    zero = jnp.zeros_like(ys[:, :1])
+    earlier = jnp.concatenate([zero, ys[:, :-1]], axis=1)
+    if ys.shape[2] == 1:
+        return earlier
+    later = jnp.concatenate([ys[:, 1:], zero], axis=1)
+    return jnp.concatenate([earlier[:, :, :1], later[:, :, 1:]], axis=2)
 
 
 def _bwd(options, residuals, dys):
-    ys, recurrent = residuals
+    ys, recurrent, x_directions = residuals  # the last only carries xs' direction count
     dzs = _run(_backward_cell, [dys.astype(ys.dtype), ys], recurrent.astype(ys.dtype), reverse=True,
                transposed=True, options=options)
-    h_prev = jnp.concatenate([jnp.zeros_like(ys[:1]), ys[:-1]], axis=0)
-    d_recurrent = jnp.einsum("tdbh,tdbw->dhw", h_prev, dzs, preferred_element_type=jnp.float32)
+    d_recurrent = jnp.einsum("btdh,btdw->dhw", previous_states(ys), dzs, preferred_element_type=jnp.float32)
+    if x_directions.shape[0] < dzs.shape[2]:  # one projection fed every direction: its gradient is their sum
+        dzs = jnp.sum(dzs, axis=2, keepdims=True, dtype=jnp.float32).astype(ys.dtype)
     return dzs, d_recurrent.astype(recurrent.dtype)
 
 

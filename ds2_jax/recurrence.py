@@ -1,9 +1,15 @@
 """Recurrences over time for the RNN layers, both directions in one loop.
 
-`bidirectional` takes the per-direction input projections (already batch-normed) and
-the stacked recurrent matrices and returns the concatenated hidden states. The
-backward direction runs over the valid prefix of each sequence reversed, so padding
-stays at the end and never reaches a valid output. `impl` picks the implementation;
+`bidirectional` takes the input projections (already batch-normed) and the stacked
+recurrent matrices and returns the concatenated hidden states. The backward direction
+runs over the whole padded sequence in reverse time, with the projections zeroed on
+padded frames: with no recurrent bias, a zero input and a zero state give a zero state
+(clipped ReLU, GRU and LSTM alike), so each sequence's backward pass starts from zero at
+its last valid frame, exactly as if it ran over the valid prefix alone, and no
+per-sequence reversal (a gather, whose gradient is a scatter) is needed.
+
+Every implementation maps [B, T, Dx, W] projections (Dx = 1: one projection shared by
+all directions) to [B, T, D, H] states, direction 1 in reverse time. `impl` picks one;
 'scan' (lax.scan, time-major, both directions stacked) is the reference.
 """
 
@@ -16,13 +22,6 @@ import jax
 import jax.numpy as jnp
 
 from ds2_jax import pallas_common, persistent_rnn
-
-
-def reverse_valid(x: jax.Array, lengths: jax.Array) -> jax.Array:
-    """Reverses x[b, :lengths[b]] along axis 1 and leaves the padding in place."""
-    t = jnp.arange(x.shape[1])[None, :]
-    idx = jnp.where(t < lengths[:, None], lengths[:, None] - 1 - t, t)
-    return jnp.take_along_axis(x, idx.reshape(idx.shape + (1,) * (x.ndim - 2)), axis=1)
 
 
 def simple_cell(carry, proj_t, rec_t):
@@ -58,8 +57,34 @@ def _hidden(carry):
     return carry[0] if isinstance(carry, tuple) else carry
 
 
-def scan_recurrence(xs: jax.Array, recurrent: jax.Array, cell: str, unroll: int = 1) -> jax.Array:
-    """Reference recurrence.
+def _flip_direction_1(xs: jax.Array) -> jax.Array:
+    """[T, D, ...]: direction 1 reversed in time (a flip; its gradient is a flip too)."""
+    return jnp.stack([xs[:, 0], xs[::-1, 1]], axis=1) if xs.shape[1] == 2 else xs
+
+
+def time_major(xs: jax.Array, directions: int) -> jax.Array:
+    """[B, T, Dx, W] -> [T, D, B, W], direction 1 reversed in time."""
+    xs = jnp.broadcast_to(xs, xs.shape[:2] + (directions,) + xs.shape[3:])
+    return _flip_direction_1(xs.transpose(1, 2, 0, 3))
+
+
+def batch_major(ys: jax.Array) -> jax.Array:
+    """The inverse of time_major: [T, D, B, H] -> [B, T, D, H]."""
+    return _flip_direction_1(ys).transpose(2, 0, 1, 3)
+
+
+def _time_major_impl(core: Callable) -> Callable:
+    """Wraps a time-major recurrence core into the [B, T, Dx, W] -> [B, T, D, H] interface."""
+
+    @functools.wraps(core)
+    def impl(xs: jax.Array, recurrent: jax.Array, cell: str, unroll: int = 1) -> jax.Array:
+        return batch_major(core(time_major(xs, recurrent.shape[0]), recurrent, cell, unroll))
+
+    return impl
+
+
+def scan_recurrence_time_major(xs: jax.Array, recurrent: jax.Array, cell: str, unroll: int = 1) -> jax.Array:
+    """Reference recurrence (every direction forward in time).
 
     Args:
       xs: [T, D, B, G*H] time-major projections for D directions.
@@ -94,11 +119,11 @@ def scan_recurrence(xs: jax.Array, recurrent: jax.Array, cell: str, unroll: int 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
 def _simple_rnn(xs: jax.Array, recurrent: jax.Array, unroll: int) -> jax.Array:
-    return scan_recurrence(xs, recurrent, "simple", unroll)
+    return scan_recurrence_time_major(xs, recurrent, "simple", unroll)
 
 
 def _simple_rnn_fwd(xs, recurrent, unroll):
-    ys = scan_recurrence(xs, recurrent, "simple", unroll)
+    ys = scan_recurrence_time_major(xs, recurrent, "simple", unroll)
     return ys, (ys, recurrent)
 
 
@@ -129,7 +154,7 @@ def _simple_rnn_bwd(unroll, residuals, dys):
 _simple_rnn.defvjp(_simple_rnn_fwd, _simple_rnn_bwd)
 
 
-def scan_vjp_recurrence(xs: jax.Array, recurrent: jax.Array, cell: str, unroll: int = 1) -> jax.Array:
+def scan_vjp_time_major(xs: jax.Array, recurrent: jax.Array, cell: str, unroll: int = 1) -> jax.Array:
     """Simple (clipped-ReLU) recurrence with a hand-written backward pass; same math as 'scan'."""
     if cell != "simple":
         raise ValueError(f"rnn_impl='scan_vjp' supports rnn_cell='simple' only, not {cell!r}")
@@ -143,6 +168,9 @@ def pallas_recurrence(xs: jax.Array, recurrent: jax.Array, cell: str, unroll: in
         raise ValueError(f"rnn_impl='pallas' supports rnn_cell='simple' only, not {cell!r}")
     return persistent_rnn.persistent_simple_rnn(xs, recurrent)
 
+
+scan_recurrence = _time_major_impl(scan_recurrence_time_major)
+scan_vjp_recurrence = _time_major_impl(scan_vjp_time_major)
 
 IMPLS: dict[str, Callable] = {
     "scan": scan_recurrence, "scan_vjp": scan_vjp_recurrence, "pallas": pallas_recurrence, "auto": None}
@@ -177,7 +205,7 @@ def _impl_for(impl: str, cell: str, xs: jax.Array, recurrent: jax.Array) -> str:
             raise ValueError(f"rnn_impl='pallas': a {recurrent.dtype} recurrence of width {h} does not fit the "
                              "GPU's shared memory; use model.rnn_impl='auto' (falls back to scan_vjp) or bfloat16")
         return "scan_vjp"
-    if impl == "auto" and xs.shape[2] > persistent_rnn.ROWS:
+    if impl == "auto" and xs.shape[0] > persistent_rnn.ROWS:
         return "scan_vjp"
     return name
 
@@ -190,21 +218,16 @@ def bidirectional(
     impl: str = "scan",
     unroll: int = 1,
 ) -> jax.Array:
-    """Runs 1 (forward) or 2 (forward, backward) directions.
+    """Runs D = recurrent.shape[0] directions (1: forward; 2: forward, backward).
 
     Args:
-      projections: per direction <dtype>[B, T, G*H].
-      recurrent: [D, H, G*H], D = len(projections).
+      projections: <dtype>[B, T, G*H] each; one (shared by all directions) or one per direction.
+      recurrent: [D, H, G*H].
       lengths: <int32>[B] valid frames.
     Returns:
-      [B, T, D*H], directions concatenated (forward first).
+      [B, T, D*H], directions concatenated (forward first); padded frames hold garbage.
     """
-    inputs = list(projections)
-    if len(inputs) == 2:
-        inputs[1] = reverse_valid(inputs[1], lengths)
-    xs = jnp.stack(inputs, axis=0).transpose(2, 0, 1, 3)  # [T, D, B, W]
-    ys = IMPLS[_impl_for(impl, cell, xs, recurrent)](xs, recurrent, cell, unroll)  # [T, D, B, H]
-    outs = [ys[:, k].transpose(1, 0, 2) for k in range(ys.shape[1])]  # [B, T, H] each
-    if len(outs) == 2:
-        outs[1] = reverse_valid(outs[1], lengths)
-    return jnp.concatenate(outs, axis=-1)
+    valid = (jnp.arange(projections[0].shape[1])[None, :] < lengths[:, None])[:, :, None, None]
+    xs = jnp.where(valid, jnp.stack(projections, axis=2), jnp.zeros((), projections[0].dtype))
+    ys = IMPLS[_impl_for(impl, cell, xs, recurrent)](xs, recurrent, cell, unroll)  # [B, T, D, H]
+    return ys.reshape(ys.shape[:2] + (-1,))

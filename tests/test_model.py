@@ -64,13 +64,6 @@ def test_padded_frames_never_change_valid_outputs(variant):
         np.testing.assert_allclose(a[0], b[0], rtol=1e-5, atol=1e-5)
 
 
-def test_backward_direction_sees_only_valid_prefix():
-    x = jnp.arange(2 * 5 * 1, dtype=jnp.float32).reshape(2, 5, 1)
-    rev = np.asarray(recurrence.reverse_valid(x, jnp.array([5, 3])))[..., 0]
-    np.testing.assert_array_equal(rev[0], [4, 3, 2, 1, 0])
-    np.testing.assert_array_equal(rev[1], [7, 6, 5, 8, 9])
-
-
 def test_batch_norm_ignores_padding_statistics():
     bn = model.MaskedBatchNorm()
     x = jnp.concatenate([jnp.ones((1, 3, 2)), 100 * jnp.ones((1, 2, 2))], axis=1)

@@ -8,11 +8,12 @@ import pytest
 from ds2_jax import persistent_rnn, recurrence
 
 
-def problem(dtype, t=23, d=2, b=3, h=16, seed=0):
+def problem(dtype, t=23, d=2, b=3, h=16, seed=0, shared=False):
+    """Projections [B, T, 1 if shared else D, H], recurrent [D, H, H], cotangents [B, T, D, H]."""
     k1, k2, k3 = jax.random.split(jax.random.PRNGKey(seed), 3)
-    xs = jax.random.normal(k1, (t, d, b, h)) * 2.0
+    xs = jax.random.normal(k1, (b, t, 1 if shared else d, h)) * 2.0
     w = jax.random.normal(k2, (d, h, h)) / np.sqrt(h)
-    dys = jax.random.normal(k3, (t, d, b, h))
+    dys = jax.random.normal(k3, (b, t, d, h))
     return xs.astype(dtype), w.astype(dtype), dys.astype(dtype)
 
 
@@ -43,23 +44,23 @@ DTYPES = [(jnp.float32, 1e-5), (jnp.bfloat16, 2e-2)]
 
 
 @pytest.mark.parametrize("dtype, rtol", DTYPES)
-@pytest.mark.parametrize("unroll", [1, 4])
-def test_scan_vjp_matches_scan(dtype, rtol, unroll):
-    assert_matches_scan("scan_vjp", dtype, rtol, *problem(dtype), unroll=unroll)
+@pytest.mark.parametrize("unroll, shared", [(1, False), (4, True)])
+def test_scan_vjp_matches_scan(dtype, rtol, unroll, shared):
+    assert_matches_scan("scan_vjp", dtype, rtol, *problem(dtype, shared=shared), unroll=unroll)
 
 
 # On a GPU the kernel runs with several programs per direction (cols 16 of 64), so the
 # grid-wide barrier between time steps is exercised; elsewhere it runs in interpret mode.
 @pytest.mark.parametrize("dtype, rtol", DTYPES)
-@pytest.mark.parametrize("cols", [16, 64])
-def test_pallas_kernel_matches_scan(dtype, rtol, cols, monkeypatch):
+@pytest.mark.parametrize("cols, shared", [(16, True), (64, False)])
+def test_pallas_kernel_matches_scan(dtype, rtol, cols, shared, monkeypatch):
     monkeypatch.setattr(persistent_rnn, "column_block", lambda *_: cols)
-    assert_matches_scan("pallas", dtype, rtol, *problem(dtype, t=19, b=16, h=64))
+    assert_matches_scan("pallas", dtype, rtol, *problem(dtype, t=19, b=16, h=64, shared=shared))
 
 
-@pytest.mark.parametrize("b, h", [(3, 16), (5, 40), (33, 16)])  # 33 -> 64 rows: 4 row chunks
-def test_pallas_kernel_pads_odd_batch_and_width(b, h):
-    assert_matches_scan("pallas", jnp.float32, 1e-5, *problem(jnp.float32, t=11, b=b, h=h))
+@pytest.mark.parametrize("b, h, d", [(3, 16, 2), (5, 40, 1), (33, 16, 2)])  # 33 -> 64 rows: 4 row chunks
+def test_pallas_kernel_pads_odd_batch_and_width(b, h, d):
+    assert_matches_scan("pallas", jnp.float32, 1e-5, *problem(jnp.float32, t=11, b=b, h=h, d=d))
 
 
 def test_pallas_kernel_split_contraction_matches_scan():
@@ -76,7 +77,7 @@ def test_pallas_kernel_at_seed_width():
     """
     if jax.default_backend() != "gpu":
         pytest.skip("seed-width kernel check runs on the GPU (interpret mode would take minutes)")
-    xs, w, dys = problem(jnp.bfloat16, t=267, b=16, h=2048)
+    xs, w, dys = problem(jnp.bfloat16, t=267, b=16, h=2048, shared=True)
     with jax.default_matmul_precision("highest"):
         truth = outputs_and_grads("scan_vjp", xs.astype(jnp.float32), w.astype(jnp.float32), dys)
 
@@ -94,4 +95,29 @@ def test_auto_picks_scan_for_gated_cells():
     assert recurrence.resolve_impl("auto", "gru") == "scan"
     for impl in ("scan_vjp", "pallas"):
         with pytest.raises(ValueError, match="simple"):
-            recurrence.IMPLS[impl](jnp.zeros((2, 1, 1, 6)), jnp.zeros((1, 2, 6)), "gru")
+            recurrence.IMPLS[impl](jnp.zeros((1, 2, 1, 6)), jnp.zeros((1, 2, 6)), "gru")
+
+
+def valid_prefix_reference(x, w, n, cell):
+    """One sequence's first n frames alone: forward in time, and backward from frame n - 1."""
+    fwd = recurrence.scan_recurrence_time_major(x[:n, None, None], w[:1], cell)[:, 0, 0]
+    bwd = recurrence.scan_recurrence_time_major(x[:n][::-1, None, None], w[1:], cell)[::-1, 0, 0]
+    return np.concatenate([fwd, bwd], axis=-1)
+
+
+@pytest.mark.parametrize("cell, impl", [("simple", "scan"), ("simple", "scan_vjp"), ("simple", "pallas"),
+                                        ("gru", "scan"), ("lstm", "scan")])
+def test_backward_direction_starts_at_each_sequence_end(cell, impl):
+    """bidirectional over a padded batch = each sequence's valid frames run alone.
+
+    The padded frames hold large garbage projections: they must not reach any valid output.
+    """
+    gates, h, t = {"simple": 1, "gru": 3, "lstm": 4}[cell], 16, 13
+    k1, k2 = jax.random.split(jax.random.PRNGKey(1))
+    x = jax.random.normal(k1, (3, t, gates * h)) * 2.0
+    w = jax.random.normal(k2, (2, h, gates * h)) / np.sqrt(h)
+    lengths = jnp.array([13, 7, 1])
+    garbage = jnp.where(jnp.arange(t)[None, :, None] < lengths[:, None, None], x, 50.0)
+    ys = np.asarray(recurrence.bidirectional([garbage], w, lengths, cell=cell, impl=impl))
+    for b, n in enumerate(lengths.tolist()):
+        np.testing.assert_allclose(ys[b, :n], valid_prefix_reference(x[b], w, n, cell), rtol=1e-5, atol=1e-5)
