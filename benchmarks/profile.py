@@ -21,7 +21,7 @@ import gzip
 import json
 import os
 
-TOP_KERNELS = 12
+TOP_KERNELS = 40  # enough to name every kernel above ~20 us per step
 
 
 def load_trace(path: str) -> dict:
