@@ -53,6 +53,8 @@ LEVERS = [
     ("pallas rnn + pallas ctc bf16 16 s utterances", [*PALLAS, "--config.dataset.synthetic_min_duration_s=16",
                                                       "--config.dataset.synthetic_max_duration_s=16"], "", "jax", "bfloat16"),
     ("torch_cudnn bf16", [], "", "torch_cudnn", "bfloat16"),
+    ("defaults (auto: scan_vjp rnn above 16 rows + pallas ctc) bf16 batch 64", ["--config.per_device_batch_size=64"],
+     "", "jax", "bfloat16"),
 ]
 
 _OUT = flags.DEFINE_string("out", None, "Output directory.", required=True)

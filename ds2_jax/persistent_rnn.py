@@ -75,7 +75,7 @@ def _recurrence_kernel(*refs, cell: Callable, n_inputs: int, reverse: bool, tran
     chunks = [pl.ds(r, ROWS) for r in range(0, batch, ROWS)]
     pid = pl.program_id(0)
     d = pid // blocks_per_dir
-    backwards_in_time = (d % 2 == 1) != reverse  # direction 1 runs in reverse time
+    backwards_in_time = (d % 2) ^ int(reverse)  # 0 or 1: direction 1 runs in reverse time
     col = pl.ds(pl.multiple_of((pid % blocks_per_dir) * cols, cols), cols)
     hidden = out_ref.shape[3]
     ks = [pl.ds(k, hidden // k_split) for k in range(0, hidden, hidden // k_split)]
@@ -83,7 +83,9 @@ def _recurrence_kernel(*refs, cell: Callable, n_inputs: int, reverse: bool, tran
     ws = [w_ref[d, col, k] if transposed else w_ref[d, k, col] for k in ks]
 
     def time_of(step):
-        return jnp.where(backwards_in_time, n_steps - 1 - step, step)
+        # Arithmetic, not jnp.where: Pallas's Triton lowering turned where(pred, T - 1, 0)
+        # with literal branches into a constant 0 (seen with jax 0.10.2 and 0.11.2).
+        return step + backwards_in_time * (n_steps - 1 - 2 * step)
 
     def load_inputs(t, rows):
         # an input with one direction (a shared projection) is read by every direction
