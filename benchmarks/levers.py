@@ -47,6 +47,8 @@ LEVERS = [
      COMMAND_BUFFERS, "jax", "bfloat16"),
     ("pallas rnn bf16", [OPTAX, "--config.model.rnn_impl=pallas"], "", "jax", "bfloat16"),
     ("pallas rnn + pallas ctc bf16", [*PALLAS], "", "jax", "bfloat16"),
+    ("pallas rnn + pallas ctc bf16 + command buffers (no loops left to capture)", [*PALLAS],
+     COMMAND_BUFFERS.replace(",WHILE,CONDITIONAL", ""), "jax", "bfloat16"),
     ("auto rnn (scan_vjp: kernel exceeds shared memory) + pallas ctc f32",
      ["--config.model.rnn_impl=auto", "--config.loss.ctc_impl=pallas"], "", "jax", "float32"),
     ("pallas rnn + pallas ctc bf16 batch 64", [*PALLAS, "--config.per_device_batch_size=64"], "", "jax", "bfloat16"),
