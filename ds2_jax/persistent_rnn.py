@@ -51,6 +51,9 @@ class KernelOptions:
     poll_with_load: bool = False
     # Split the contraction over the hidden units into this many independent products.
     k_split: int = 1
+    # Keep the states time-major ([T, D, B, H]) inside the kernel, so each step's state
+    # is one contiguous block, and transpose to [B, T, D, H] afterwards.
+    time_major_state: bool = False
 
 
 def _forward_cell(x, rec):
@@ -64,14 +67,14 @@ def _backward_cell(dy, y, rec):
 
 def _recurrence_kernel(*refs, cell: Callable, n_inputs: int, reverse: bool, transposed: bool,
                        cols: int, blocks_per_dir: int, precision, interpret: bool, volatile: bool,
-                       poll_with_load: bool, k_split: int):
+                       poll_with_load: bool, k_split: int, time_major_state: bool):
     """One program: columns [c0, c0 + cols) of direction d, all time steps.
 
     Rows go through the matmul ROWS at a time, so shared memory holds the weight slice
     and one [ROWS, H] slice of the previous state whatever the batch.
     """
     in_refs, (w_ref, _, out_ref, count_ref) = refs[:n_inputs], refs[n_inputs:]
-    batch, n_steps = out_ref.shape[0], out_ref.shape[1]
+    batch, n_steps = in_refs[0].shape[0], in_refs[0].shape[1]
     chunks = [pl.ds(r, ROWS) for r in range(0, batch, ROWS)]
     pid = pl.program_id(0)
     d = pid // blocks_per_dir
@@ -81,6 +84,9 @@ def _recurrence_kernel(*refs, cell: Callable, n_inputs: int, reverse: bool, tran
     ks = [pl.ds(k, hidden // k_split) for k in range(0, hidden, hidden // k_split)]
     # This program's slice of the recurrent matrix, loaded once for all time steps.
     ws = [w_ref[d, col, k] if transposed else w_ref[d, k, col] for k in ks]
+
+    def state(rows, t, cols):  # index of the states of `rows` and `cols` at time t
+        return (t, d, rows, cols) if time_major_state else (rows, t, d, cols)
 
     def time_of(step):
         # Arithmetic, not jnp.where: Pallas's Triton lowering turned where(pred, T - 1, 0)
@@ -115,10 +121,10 @@ def _recurrence_kernel(*refs, cell: Callable, n_inputs: int, reverse: bool, tran
         # scheduler can interleave, instead of one serial chain over all of K.
         rec = 0.0
         for k, w in zip(ks, ws):
-            prev = plt.load(out_ref.at[rows, time_of(step - 1), d, k], volatile=volatile)
+            prev = plt.load(out_ref.at[state(rows, time_of(step - 1), k)], volatile=volatile)
             rec = rec + jax.lax.dot_general(prev, w, (((1,), (1 if transposed else 0,)), ((), ())),
                                             precision=precision, preferred_element_type=jnp.float32)
-        out_ref[rows, t, d, col] = cell(*x, rec).astype(out_ref.dtype)
+        out_ref[state(rows, t, col)] = cell(*x, rec).astype(out_ref.dtype)
 
     def step_fn(step, carry):
         t = time_of(step)
@@ -141,7 +147,7 @@ def _recurrence_kernel(*refs, cell: Callable, n_inputs: int, reverse: bool, tran
 
     t0 = time_of(0)
     for rows in chunks:
-        out_ref[rows, t0, d, col] = cell(*load_inputs(t0, rows), jnp.zeros((ROWS, cols), jnp.float32)).astype(out_ref.dtype)
+        out_ref[state(rows, t0, col)] = cell(*load_inputs(t0, rows), jnp.zeros((ROWS, cols), jnp.float32)).astype(out_ref.dtype)
     publish()
     jax.lax.fori_loop(1, n_steps, step_fn, 0)
 
@@ -177,19 +183,21 @@ def _run(cell, inputs, weights, *, reverse: bool, transposed: bool, options: Ker
         _recurrence_kernel, cell=cell, n_inputs=len(inputs), reverse=reverse, transposed=transposed,
         cols=cols, blocks_per_dir=blocks_per_dir, precision=precision, interpret=interpret,
         volatile=options.volatile_exchange, poll_with_load=options.poll_with_load,
-        k_split=options.k_split if hidden % (16 * options.k_split) == 0 else 1)
+        k_split=options.k_split if hidden % (16 * options.k_split) == 0 else 1,
+        time_major_state=options.time_major_state)
+    batch, n_steps = inputs[0].shape[:2]
+    out_shape = (n_steps, directions, batch, hidden) if options.time_major_state else (batch, n_steps, directions, hidden)
     counts = jnp.zeros((directions,), jnp.int32)
     out, _ = pl.pallas_call(
         kernel,
-        out_shape=(jax.ShapeDtypeStruct(inputs[0].shape[:2] + (directions, hidden), out_dtype),
-                   jax.ShapeDtypeStruct(counts.shape, counts.dtype)),
+        out_shape=(jax.ShapeDtypeStruct(out_shape, out_dtype), jax.ShapeDtypeStruct(counts.shape, counts.dtype)),
         grid=(directions * blocks_per_dir,),
         input_output_aliases={len(inputs) + 1: 1},
         compiler_params=plt.CompilerParams(num_warps=options.num_warps, num_stages=1),
         interpret=interpret,
         name="persistent_rnn_backward" if reverse else "persistent_rnn_forward",
     )(*inputs, weights, counts)
-    return out
+    return out.transpose(2, 0, 1, 3) if options.time_major_state else out
 
 
 def persistent_simple_rnn(xs: jax.Array, recurrent: jax.Array, options: KernelOptions = KernelOptions()) -> jax.Array:

@@ -63,10 +63,11 @@ def test_pallas_kernel_pads_odd_batch_and_width(b, h, d):
     assert_matches_scan("pallas", jnp.float32, 1e-5, *problem(jnp.float32, t=11, b=b, h=h, d=d))
 
 
-def test_pallas_kernel_split_contraction_matches_scan():
-    options = persistent_rnn.KernelOptions(k_split=4)
-    split = lambda xs, w, cell: persistent_rnn.persistent_simple_rnn(xs, w, options)  # noqa: E731
-    assert_matches_scan(split, jnp.float32, 1e-5, *problem(jnp.float32, t=9, b=16, h=64))
+@pytest.mark.parametrize("options", [persistent_rnn.KernelOptions(k_split=4),
+                                     persistent_rnn.KernelOptions(time_major_state=True)])
+def test_pallas_kernel_options_match_scan(options):
+    kernel = lambda xs, w, cell: persistent_rnn.persistent_simple_rnn(xs, w, options)  # noqa: E731
+    assert_matches_scan(kernel, jnp.float32, 1e-5, *problem(jnp.float32, t=9, b=16, h=64, shared=True))
 
 
 def test_pallas_kernel_at_seed_width():
