@@ -41,12 +41,16 @@ def run(config, variant: str, n_devices: int, steps: int, warmup: int, profile_s
         batches = [jax.device_put(b, devices[0]) for b in host_batches]
     holder = {"state": state}
 
+    def dispatch(i):
+        holder["state"], holder["metrics"] = step_fn(holder["state"], batches[i % len(batches)], rng)
+
     def step(i):
-        holder["state"], m = step_fn(holder["state"], batches[i % len(batches)], rng)
-        jax.block_until_ready(m)
+        dispatch(i)
+        jax.block_until_ready(holder["metrics"])
 
     timed = timing.measure(step, warmup, steps)
     row = {"params": params, "first_step_s": timed["first_step_s"], **timing.step_stats(timed["step_times_s"], global_batch)}
+    row["pipelined_ms_per_step"] = timing.pipelined_ms(dispatch, lambda: jax.block_until_ready(holder), steps)
     stats = devices[0].memory_stats() or {}  # None on the CPU
     if "peak_bytes_in_use" in stats:
         row["peak_memory_gb"] = round(stats["peak_bytes_in_use"] / 1e9, 2)

@@ -5,7 +5,8 @@
 Each lever is one `benchmarks.scaling` measurement of the `jax` variant on one device
 (its own process, so XLA flags apply), cumulative from the plain lax.scan in float32 to
 the fastest combination; `torch_cudnn` (bfloat16) is measured in the same run for the
-ratio. Writes DIR/levers.json and DIR/levers.md (ms/step median, compile time, kernel
+ratio. Writes DIR/levers.json and DIR/levers.md (ms/step median of steps waited for one
+by one, ms/step of steps queued back to back as in training, compile time, kernel
 launches per step and GPU-busy % from the profile summary) and DIR/levers.png.
 """
 
@@ -80,7 +81,7 @@ def run_lever(name, overrides, xla_flags, variant, dtype, out_dir) -> dict:
         with open(os.path.join(out_dir, "results.json")) as f:
             result = json.load(f)["results"][-1]
         row.update({k: result.get(k) for k in ("status", "step_ms_median", "step_ms_p10", "step_ms_p90", "first_step_s",
-                                                "peak_memory_gb", "global_batch", "error")})
+                                                "pipelined_ms_per_step", "peak_memory_gb", "global_batch", "error")})
         prof = result.get("profile") or {}
         busy = prof.get("gpu_busy_fraction")
         row.update(launches_per_step=prof.get("kernels_per_step"),
@@ -95,15 +96,17 @@ def run_lever(name, overrides, xla_flags, variant, dtype, out_dir) -> dict:
 
 
 def markdown(rows) -> str:
-    lines = ["| lever | ms/step (median) | p10-p90 | first step s | launches/step | GPU busy % | peak GB |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| lever | ms/step (median) | p10-p90 | pipelined ms/step | first step s | launches/step | GPU busy % | peak GB |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         ms = r.get("step_ms_median")
         if not ms:
-            lines.append(f"| {r['lever']} | - | {r.get('status', '')}: {str(r.get('error', ''))[:120]} | - | - | - | - |")
+            lines.append(f"| {r['lever']} | - | {r.get('status', '')}: {str(r.get('error', ''))[:120]} | - | - | - | - | - |")
             continue
         peak = r.get("peak_memory_gb")
+        pipelined = r.get("pipelined_ms_per_step")
         lines.append(f"| {r['lever']} | {ms:.1f} | {r['step_ms_p10']:.1f}-{r['step_ms_p90']:.1f} | "
+                     f"{f'{pipelined:.1f}' if pipelined else '-'} | "
                      f"{r.get('first_step_s') or 0:.1f} | {r.get('launches_per_step') or '-'} | "
                      f"{r.get('gpu_busy_pct') or '-'} | {f'{peak:.1f}' if peak else '-'} |")
     return "\n".join(lines) + "\n"

@@ -15,7 +15,7 @@ from benchmarks.timing import SEED_EPOCH_UTTERANCES, SEED_PADDLE_1080TI_EPOCH_S 
 
 CSV_FIELDS = (
     "variant", "dtype", "devices", "status", "global_batch", "steps_timed", "first_step_s",
-    "step_ms_median", "step_ms_p10", "step_ms_p90", "step_ms_p25", "step_ms_p75", "utterances_per_s",
+    "step_ms_median", "step_ms_p10", "step_ms_p90", "step_ms_p25", "step_ms_p75", "pipelined_ms_per_step", "utterances_per_s",
     "minibatches_per_epoch", "time_per_minibatch_s", "epoch_time_s", "speedup", "efficiency", "params",
     "kernels_per_step", "gpu_busy_fraction", "error", "notes",
 )

@@ -97,7 +97,7 @@ def run(config, variant: str, n_devices: int, steps: int, warmup: int, profile_s
         if cuda:
             torch.cuda.synchronize(device)
 
-    def step(i):
+    def dispatch(i):
         b = batches[i % len(batches)]
         optimizer.zero_grad(set_to_none=True)
         with autocast():
@@ -106,10 +106,14 @@ def run(config, variant: str, n_devices: int, steps: int, warmup: int, profile_s
         loss.backward()
         torch.nn.utils.clip_grad_norm_(net.parameters(), opt_cfg.clip_global_norm)
         optimizer.step()
+
+    def step(i):
+        dispatch(i)
         sync()
 
     timed = timing.measure(step, warmup, steps)
     row = {"params": params, "first_step_s": timed["first_step_s"] + setup_s, **timing.step_stats(timed["step_times_s"], global_batch)}
+    row["pipelined_ms_per_step"] = timing.pipelined_ms(dispatch, sync, steps)
     if cuda:
         row["peak_memory_gb"] = round(torch.cuda.max_memory_allocated(device) / 1e9, 2)
     if notes:

@@ -45,7 +45,7 @@ def test_scaling_command_writes_every_report(tmp_path):
         assert r["status"] == "ok", r
         assert r["steps_timed"] == 2
         assert 0 < r["step_ms_p10"] <= r["step_ms_median"] <= r["step_ms_p90"]
-        assert r["first_step_s"] > 0 and r["utterances_per_s"] > 0
+        assert r["first_step_s"] > 0 and r["utterances_per_s"] > 0 and r["pipelined_ms_per_step"] > 0
         assert r["global_batch"] == 2 * key[1]
         assert r["minibatches_per_epoch"] == math.ceil(15_552 / r["global_batch"])
         assert r["epoch_time_s"] == pytest.approx(r["minibatches_per_epoch"] * r["step_ms_median"] / 1e3)
@@ -114,11 +114,13 @@ def test_loop_and_cudnn_forwards_agree(cell, shared):
     valid = (torch.arange(logits_loop.shape[1])[None, :] < out_loop[:, None]).numpy()
     # float32 sums in different orders (per-step matmuls vs nn.RNN): ~1e-5 apart at worst
     np.testing.assert_allclose(logits_cudnn.detach().numpy()[valid], logits_loop.detach().numpy()[valid], rtol=1e-4, atol=1e-4)
-    # Both directions see only valid frames: trimming the padding changes no valid output.
+    # Both directions see only valid frames: trimming the padding changes no valid output
+    # (beyond float32 summation order: other shapes, other CPU kernels; leaked padding
+    # would move outputs by ~1e-1).
     short = int(lengths.max())
     trimmed, _ = loop(audio[:, :short], lengths)
     np.testing.assert_allclose(trimmed.detach().numpy()[valid[:, : trimmed.shape[1]]],
-                               logits_loop.detach().numpy()[:, : trimmed.shape[1]][valid[:, : trimmed.shape[1]]], rtol=1e-4, atol=1e-5)
+                               logits_loop.detach().numpy()[:, : trimmed.shape[1]][valid[:, : trimmed.shape[1]]], rtol=1e-4, atol=1e-4)
     loss = torch_model.ctc_loss(logits_loop, out_loop, torch.randint(1, 29, (3, 4)), torch.tensor([4, 3, 2]))
     loss.backward()
     assert torch.isfinite(loss) and loop.rnns[0].recurrent.grad.abs().sum() > 0
