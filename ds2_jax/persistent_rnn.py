@@ -52,8 +52,9 @@ class KernelOptions:
     # Split the contraction over the hidden units into this many independent products.
     k_split: int = 1
     # Keep the states time-major ([T, D, B, H]) inside the kernel, so each step's state
-    # is one contiguous block, and transpose to [B, T, D, H] afterwards.
-    time_major_state: bool = False
+    # is one contiguous block, and transpose to [B, T, D, H] afterwards: one seed layer
+    # 3.43-3.47 ms forward+backward against 3.76-3.91 batch-major (H200).
+    time_major_state: bool = True
 
 
 def _forward_cell(x, rec):
