@@ -53,8 +53,9 @@ class KernelOptions:
     k_split: int = 1
     # Keep the states time-major ([T, D, B, H]) inside the kernel, so each step's state
     # is one contiguous block, and transpose to [B, T, D, H] afterwards: one seed layer
-    # 3.43-3.47 ms forward+backward against 3.76-3.91 batch-major (H200).
-    time_major_state: bool = True
+    # took 3.43-3.47 ms forward+backward against 3.76-3.91 batch-major (H200). Off until
+    # the GPU numerics tests have run with it (CPU interpret-mode tests pass).
+    time_major_state: bool = False
 
 
 def _forward_cell(x, rec):

@@ -176,7 +176,7 @@ def test_recurrence_kernel_benchmark_runs_and_agrees(tmp_path):
     """The layer microbenchmark on a tiny shape (kernel in interpret mode off the GPU)."""
     proc = subprocess.run(
         [sys.executable, "-m", "benchmarks.recurrence_kernel", f"--out={tmp_path}", "--steps=1",
-         "--shape=5,2,16,16", "--kernels=16/4/0/0/1/1,16/4/0/0/1/0"],
+         "--shape=5,2,16,16", "--kernels=16/4/0/0/1/0,16/4/0/0/1/1"],
         cwd=ROOT, capture_output=True, text=True, timeout=300, env=dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu"))
     assert proc.returncode == 0, proc.stderr[-2000:]
     with open(tmp_path / "recurrence_kernel.json") as f:
