@@ -5,10 +5,11 @@ The grid has one program per (direction, column block); program (d, j) owns colu
 j*cols:(j+1)*cols of direction d, loads its slice of the recurrent matrix once, and per
 time step reads the full previous hidden state of its direction from global memory,
 computes its columns and publishes them. Direction 1 runs in reverse time. Inputs and
-outputs stay in the model's batch-major layout ([B, T, D, H]; a shared input projection
-is read by both directions), so no transpose or reversal surrounds the kernel. A per-direction counter, bumped atomically by
-every program after it stored its columns, is the grid-wide barrier between time steps,
-so all programs must be resident at once: the grid never exceeds the GPU's SM count.
+outputs are in the model's batch-major layout ([B, T, D, H]; a shared input projection
+is read by both directions), so no reversal, stack or concatenation surrounds the
+kernel. A per-direction counter, bumped atomically by every program after it stored its
+columns, is the grid-wide barrier between time steps, so all programs must be resident
+at once: the grid never exceeds the GPU's SM count.
 
 The backward pass is the same kernel with every direction's time order flipped, on the
 transposed matrix (dL/dz_t = active_t * (dL/dy_t + dL/dz_{t+1} W^T)); the weight

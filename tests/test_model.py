@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ds2_jax import geometry, model, recurrence
+from ds2_jax import geometry, model
 
 
 def small_cfg(**kw):
