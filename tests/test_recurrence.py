@@ -70,7 +70,8 @@ def test_pallas_kernel_options_match_scan(options):
     assert_matches_scan(kernel, jnp.float32, 1e-5, *problem(jnp.float32, t=9, b=16, h=64, shared=True))
 
 
-def test_pallas_kernel_at_seed_width():
+@pytest.mark.parametrize("time_major_state", [False, True])
+def test_pallas_kernel_at_seed_width(time_major_state):
     """One seed layer (2 directions x 2048 units, batch 16, 267 frames) in bfloat16.
 
     Over 267 steps bfloat16 rounding grows (either implementation is ~5% off float32 in
@@ -85,7 +86,9 @@ def test_pallas_kernel_at_seed_width():
     def errors(impl):
         return [np.linalg.norm(a - b) / np.linalg.norm(b) for a, b in zip(outputs_and_grads(impl, xs, w, dys), truth)]
 
-    kernel, scan = errors("pallas"), errors("scan_vjp")
+    options = persistent_rnn.KernelOptions(time_major_state=time_major_state)
+    kernel = errors(lambda xs, w, cell: persistent_rnn.persistent_simple_rnn(xs, w, options))
+    scan = errors("scan_vjp")
     assert kernel[0] < 2e-2, kernel
     for k, s in zip(kernel, scan):
         assert k <= 1.25 * s + 1e-3, (kernel, scan)
