@@ -223,17 +223,20 @@ def persistent_simple_rnn(xs: jax.Array, recurrent: jax.Array, options: KernelOp
     if pad_b or pad_h:
         xs = jnp.pad(xs, ((0, pad_b), (0, 0), (0, 0), (0, pad_h)))
         recurrent = jnp.pad(recurrent, ((0, 0), (0, pad_h), (0, pad_h)))
-    return _persistent(xs, recurrent, options)[:batch, ..., :hidden]
+    shared_input = xs.shape[2] < recurrent.shape[0]
+    return _persistent(xs, recurrent, options, shared_input)[:batch, ..., :hidden]
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
-def _persistent(xs: jax.Array, recurrent: jax.Array, options: KernelOptions) -> jax.Array:
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
+def _persistent(xs: jax.Array, recurrent: jax.Array, options: KernelOptions, shared_input: bool) -> jax.Array:
+    """shared_input: xs has one direction, read by all (static, for the backward's gradient shape)."""
+    del shared_input
     return _run(_forward_cell, [xs], recurrent.astype(xs.dtype), reverse=False, transposed=False, options=options)
 
 
-def _fwd(xs, recurrent, options):
-    ys = _persistent(xs, recurrent, options)
-    return ys, (ys, recurrent, jnp.zeros((xs.shape[2],), xs.dtype))
+def _fwd(xs, recurrent, options, shared_input):
+    ys = _persistent(xs, recurrent, options, shared_input)
+    return ys, (ys, recurrent)
 
 
 def previous_states(ys: jax.Array) -> jax.Array:
@@ -246,12 +249,12 @@ def previous_states(ys: jax.Array) -> jax.Array:
     return jnp.concatenate([earlier[:, :, :1], later[:, :, 1:]], axis=2)
 
 
-def _bwd(options, residuals, dys):
-    ys, recurrent, x_directions = residuals  # the last only carries xs' direction count
+def _bwd(options, shared_input, residuals, dys):
+    ys, recurrent = residuals
     dzs = _run(_backward_cell, [dys.astype(ys.dtype), ys], recurrent.astype(ys.dtype), reverse=True,
                transposed=True, options=options)
     d_recurrent = jnp.einsum("btdh,btdw->dhw", previous_states(ys), dzs, preferred_element_type=jnp.float32)
-    if x_directions.shape[0] < dzs.shape[2]:  # one projection fed every direction: its gradient is their sum
+    if shared_input:  # one projection fed every direction: its gradient is their sum
         dzs = jnp.sum(dzs, axis=2, keepdims=True, dtype=jnp.float32).astype(ys.dtype)
     return dzs, d_recurrent.astype(recurrent.dtype)
 
