@@ -7,8 +7,8 @@ time step reads the full previous hidden state of its direction from global memo
 computes its columns and publishes them. Direction 1 runs in reverse time. Inputs and
 outputs are in the model's batch-major layout ([B, T, D, H]; a shared input projection
 is read by both directions), so no reversal, stack or concatenation surrounds the
-kernel. A per-direction counter (optionally one per contraction chunk), bumped atomically by
-every program after it stored its columns, is the grid-wide barrier between time steps, so all programs must be resident
+kernel. A per-direction counter, bumped atomically by every program after it stored its
+columns, is the grid-wide barrier between time steps, so all programs must be resident
 at once: the grid never exceeds the GPU's SM count.
 
 The backward pass is the same kernel with every direction's time order flipped, on the
@@ -57,10 +57,6 @@ class KernelOptions:
     # took 3.43-3.47 ms forward+backward against 3.76-3.91 batch-major (H200). Off until
     # the GPU numerics tests have run with it (CPU interpret-mode tests pass).
     time_major_state: bool = False
-    # With k_split > 1: one barrier counter per contraction chunk, and each chunk's
-    # product starts as soon as the programs that own its columns have published,
-    # overlapping the wait for the slowest program with the first chunks' products.
-    wait_per_chunk: bool = False
 
 
 def _forward_cell(x, rec):
@@ -74,13 +70,11 @@ def _backward_cell(dy, y, rec):
 
 def _recurrence_kernel(*refs, cell: Callable, n_inputs: int, reverse: bool, transposed: bool,
                        cols: int, blocks_per_dir: int, precision, interpret: bool, volatile: bool,
-                       poll_with_load: bool, k_split: int, time_major_state: bool, groups: int):
+                       poll_with_load: bool, k_split: int, time_major_state: bool):
     """One program: columns [c0, c0 + cols) of direction d, all time steps.
 
     Rows go through the matmul ROWS at a time, so shared memory holds the weight slice
-    and one [ROWS, H] slice of the previous state whatever the batch. The barrier has
-    `groups` counters per direction (1, or k_split: counter g counts the programs that
-    own contraction chunk g's columns).
+    and one [ROWS, H] slice of the previous state whatever the batch.
     """
     in_refs, (w_ref, _, out_ref, count_ref) = refs[:n_inputs], refs[n_inputs:]
     batch, n_steps = in_refs[0].shape[0], in_refs[0].shape[1]
@@ -88,11 +82,7 @@ def _recurrence_kernel(*refs, cell: Callable, n_inputs: int, reverse: bool, tran
     pid = pl.program_id(0)
     d = pid // blocks_per_dir
     backwards_in_time = (d % 2) ^ int(reverse)  # 0 or 1: direction 1 runs in reverse time
-    block = pid % blocks_per_dir
-    col = pl.ds(pl.multiple_of(block * cols, cols), cols)
-
-    def counter_of(group):
-        return d * groups + group
+    col = pl.ds(pl.multiple_of((pid % blocks_per_dir) * cols, cols), cols)
     hidden = out_ref.shape[3]
     ks = [pl.ds(k, hidden // k_split) for k in range(0, hidden, hidden // k_split)]
     # This program's slice of the recurrent matrix, loaded once for all time steps.
@@ -112,32 +102,28 @@ def _recurrence_kernel(*refs, cell: Callable, n_inputs: int, reverse: bool, tran
 
     def publish():
         sync_threads(interpret)  # every thread's store is issued before the release below
-        plt.atomic_add(count_ref, (counter_of(block // (blocks_per_dir // groups)),), jnp.int32(1))
+        plt.atomic_add(count_ref, (d,), jnp.int32(1))
 
-    def wait_for(step, group):
-        # Spin until every program of direction d counted by `group` has published step - 1.
-        # The target rides in the carry (interpret mode wants no consts in the loop).
-        counter = counter_of(group)
-
+    def wait_for(step):
+        # Spin until every program of direction d has published step - 1. The target rides
+        # in the carry (interpret mode wants no consts in the loop).
         def poll(carry):
             _, target = carry
             if poll_with_load:
-                return plt.load(count_ref.at[counter], volatile=True), target
-            return plt.atomic_add(count_ref, (counter,), target * 0), target
+                return plt.load(count_ref.at[d], volatile=True), target
+            return plt.atomic_add(count_ref, (d,), target * 0), target
 
         _, target = jax.lax.while_loop(lambda carry: carry[0] < carry[1], poll,
-                                       (jnp.int32(-1), blocks_per_dir // groups * step))
+                                       (jnp.int32(-1), blocks_per_dir * step))
         if poll_with_load:
-            plt.atomic_add(count_ref, (counter,), target * 0)  # acquire: orders the loads that follow
+            plt.atomic_add(count_ref, (d,), target * 0)  # acquire: orders the loads that follow
         sync_threads(interpret)
 
-    def chunk_step(step, t, rows, x, wait: bool):
+    def chunk_step(step, t, rows, x):
         # k_split independent partial products: separate accumulator chains the
         # scheduler can interleave, instead of one serial chain over all of K.
         rec = 0.0
-        for i, (k, w) in enumerate(zip(ks, ws)):
-            if wait and (i == 0 or groups > 1):
-                wait_for(step, i % groups)
+        for k, w in zip(ks, ws):
             prev = plt.load(out_ref.at[state(rows, time_of(step - 1), k)], volatile=volatile)
             rec = rec + jax.lax.dot_general(prev, w, (((1,), (1 if transposed else 0,)), ((), ())),
                                             precision=precision, preferred_element_type=jnp.float32)
@@ -147,14 +133,15 @@ def _recurrence_kernel(*refs, cell: Callable, n_inputs: int, reverse: bool, tran
         t = time_of(step)
         if batch == ROWS:
             # Inputs do not depend on the other programs: issue their loads before waiting.
-            chunk_step(step, t, chunks[0], load_inputs(t, chunks[0]), wait=True)
+            x = load_inputs(t, chunks[0])
+            wait_for(step)
+            chunk_step(step, t, chunks[0], x)
         else:  # a loop (not unrolled), so the chunks share one shared-memory buffer
-            for group in range(groups):
-                wait_for(step, group)
+            wait_for(step)
 
             def one_chunk(c, unused):
                 rows = pl.ds(pl.multiple_of(c * ROWS, ROWS), ROWS)
-                chunk_step(step, t, rows, load_inputs(t, rows), wait=False)
+                chunk_step(step, t, rows, load_inputs(t, rows))
                 return unused
 
             jax.lax.fori_loop(0, batch // ROWS, one_chunk, 0)
@@ -193,18 +180,17 @@ def _run(cell, inputs, weights, *, reverse: bool, transposed: bool, options: Ker
     elif cols is None:
         cols = column_block(hidden, directions, jax.devices()[0].core_count)
     blocks_per_dir = hidden // cols
-    k_split = options.k_split if hidden % (MIN_BLOCK * options.k_split) == 0 else 1
-    groups = k_split if options.wait_per_chunk and blocks_per_dir % k_split == 0 else 1
     out_dtype = inputs[0].dtype
     precision = jax.lax.Precision.HIGHEST if out_dtype == jnp.float32 else None
     kernel = functools.partial(
         _recurrence_kernel, cell=cell, n_inputs=len(inputs), reverse=reverse, transposed=transposed,
         cols=cols, blocks_per_dir=blocks_per_dir, precision=precision, interpret=interpret,
         volatile=options.volatile_exchange, poll_with_load=options.poll_with_load,
-        k_split=k_split, time_major_state=options.time_major_state, groups=groups)
+        k_split=options.k_split if hidden % (16 * options.k_split) == 0 else 1,
+        time_major_state=options.time_major_state)
     batch, n_steps = inputs[0].shape[:2]
     out_shape = (n_steps, directions, batch, hidden) if options.time_major_state else (batch, n_steps, directions, hidden)
-    counts = jnp.zeros((directions * groups,), jnp.int32)
+    counts = jnp.zeros((directions,), jnp.int32)
     out, _ = pl.pallas_call(
         kernel,
         out_shape=(jax.ShapeDtypeStruct(out_shape, out_dtype), jax.ShapeDtypeStruct(counts.shape, counts.dtype)),

@@ -63,23 +63,15 @@ def test_pallas_kernel_pads_odd_batch_and_width(b, h, d):
     assert_matches_scan("pallas", jnp.float32, 1e-5, *problem(jnp.float32, t=11, b=b, h=h, d=d))
 
 
-@pytest.mark.parametrize("options, batch", [(persistent_rnn.KernelOptions(k_split=4), 16),
-                                            (persistent_rnn.KernelOptions(time_major_state=True), 16),
-                                            (persistent_rnn.KernelOptions(k_split=2, wait_per_chunk=True), 16),
-                                            (persistent_rnn.KernelOptions(k_split=2, wait_per_chunk=True), 33)])
-def test_pallas_kernel_options_match_scan(options, batch):
+@pytest.mark.parametrize("options", [persistent_rnn.KernelOptions(k_split=4),
+                                     persistent_rnn.KernelOptions(time_major_state=True)])
+def test_pallas_kernel_options_match_scan(options):
     kernel = lambda xs, w, cell: persistent_rnn.persistent_simple_rnn(xs, w, options)  # noqa: E731
-    assert_matches_scan(kernel, jnp.float32, 1e-5, *problem(jnp.float32, t=9, b=batch, h=64, shared=True))
+    assert_matches_scan(kernel, jnp.float32, 1e-5, *problem(jnp.float32, t=9, b=16, h=64, shared=True))
 
 
-SEED_WIDTH_OPTIONS = [persistent_rnn.KernelOptions(time_major_state=False),
-                      persistent_rnn.KernelOptions(time_major_state=True),
-                      persistent_rnn.KernelOptions(time_major_state=True, k_split=2, wait_per_chunk=True),
-                      persistent_rnn.KernelOptions(time_major_state=True, k_split=4, wait_per_chunk=True)]
-
-
-@pytest.mark.parametrize("options", SEED_WIDTH_OPTIONS, ids=str)
-def test_pallas_kernel_at_seed_width(options):
+@pytest.mark.parametrize("time_major_state", [False, True])
+def test_pallas_kernel_at_seed_width(time_major_state):
     """One seed layer (2 directions x 2048 units, batch 16, 267 frames) in bfloat16.
 
     Over 267 steps bfloat16 rounding grows (either implementation is ~5% off float32 in
@@ -94,6 +86,7 @@ def test_pallas_kernel_at_seed_width(options):
     def errors(impl):
         return [np.linalg.norm(a - b) / np.linalg.norm(b) for a, b in zip(outputs_and_grads(impl, xs, w, dys), truth)]
 
+    options = persistent_rnn.KernelOptions(time_major_state=time_major_state)
     kernel = errors(lambda xs, w, cell: persistent_rnn.persistent_simple_rnn(xs, w, options))
     scan = errors("scan_vjp")
     assert kernel[0] < 2e-2, kernel
