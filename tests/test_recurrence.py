@@ -70,8 +70,13 @@ def test_pallas_kernel_options_match_scan(options):
     assert_matches_scan(kernel, jnp.float32, 1e-5, *problem(jnp.float32, t=9, b=16, h=64, shared=True))
 
 
-@pytest.mark.parametrize("time_major_state", [False, True])
-def test_pallas_kernel_at_seed_width(time_major_state):
+SEED_WIDTH_OPTIONS = [persistent_rnn.KernelOptions(time_major_state=False),
+                      persistent_rnn.KernelOptions(time_major_state=True),
+                      persistent_rnn.KernelOptions(time_major_state=True, k_split=4)]
+
+
+@pytest.mark.parametrize("options", SEED_WIDTH_OPTIONS, ids=str)
+def test_pallas_kernel_at_seed_width(options):
     """One seed layer (2 directions x 2048 units, batch 16, 267 frames) in bfloat16.
 
     Over 267 steps bfloat16 rounding grows (either implementation is ~5% off float32 in
