@@ -44,9 +44,10 @@ class KernelOptions:
 
     cols: int | None = None
     num_warps: int = 4
-    # Read the previous hidden state with volatile loads (bypassing L1). The acquire on
-    # the barrier's atomic already orders plain loads, so this is off by default.
-    volatile_exchange: bool = False
+    # Read the previous hidden state with volatile loads (bypassing L1). The acquire on the
+    # barrier's atomic already orders plain loads (correct either way), but volatile loads
+    # measured faster: 1.59 against 1.89 ms per seed layer forward (H200, 2026-12-03).
+    volatile_exchange: bool = True
     # Spin on plain volatile loads of the counter and acquire once with an atomic, instead
     # of polling with atomic read-modify-writes (measured equal on an H200).
     poll_with_load: bool = False

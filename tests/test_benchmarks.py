@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from benchmarks import profile, torch_model
+from benchmarks import kernel_ablation, profile, torch_model
 from ds2_jax import model
 from ds2_jax.features import FeatureConfig
 from tests.helpers import tiny_config
@@ -187,3 +187,16 @@ def test_recurrence_kernel_benchmark_runs_and_agrees(tmp_path):
         for key in ("rel_err_ys", "rel_err_dxs", "rel_err_dw"):
             assert kernel[key] <= 1.25 * scan[key] + 1e-3, (key, kernel, scan)
     assert (tmp_path / "recurrence_kernel.md").read_text().count("|") > 10
+
+
+def test_kernel_ablation_runs_every_case(tmp_path):
+    """Each ablated kernel traces and runs (tiny shape, interpret mode off the GPU)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.kernel_ablation", f"--out={tmp_path}", "--steps=1", "--shape=4,16,16"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, env=dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    with open(tmp_path / "kernel_ablation.json") as f:
+        rows = json.load(f)["rows"]
+    assert [r["case"] for r in rows] == list(kernel_ablation.CASES)
+    assert all(r["us_per_step"] > 0 for r in rows)
+    assert (tmp_path / "kernel_ablation.md").read_text().count("\n") == len(rows) + 2

@@ -70,9 +70,10 @@ def test_pallas_kernel_options_match_scan(options):
     assert_matches_scan(kernel, jnp.float32, 1e-5, *problem(jnp.float32, t=9, b=16, h=64, shared=True))
 
 
-SEED_WIDTH_OPTIONS = [persistent_rnn.KernelOptions(time_major_state=False),
-                      persistent_rnn.KernelOptions(time_major_state=True),
-                      persistent_rnn.KernelOptions(time_major_state=True, k_split=4)]
+SEED_WIDTH_OPTIONS = [persistent_rnn.KernelOptions(),  # the default
+                      persistent_rnn.KernelOptions(time_major_state=False),
+                      persistent_rnn.KernelOptions(volatile_exchange=False),
+                      persistent_rnn.KernelOptions(k_split=4)]
 
 
 @pytest.mark.parametrize("options", SEED_WIDTH_OPTIONS, ids=str)
@@ -91,7 +92,6 @@ def test_pallas_kernel_at_seed_width(options):
     def errors(impl):
         return [np.linalg.norm(a - b) / np.linalg.norm(b) for a, b in zip(outputs_and_grads(impl, xs, w, dys), truth)]
 
-    options = persistent_rnn.KernelOptions(time_major_state=time_major_state)
     kernel = errors(lambda xs, w, cell: persistent_rnn.persistent_simple_rnn(xs, w, options))
     scan = errors("scan_vjp")
     assert kernel[0] < 2e-2, kernel
