@@ -64,7 +64,7 @@ def test_pallas_kernel_pads_odd_batch_and_width(b, h, d):
 
 
 @pytest.mark.parametrize("options", [persistent_rnn.KernelOptions(k_split=4),
-                                     persistent_rnn.KernelOptions(time_major_state=True)])
+                                     persistent_rnn.KernelOptions(time_major_state=False)])
 def test_pallas_kernel_options_match_scan(options):
     kernel = lambda xs, w, cell: persistent_rnn.persistent_simple_rnn(xs, w, options)  # noqa: E731
     assert_matches_scan(kernel, jnp.float32, 1e-5, *problem(jnp.float32, t=9, b=16, h=64, shared=True))
