@@ -78,8 +78,7 @@ def main(argv):
         persistent_rnn.jax, persistent_rnn.plt = ablated_modules(**removed)
         try:
             fwd = jax.jit(lambda x, r: persistent_rnn.persistent_simple_rnn(x, r))
-            out = timing.measure(lambda _: jax.block_until_ready(fwd(xs, w)), warmup=3, steps=_STEPS.value)
-            ms = float(np.median(out["step_times_s"]) * 1e3)
+            _, ms = timing.call_ms(lambda: jax.block_until_ready(fwd(xs, w)), _STEPS.value)
             row = {"case": name, "fwd_ms": round(ms, 3), "us_per_step": round(ms * 1e3 / xs.shape[1], 2)}
         finally:
             persistent_rnn.jax, persistent_rnn.plt = real

@@ -41,11 +41,6 @@ def layer_fns(impl):
     return fwd, jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))
 
 
-def time_ms(fn, args, steps):
-    out = timing.measure(lambda _: jax.block_until_ready(fn(*args)), warmup=3, steps=steps)
-    return out["first_step_s"], float(np.median(out["step_times_s"]) * 1e3)
-
-
 def rel_err(a, b):
     a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
     return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
@@ -80,8 +75,9 @@ def main(argv):
         fwd, fwd_bwd = layer_fns(impl)
         row = {"impl": name, "shape": [t, d, b, h], "dtype": dtype.name}
         try:
-            row["compile_fwd_s"], row["fwd_ms"] = time_ms(fwd, (xs, w), _STEPS.value)
-            row["compile_fwd_bwd_s"], row["fwd_bwd_ms"] = time_ms(fwd_bwd, (xs, w, ct), _STEPS.value)
+            row["compile_fwd_s"], row["fwd_ms"] = timing.call_ms(lambda: jax.block_until_ready(fwd(xs, w)), _STEPS.value)
+            row["compile_fwd_bwd_s"], row["fwd_bwd_ms"] = timing.call_ms(
+                lambda: jax.block_until_ready(fwd_bwd(xs, w, ct)), _STEPS.value)
             ys, (_, (dxs, dw)) = fwd(xs, w), fwd_bwd(xs, w, ct)
             row.update(rel_err_ys=rel_err(ys, reference[0]), rel_err_dxs=rel_err(dxs, reference[1]),
                        rel_err_dw=rel_err(dw, reference[2]), status="ok")

@@ -32,6 +32,12 @@ def measure(step: Callable[[int], None], warmup: int, steps: int) -> dict:
     return {"first_step_s": first, "step_times_s": times}
 
 
+def call_ms(call: Callable[[], None], steps: int, warmup: int = 3) -> tuple[float, float]:
+    """(first call s, median ms) of call(), which must block until the device is done."""
+    out = measure(lambda _: call(), warmup=warmup, steps=steps)
+    return out["first_step_s"], float(np.median(out["step_times_s"]) * 1e3)
+
+
 def pipelined_ms(dispatch: Callable[[int], None], drain: Callable[[], None], steps: int) -> float:
     """Mean ms per step of `steps` steps queued back to back and waited for once at the end.
 
