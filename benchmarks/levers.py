@@ -20,44 +20,49 @@ import sys
 from absl import app, flags
 
 COMMAND_BUFFERS = "--xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,WHILE,CONDITIONAL"
-OPTAX = "--config.loss.ctc_impl=optax"  # the levers before the CTC kernel ran with optax's scan
+# The levers before the CTC kernel ran with optax's scan, those before conv_impl with strided convs.
+OPTAX = "--config.loss.ctc_impl=optax"
+DIRECT = "--config.model.conv_impl=direct"
 PALLAS = ["--config.model.rnn_impl=pallas", "--config.loss.ctc_impl=pallas"]
+SIXTEEN_S = ["--config.dataset.synthetic_min_duration_s=16", "--config.dataset.synthetic_max_duration_s=16"]
 # (name, config overrides, extra XLA_FLAGS, variant, dtype)
 LEVERS = [
-    ("scan f32 (reference)", [OPTAX, "--config.model.rnn_impl=scan"], "", "jax", "float32"),
-    ("scan bf16", [OPTAX, "--config.model.rnn_impl=scan"], "", "jax", "bfloat16"),
-    ("scan_vjp f32", [OPTAX, "--config.model.rnn_impl=scan_vjp"], "", "jax", "float32"),
-    ("scan_vjp bf16", [OPTAX, "--config.model.rnn_impl=scan_vjp"], "", "jax", "bfloat16"),
-    ("scan_vjp bf16 unroll 4", [OPTAX, "--config.model.rnn_impl=scan_vjp", "--config.model.scan_unroll=4"], "", "jax", "bfloat16"),
-    ("scan_vjp bf16 unroll 8", [OPTAX, "--config.model.rnn_impl=scan_vjp", "--config.model.scan_unroll=8"], "", "jax", "bfloat16"),
-    ("scan_vjp f32 unroll 8", [OPTAX, "--config.model.rnn_impl=scan_vjp", "--config.model.scan_unroll=8"], "", "jax", "float32"),
-    ("scan_vjp bf16 unroll 8 + Triton GEMM epilogue fusion", [OPTAX, "--config.model.rnn_impl=scan_vjp", "--config.model.scan_unroll=8"],
+    ("scan f32 (reference)", [OPTAX, DIRECT, "--config.model.rnn_impl=scan"], "", "jax", "float32"),
+    ("scan bf16", [OPTAX, DIRECT, "--config.model.rnn_impl=scan"], "", "jax", "bfloat16"),
+    ("scan_vjp f32", [OPTAX, DIRECT, "--config.model.rnn_impl=scan_vjp"], "", "jax", "float32"),
+    ("scan_vjp bf16", [OPTAX, DIRECT, "--config.model.rnn_impl=scan_vjp"], "", "jax", "bfloat16"),
+    ("scan_vjp bf16 unroll 4", [OPTAX, DIRECT, "--config.model.rnn_impl=scan_vjp", "--config.model.scan_unroll=4"], "", "jax", "bfloat16"),
+    ("scan_vjp bf16 unroll 8", [OPTAX, DIRECT, "--config.model.rnn_impl=scan_vjp", "--config.model.scan_unroll=8"], "", "jax", "bfloat16"),
+    ("scan_vjp f32 unroll 8", [OPTAX, DIRECT, "--config.model.rnn_impl=scan_vjp", "--config.model.scan_unroll=8"], "", "jax", "float32"),
+    ("scan_vjp bf16 unroll 8 + Triton GEMM epilogue fusion", [OPTAX, DIRECT, "--config.model.rnn_impl=scan_vjp", "--config.model.scan_unroll=8"],
      "--xla_gpu_triton_gemm_any=true", "jax", "bfloat16"),
-    ("scan_vjp bf16 unroll 16", [OPTAX, "--config.model.rnn_impl=scan_vjp", "--config.model.scan_unroll=16"], "", "jax", "bfloat16"),
-    ("scan_vjp bf16 unroll 8 batch 64", [OPTAX, "--config.model.rnn_impl=scan_vjp", "--config.model.scan_unroll=8",
+    ("scan_vjp bf16 unroll 16", [OPTAX, DIRECT, "--config.model.rnn_impl=scan_vjp", "--config.model.scan_unroll=16"], "", "jax", "bfloat16"),
+    ("scan_vjp bf16 unroll 8 batch 64", [OPTAX, DIRECT, "--config.model.rnn_impl=scan_vjp", "--config.model.scan_unroll=8",
                                           "--config.per_device_batch_size=64"], "", "jax", "bfloat16"),
-    ("scan_vjp bf16 unroll 8 16 s utterances", [OPTAX, "--config.model.rnn_impl=scan_vjp", "--config.model.scan_unroll=8",
-                                                 "--config.dataset.synthetic_min_duration_s=16",
-                                                 "--config.dataset.synthetic_max_duration_s=16"], "", "jax", "bfloat16"),
-    ("scan_vjp bf16 unroll 8 + deterministic ops", [OPTAX, "--config.model.rnn_impl=scan_vjp", "--config.model.scan_unroll=8"],
+    ("scan_vjp bf16 unroll 8 16 s utterances", [OPTAX, DIRECT, "--config.model.rnn_impl=scan_vjp", "--config.model.scan_unroll=8",
+                                                 *SIXTEEN_S], "", "jax", "bfloat16"),
+    ("scan_vjp bf16 unroll 8 + deterministic ops", [OPTAX, DIRECT, "--config.model.rnn_impl=scan_vjp", "--config.model.scan_unroll=8"],
      "--xla_gpu_deterministic_ops=true", "jax", "bfloat16"),
     ("torch_cudnn bf16 batch 64", ["--config.per_device_batch_size=64"], "", "torch_cudnn", "bfloat16"),
-    ("torch_cudnn bf16 16 s utterances", ["--config.dataset.synthetic_min_duration_s=16",
-                                           "--config.dataset.synthetic_max_duration_s=16"], "", "torch_cudnn", "bfloat16"),
-    ("scan_vjp bf16 unroll 8 + command buffers", [OPTAX, "--config.model.rnn_impl=scan_vjp", "--config.model.scan_unroll=8"],
+    ("torch_cudnn bf16 16 s utterances", SIXTEEN_S, "", "torch_cudnn", "bfloat16"),
+    ("scan_vjp bf16 unroll 8 + command buffers", [OPTAX, DIRECT, "--config.model.rnn_impl=scan_vjp", "--config.model.scan_unroll=8"],
      COMMAND_BUFFERS, "jax", "bfloat16"),
-    ("pallas rnn bf16", [OPTAX, "--config.model.rnn_impl=pallas"], "", "jax", "bfloat16"),
-    ("pallas rnn + pallas ctc bf16", [*PALLAS], "", "jax", "bfloat16"),
-    ("pallas rnn + pallas ctc bf16 + command buffers (no loops left to capture)", [*PALLAS],
+    ("pallas rnn bf16", [OPTAX, DIRECT, "--config.model.rnn_impl=pallas"], "", "jax", "bfloat16"),
+    ("pallas rnn + pallas ctc bf16", [*PALLAS, DIRECT], "", "jax", "bfloat16"),
+    ("pallas rnn + pallas ctc bf16 + command buffers (no loops left to capture)", [*PALLAS, DIRECT],
      COMMAND_BUFFERS.replace(",WHILE,CONDITIONAL", ""), "jax", "bfloat16"),
     ("auto rnn (scan_vjp: kernel exceeds shared memory) + pallas ctc f32",
-     ["--config.model.rnn_impl=auto", "--config.loss.ctc_impl=pallas"], "", "jax", "float32"),
-    ("pallas rnn + pallas ctc bf16 batch 64", [*PALLAS, "--config.per_device_batch_size=64"], "", "jax", "bfloat16"),
-    ("pallas rnn + pallas ctc bf16 16 s utterances", [*PALLAS, "--config.dataset.synthetic_min_duration_s=16",
-                                                      "--config.dataset.synthetic_max_duration_s=16"], "", "jax", "bfloat16"),
+     ["--config.model.rnn_impl=auto", "--config.loss.ctc_impl=pallas", DIRECT], "", "jax", "float32"),
+    ("pallas rnn + pallas ctc bf16 batch 64", [*PALLAS, DIRECT, "--config.per_device_batch_size=64"], "", "jax", "bfloat16"),
+    ("pallas rnn + pallas ctc bf16 16 s utterances", [*PALLAS, DIRECT, *SIXTEEN_S], "", "jax", "bfloat16"),
     ("torch_cudnn bf16", [], "", "torch_cudnn", "bfloat16"),
-    ("defaults (auto: scan_vjp rnn above 16 rows + pallas ctc) bf16 batch 64", ["--config.per_device_batch_size=64"],
+    ("defaults (auto: scan_vjp rnn above 16 rows + pallas ctc) bf16 batch 64", [DIRECT, "--config.per_device_batch_size=64"],
      "", "jax", "bfloat16"),
+    ("kernels bf16 + conv 1 on space-to-depth input (conv_impl auto)", [*PALLAS], "", "jax", "bfloat16"),
+    ("kernels bf16 + every strided conv on space-to-depth input", [*PALLAS, "--config.model.conv_impl=space_to_depth"],
+     "", "jax", "bfloat16"),
+    ("kernels bf16 + conv_impl auto, 16 s utterances", [*PALLAS, *SIXTEEN_S], "", "jax", "bfloat16"),
+    ("defaults bf16 batch 64 (conv_impl auto)", ["--config.per_device_batch_size=64"], "", "jax", "bfloat16"),
 ]
 
 _OUT = flags.DEFINE_string("out", None, "Output directory.", required=True)

@@ -200,3 +200,18 @@ def test_kernel_ablation_runs_every_case(tmp_path):
     assert [r["case"] for r in rows] == list(kernel_ablation.CASES)
     assert all(r["us_per_step"] > 0 for r in rows)
     assert (tmp_path / "kernel_ablation.md").read_text().count("\n") == len(rows) + 2
+
+
+def test_conv_lowering_benchmark_agrees(tmp_path):
+    """Both conv lowerings at a tiny shape: the same output as the float32 direct conv."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.conv_lowering", f"--out={tmp_path}", "--steps=1", "--shape=2,40,161",
+         "--channels=4"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, env=dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    with open(tmp_path / "conv_lowering.json") as f:
+        rows = json.load(f)["rows"]
+    assert [(r["conv"], r["lowering"]) for r in rows] == [(c, name) for c in (1, 2) for name in ("direct", "space_to_depth")]
+    for direct, folded in zip(rows[::2], rows[1::2]):  # bfloat16 rounding, the same for both
+        assert folded["rel_err_y"] <= 1.25 * direct["rel_err_y"] + 1e-3, (direct, folded)
+    assert (tmp_path / "conv_lowering.md").read_text().count("\n") == len(rows) + 2
