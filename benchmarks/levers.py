@@ -58,11 +58,9 @@ LEVERS = [
     ("torch_cudnn bf16", [], "", "torch_cudnn", "bfloat16"),
     ("defaults (auto: scan_vjp rnn above 16 rows + pallas ctc) bf16 batch 64", [DIRECT, "--config.per_device_batch_size=64"],
      "", "jax", "bfloat16"),
-    ("kernels bf16 + conv 1 on space-to-depth input (conv_impl auto)", [*PALLAS], "", "jax", "bfloat16"),
-    ("kernels bf16 + every strided conv on space-to-depth input", [*PALLAS, "--config.model.conv_impl=space_to_depth"],
-     "", "jax", "bfloat16"),
-    ("kernels bf16 + conv_impl auto, 16 s utterances", [*PALLAS, *SIXTEEN_S], "", "jax", "bfloat16"),
-    ("defaults bf16 batch 64 (conv_impl auto)", ["--config.per_device_batch_size=64"], "", "jax", "bfloat16"),
+    ("kernels bf16 + every strided conv on space-to-depth input", [*PALLAS], "", "jax", "bfloat16"),
+    ("kernels bf16 + space-to-depth convs, 16 s utterances", [*PALLAS, *SIXTEEN_S], "", "jax", "bfloat16"),
+    ("defaults bf16 batch 64 (space-to-depth convs)", ["--config.per_device_batch_size=64"], "", "jax", "bfloat16"),
 ]
 
 _OUT = flags.DEFINE_string("out", None, "Output directory.", required=True)

@@ -19,10 +19,7 @@ from ds2_jax import geometry, recurrence, space_to_depth, text
 
 CELL_GATES = {"simple": 1, "gru": 3, "lstm": 4}
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
-CONV_IMPLS = ("auto", "direct", "space_to_depth")
-# Input channels below which 'auto' computes a strided conv on space-to-depth input:
-# tensor-core convolution kernels want channels in multiples of 8 (conv 1 reads one).
-SPACE_TO_DEPTH_BELOW_CHANNELS = 8
+CONV_IMPLS = ("direct", "space_to_depth")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,7 +38,7 @@ class ModelConfig:
     sync_batch_norm: bool = True
     batch_norm_momentum: float = 0.99
     batch_norm_epsilon: float = 1e-5
-    conv_impl: str = "auto"
+    conv_impl: str = "space_to_depth"
     rnn_impl: str = "auto"
     scan_unroll: int = 1
     num_bins: int = 161
@@ -160,17 +157,11 @@ class ConvBlock(nn.Module):
             use_bias=False,
             dtype=self.cfg.compute_dtype,
             param_dtype=jnp.float32,
-            conv_general_dilated=space_to_depth.conv if self._space_to_depth(x.shape[-1]) else None,
+            conv_general_dilated=space_to_depth.conv if self.cfg.conv_impl == "space_to_depth" else None,
         )(x)
         lengths = geometry.conv_out(lengths, s.kernel[0], s.strides[0], s.padding[0])
         x = _batch_norm(self.cfg, self.axis_name)(x, time_mask(lengths, x.shape[1]), train)
         return mask_time(clipped_relu(x), lengths), lengths
-
-    def _space_to_depth(self, in_channels: int) -> bool:
-        impl = self.cfg.conv_impl
-        if impl == "auto":
-            return in_channels < SPACE_TO_DEPTH_BELOW_CHANNELS and self.spec.strides != (1, 1)
-        return impl == "space_to_depth"
 
 
 def _batch_norm(cfg: ModelConfig, axis_name, name=None) -> MaskedBatchNorm:

@@ -54,13 +54,12 @@ def test_rejects_what_it_cannot_compute():
         space_to_depth.conv(x, w, (2, 2), [(1, 1), (1, 1)], rhs_dilation=(2, 2))
 
 
-@pytest.mark.parametrize("conv_impl", ["auto", "space_to_depth"])
-def test_model_gives_the_same_logits_and_gradients_with_either_conv(conv_impl):
+def test_model_gives_the_same_logits_and_gradients_with_either_conv():
     feats = jax.random.normal(jax.random.PRNGKey(1), (2, 40, 161))
     lengths = jnp.array([40, 23])
     with jax.default_matmul_precision("highest"):
         direct, _, variables = run(small_cfg(conv_impl="direct"), feats, lengths)
-        folded, _, _ = run(small_cfg(conv_impl=conv_impl), feats, lengths, variables=variables)
+        folded, _, _ = run(small_cfg(conv_impl="space_to_depth"), feats, lengths, variables=variables)
 
         def grads(impl):
             def loss(params):
@@ -69,7 +68,7 @@ def test_model_gives_the_same_logits_and_gradients_with_either_conv(conv_impl):
                 return jnp.sum(out ** 2)
             return jax.grad(loss)(variables["params"])
 
-        g_direct, g_folded = grads("direct"), grads(conv_impl)
+        g_direct, g_folded = grads("direct"), grads("space_to_depth")
     np.testing.assert_allclose(folded, direct, rtol=1e-5, atol=1e-5)
     for a, b in zip(jax.tree_util.tree_leaves(g_folded), jax.tree_util.tree_leaves(g_direct)):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5 * max(float(jnp.max(jnp.abs(b))), 1.0))
