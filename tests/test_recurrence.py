@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ds2_jax import persistent_rnn, recurrence
+from ds2_jax import mosaic_rnn, persistent_rnn, recurrence
 
 
 def problem(dtype, t=23, d=2, b=3, h=16, seed=0, shared=False):
@@ -130,3 +130,43 @@ def test_backward_direction_starts_at_each_sequence_end(cell, impl):
     ys = np.asarray(recurrence.bidirectional([garbage], w, lengths, cell=cell, impl=impl))
     for b, n in enumerate(lengths.tolist()):
         np.testing.assert_allclose(ys[b, :n], valid_prefix_reference(x[b], w, n, cell), rtol=1e-5, atol=1e-5)
+
+
+def test_mosaic_kernels_lower_for_cuda():
+    """The Mosaic GPU kernels (forward and backward) lower for CUDA without a GPU."""
+    xs = jax.ShapeDtypeStruct((16, 5, 1, 256), jnp.bfloat16)
+    w = jax.ShapeDtypeStruct((2, 256, 256), jnp.float32)
+
+    def loss(xs, w):
+        return jnp.sum(mosaic_rnn.mosaic_simple_rnn(xs, w).astype(jnp.float32))
+
+    text = jax.jit(jax.grad(loss, argnums=(0, 1))).trace(xs, w).lower(lowering_platforms=("cuda",)).as_text()
+    assert text.count("mosaic_gpu") >= 2  # one custom call per kernel
+
+
+def test_mosaic_rejects_what_it_cannot_run():
+    with pytest.raises(ValueError, match="batch 16"):
+        mosaic_rnn.check_shapes(jnp.zeros((8, 3, 1, 128), jnp.bfloat16), jnp.zeros((2, 128, 128)))
+    with pytest.raises(ValueError, match="bfloat16"):
+        mosaic_rnn.check_shapes(jnp.zeros((16, 3, 1, 128), jnp.float32), jnp.zeros((2, 128, 128)))
+    if not mosaic_rnn.supported():
+        with pytest.raises(ValueError, match="Hopper GPUs only"):
+            recurrence.IMPLS["mosaic"](jnp.zeros((16, 3, 1, 128), jnp.bfloat16), jnp.zeros((2, 128, 128)), "simple")
+
+
+@pytest.mark.parametrize("t, h", [(7, 256), (267, 2048)])
+def test_mosaic_kernel_matches_float32(t, h):
+    """Outputs and gradients of the Mosaic GPU kernels at least as close to float32 as scan_vjp in bfloat16."""
+    if not mosaic_rnn.supported():
+        pytest.skip("the Mosaic GPU kernels run on Hopper GPUs")
+    xs, w, dys = problem(jnp.bfloat16, t=t, b=16, h=h, shared=True)
+    with jax.default_matmul_precision("highest"):
+        truth = outputs_and_grads("scan_vjp", xs.astype(jnp.float32), w.astype(jnp.float32), dys)
+
+    def errors(impl):
+        return [np.linalg.norm(a - b) / np.linalg.norm(b) for a, b in zip(outputs_and_grads(impl, xs, w, dys), truth)]
+
+    kernel, scan = errors("mosaic"), errors("scan_vjp")
+    assert kernel[0] < 2e-2, kernel
+    for k, s in zip(kernel, scan):
+        assert k <= 1.25 * s + 1e-3, (kernel, scan)

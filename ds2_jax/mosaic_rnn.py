@@ -1,0 +1,217 @@
+"""Persistent clipped-ReLU recurrence as Mosaic GPU kernels (Hopper; prototype, rnn_impl='mosaic').
+
+Cluster pairs split the contraction: CTA (d, j, r) holds its half (r) of the K rows of
+64 output columns (j) of direction d's matrix (128 KB of shared memory, loaded once by
+TMA). Per time step it TMA-loads only its half of the previous state, multiplies with
+wgmma (M = 64 columns, N = batch 16, K = hidden / 2), and rank 1 hands its fp32 partial
+to rank 0 through distributed shared memory. Rank 0 adds the inputs, applies the cell,
+stores the step's columns (TMA) and bumps the direction's step counter, a grid-global
+GMEM semaphore (zeroed per call) that every CTA of the direction polls before the next
+step. States live [T, D, H, B] (hidden-major), so a step's tile is the wgmma B operand
+as stored; callers transpose from and to the model's [B, T, D, H].
+
+The backward pass is the same kernel on the untransposed matrices with every direction's
+time order flipped (dL/dz_t = active_t * (dL/dy_t + dL/dz_{t+1} W^T)); the weight gradient
+is one GEMM over all time steps, as in `persistent_rnn`.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import mosaic_gpu as plgpu
+
+CLIP = 20.0
+COLS = 64  # wgmma M: the columns one CTA pair computes
+BATCH = 16  # wgmma N: the batch the kernel takes
+HIDDEN_MULTIPLE = 2 * COLS
+
+
+def _forward_cell(x, rec):
+    return jnp.clip(x + rec, 0.0, CLIP)
+
+
+def _backward_cell(dy, y, rec):
+    # The clipped ReLU passes gradient only strictly inside (0, CLIP).
+    return jnp.where((y > 0) & (y < CLIP), dy + rec, 0.0)
+
+
+def _swizzled(minor: int, dtype) -> tuple:
+    """Tiling and swizzle of a [rows, minor] shared-memory operand (one swizzle for both wgmma operands)."""
+    return (plgpu.TilingTransform((8, minor)), plgpu.SwizzleTransform(minor * jnp.dtype(dtype).itemsize))
+
+
+def _kernel(*refs, cell: Callable, n_inputs: int, reverse: bool, n_steps: int, blocks: int, k_half: int,
+            directions: int):
+    in_gmem, (w_gmem, out_gmem), scratch = refs[:n_inputs], refs[n_inputs:n_inputs + 2], refs[n_inputs + 2:]
+    w_smem, h_smem, in_smem, o_smem, part_smem, w_bar, h_bar, in_bar, pair_bar = scratch
+    count = pl.get_global(plgpu.SemaphoreType.REGULAR((directions,)))  # steps published, per direction
+    g, r = jax.lax.axis_index("g"), jax.lax.axis_index("c")
+    d, j = g // blocks, g % blocks
+    cols = pl.ds(j * COLS, COLS)
+    flip = d if not reverse else 1 - d  # 1: this direction walks time backwards
+
+    def time_of(step):
+        return step + flip * (n_steps - 1 - 2 * step)
+
+    plgpu.copy_gmem_to_smem(w_gmem.at[d, cols, pl.ds(r * k_half, k_half)], w_smem, w_bar)
+    plgpu.barrier_wait(w_bar)
+
+    def load_inputs(t):  # an input with one direction (a shared projection) serves both
+        for ref, smem in zip(in_gmem, in_smem):
+            plgpu.copy_gmem_to_smem(ref.at[t, d if ref.shape[1] > 1 else 0, cols, :], smem, in_bar)
+
+    def inputs():
+        plgpu.barrier_wait(in_bar)
+        return [plgpu.load(s, (), layout=plgpu.Layout.WGMMA).astype(jnp.float32) for s in in_smem]
+
+    def publish(h, t):
+        o_smem[...] = h.astype(o_smem.dtype)
+        plgpu.commit_smem()
+        plgpu.copy_smem_to_gmem(o_smem, out_gmem.at[t, d, cols, :])
+        plgpu.wait_smem_to_gmem(0)
+        pl.semaphore_signal(count.at[d], 1)
+
+    @pl.when(r == 0)
+    def _():
+        t0 = time_of(0)
+        load_inputs(t0)
+        publish(cell(*inputs(), jnp.zeros((COLS, BATCH), jnp.float32)), t0)
+
+    def step_fn(step, carry):
+        t, t_prev = time_of(step), time_of(step - 1)
+
+        @pl.when(r == 0)
+        def _():
+            load_inputs(t)  # independent of the other CTAs: in flight while we wait
+
+        target = blocks * step
+        jax.lax.while_loop(lambda _: pl.semaphore_read(count.at[d]) < target, lambda c: c, 0)
+        plgpu.copy_gmem_to_smem(out_gmem.at[t_prev, d, pl.ds(r * k_half, k_half), :], h_smem, h_bar)
+        plgpu.barrier_wait(h_bar)
+
+        def product(acc_ref):
+            plgpu.wgmma(acc_ref, w_smem, h_smem)
+            plgpu.wgmma_wait(0)
+            return acc_ref[...]
+
+        rec = pl.run_scoped(product, plgpu.ACC((COLS, BATCH), jnp.float32))
+
+        @pl.when(r == 1)
+        def _():
+            plgpu.cluster_ref(part_smem, {"c": 0})[...] = rec
+            plgpu.commit_smem()  # every thread's store lands before the (single-thread) arrive
+
+        plgpu.barrier_arrive(pair_bar)
+        plgpu.barrier_wait(pair_bar)
+
+        @pl.when(r == 0)
+        def _():
+            partial = plgpu.load(part_smem, (), layout=plgpu.Layout.WGMMA)
+            publish(cell(*inputs(), rec + partial), t)
+
+        return carry
+
+    jax.lax.fori_loop(1, n_steps, step_fn, 0)
+
+
+def _run(cell: Callable, inputs: list[jax.Array], weights: jax.Array, *, reverse: bool) -> jax.Array:
+    """inputs: [T, D or 1, H, B]; weights: [D, H_out, H_in] (A = rows of output columns). -> [T, D, H, B]."""
+    n_steps, _, hidden, batch = inputs[0].shape
+    directions = weights.shape[0]
+    dtype = inputs[0].dtype
+    k_half, blocks = hidden // 2, hidden // COLS
+    tile = lambda: plgpu.SMEM((COLS, batch), dtype, transforms=_swizzled(batch, dtype))  # noqa: E731
+    kernel = plgpu.kernel(
+        functools.partial(_kernel, cell=cell, n_inputs=len(inputs), reverse=reverse, n_steps=n_steps,
+                          blocks=blocks, k_half=k_half, directions=directions),
+        out_type=jax.ShapeDtypeStruct((n_steps, directions, hidden, batch), dtype),
+        scratch_types=[
+            plgpu.SMEM((COLS, k_half), dtype, transforms=_swizzled(batch, dtype)),
+            plgpu.SMEM((k_half, batch), dtype, transforms=_swizzled(batch, dtype)),
+            [tile() for _ in inputs],
+            tile(),
+            plgpu.SMEM((COLS, batch), jnp.float32),
+            plgpu.Barrier(),
+            plgpu.Barrier(),
+            plgpu.Barrier(num_arrivals=len(inputs)),
+            plgpu.ClusterBarrier(collective_axes=("c",)),
+        ],
+        grid=(directions * blocks,),
+        grid_names=("g",),
+        cluster=(2,),
+        cluster_names=("c",),
+        # Lane semantics (the default before jax 0.11): the warpgroup dialect of jax
+        # 0.11.2 cannot store to another CTA's shared memory.
+        compiler_params=plgpu.CompilerParams(lowering_semantics=plgpu.LoweringSemantics.Lane),
+    )
+    return kernel(*inputs, weights)
+
+
+def supported() -> bool:
+    """wgmma kernels: Hopper (compute capability 9.0) only."""
+    return jax.default_backend() == "gpu" and getattr(jax.devices()[0], "compute_capability", "") == "9.0"
+
+
+def check_shapes(xs: jax.Array, recurrent: jax.Array) -> None:
+    """What the prototype supports: bfloat16, batch 16, hidden a multiple of 128."""
+    batch, hidden = xs.shape[0], recurrent.shape[1]
+    if xs.dtype != jnp.bfloat16 or batch != BATCH or hidden % HIDDEN_MULTIPLE:
+        raise ValueError(f"rnn_impl='mosaic' takes bfloat16, per-device batch {BATCH} and rnn_size a multiple of "
+                         f"{HIDDEN_MULTIPLE}; got {xs.dtype}, batch {batch}, rnn_size {hidden}")
+
+
+def mosaic_simple_rnn(xs: jax.Array, recurrent: jax.Array) -> jax.Array:
+    """Clipped-ReLU recurrence (direction 1 reversed in time) on Hopper GPUs.
+
+    Args:
+      xs: <bf16>[16, T, D or 1, H] input projections (1: shared by the D directions).
+      recurrent: [D, H, H] recurrent matrices.
+    Returns:
+      <bf16>[16, T, D, H] hidden states.
+    """
+    check_shapes(xs, recurrent)
+    return _mosaic(xs, recurrent.astype(xs.dtype), xs.shape[2] < recurrent.shape[0]).transpose(3, 0, 1, 2)
+
+
+def _kernel_layout(x: jax.Array) -> jax.Array:
+    return x.transpose(1, 2, 3, 0)  # [B, T, D, H] -> [T, D, H, B]
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def _mosaic(xs, recurrent, shared_input):
+    """-> [T, D, H, B] states. shared_input: xs has one direction (static, for the gradient's shape)."""
+    del shared_input
+    return _run(_forward_cell, [_kernel_layout(xs)], recurrent.transpose(0, 2, 1), reverse=False)
+
+
+def _fwd(xs, recurrent, shared_input):
+    ys = _mosaic(xs, recurrent, shared_input)
+    return ys, (ys, recurrent)
+
+
+def _previous_states(ys: jax.Array) -> jax.Array:
+    """[T, D, H, B] -> the state each step started from (h_{t-1}; h_{t+1} for direction 1)."""
+    zero = jnp.zeros_like(ys[:1])
+    earlier = jnp.concatenate([zero, ys[:-1]], axis=0)
+    if ys.shape[1] == 1:
+        return earlier
+    later = jnp.concatenate([ys[1:], zero], axis=0)
+    return jnp.concatenate([earlier[:, :1], later[:, 1:]], axis=1)
+
+
+def _bwd(shared_input, residuals, dys):
+    ys, recurrent = residuals
+    dzs = _run(_backward_cell, [dys.astype(ys.dtype), ys], recurrent, reverse=True)
+    d_recurrent = jnp.einsum("tdhb,tdwb->dhw", _previous_states(ys), dzs, preferred_element_type=jnp.float32)
+    dzs = dzs.transpose(3, 0, 1, 2)
+    if shared_input:  # one projection fed every direction: its gradient is their sum
+        dzs = jnp.sum(dzs, axis=2, keepdims=True, dtype=jnp.float32).astype(ys.dtype)
+    return dzs, d_recurrent.astype(recurrent.dtype)
+
+
+_mosaic.defvjp(_fwd, _bwd)
