@@ -61,8 +61,6 @@ LEVERS = [
     ("kernels bf16 + every strided conv on space-to-depth input", [*PALLAS], "", "jax", "bfloat16"),
     ("kernels bf16 + space-to-depth convs, 16 s utterances", [*PALLAS, *SIXTEEN_S], "", "jax", "bfloat16"),
     ("defaults bf16 batch 64 (space-to-depth convs)", ["--config.per_device_batch_size=64"], "", "jax", "bfloat16"),
-    ("kernels bf16 + Mosaic GPU recurrence (prototype)", ["--config.model.rnn_impl=mosaic", "--config.loss.ctc_impl=pallas"],
-     "", "jax", "bfloat16"),
 ]
 
 _OUT = flags.DEFINE_string("out", None, "Output directory.", required=True)

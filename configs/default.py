@@ -86,9 +86,8 @@ def get_config() -> ml_collections.ConfigDict:
     config.model.conv_impl = "space_to_depth"
     # Recurrence: 'scan' (lax.scan + autodiff, the reference), 'scan_vjp' (simple cell:
     # hand-written backward, weight gradient as one GEMM), 'pallas' (simple cell: one
-    # persistent Pallas kernel per layer and direction pair, GPU; interpreted elsewhere),
-    # 'mosaic' (simple cell, prototype: Mosaic GPU kernels with cluster pairs, Hopper
-    # GPUs only, bfloat16, per-device batch 16) or 'auto' (pallas on GPUs when it fits shared memory and the per-device batch is
+    # persistent Pallas kernel per layer and direction pair, GPU; interpreted elsewhere)
+    # or 'auto' (pallas on GPUs when it fits shared memory and the per-device batch is
     # <= 16, else scan_vjp; scan for GRU/LSTM).
     config.model.rnn_impl = "auto"
     config.model.scan_unroll = 1  # lax.scan unroll factor.

@@ -55,7 +55,7 @@ class ModelConfig:
         if self.rnn_impl not in recurrence.IMPLS:
             raise ValueError(f"model.rnn_impl={self.rnn_impl!r}: expected one of {sorted(recurrence.IMPLS)}")
         impl = recurrence.resolve_impl(self.rnn_impl, self.rnn_cell)
-        if impl in ("scan_vjp", "pallas", "mosaic") and self.rnn_cell != "simple":
+        if impl in ("scan_vjp", "pallas") and self.rnn_cell != "simple":
             raise ValueError(f"model.rnn_impl={impl!r} supports rnn_cell='simple' only; use 'auto' or 'scan'")
         if self.num_rnn_layers < 1 or self.rnn_size < 1 or self.conv_channels < 1:
             raise ValueError("model.num_rnn_layers, rnn_size and conv_channels must be >= 1")

@@ -1,13 +1,13 @@
-"""Persistent clipped-ReLU recurrence as Mosaic GPU kernels (Hopper; prototype, rnn_impl='mosaic').
+"""Persistent clipped-ReLU recurrence as Mosaic GPU kernels (Hopper; prototype, not yet a model option).
 
 Cluster pairs split the contraction: CTA (d, j, r) holds its half (r) of the K rows of
 64 output columns (j) of direction d's matrix (128 KB of shared memory, loaded once by
 TMA). Per time step it TMA-loads only its half of the previous state, multiplies with
 wgmma (M = 64 columns, N = batch 16, K = hidden / 2), and rank 1 hands its fp32 partial
 to rank 0 through distributed shared memory. Rank 0 adds the inputs, applies the cell,
-stores the step's columns (TMA) and bumps the direction's step counter, a grid-global
-GMEM semaphore (zeroed per call) that every CTA of the direction polls before the next
-step. States live [T, D, H, B] (hidden-major), so a step's tile is the wgmma B operand
+stores the step's columns and bumps the direction's step counter, a grid-global GMEM
+semaphore that every CTA of the direction polls before the next step. Global semaphores
+persist across calls, so the kernel returns them to zero before it ends. States live [T, D, H, B] (hidden-major), so a step's tile is the wgmma B operand
 as stored; callers transpose from and to the model's [B, T, D, H].
 
 The backward pass is the same kernel on the untransposed matrices with every direction's
@@ -48,8 +48,11 @@ def _swizzled(minor: int, dtype) -> tuple:
 def _kernel(*refs, cell: Callable, n_inputs: int, reverse: bool, n_steps: int, blocks: int, k_half: int,
             directions: int):
     in_gmem, (w_gmem, out_gmem), scratch = refs[:n_inputs], refs[n_inputs:n_inputs + 2], refs[n_inputs + 2:]
-    w_smem, h_smem, in_smem, o_smem, part_smem, w_bar, h_bar, in_bar, pair_bar = scratch
-    count = pl.get_global(plgpu.SemaphoreType.REGULAR((directions,)))  # steps published, per direction
+    w_smem, h_smem, in_smem, part_smem, w_bar, h_bar, in_bar, pair_bar = scratch
+    # Grid-global semaphores persist across calls: steps published per direction, and CTAs
+    # done reading them; the kernel leaves both at zero again (see the end).
+    count = pl.get_global(plgpu.SemaphoreType.REGULAR((directions,)))
+    done = pl.get_global(plgpu.SemaphoreType.REGULAR(()))
     g, r = jax.lax.axis_index("g"), jax.lax.axis_index("c")
     d, j = g // blocks, g % blocks
     cols = pl.ds(j * COLS, COLS)
@@ -57,6 +60,9 @@ def _kernel(*refs, cell: Callable, n_inputs: int, reverse: bool, n_steps: int, b
 
     def time_of(step):
         return step + flip * (n_steps - 1 - 2 * step)
+
+    def wait_for(sem, target):
+        jax.lax.while_loop(lambda _: pl.semaphore_read(sem) < target, lambda c: c, 0)
 
     plgpu.copy_gmem_to_smem(w_gmem.at[d, cols, pl.ds(r * k_half, k_half)], w_smem, w_bar)
     plgpu.barrier_wait(w_bar)
@@ -70,10 +76,10 @@ def _kernel(*refs, cell: Callable, n_inputs: int, reverse: bool, n_steps: int, b
         return [plgpu.load(s, (), layout=plgpu.Layout.WGMMA).astype(jnp.float32) for s in in_smem]
 
     def publish(h, t):
-        o_smem[...] = h.astype(o_smem.dtype)
-        plgpu.commit_smem()
-        plgpu.copy_smem_to_gmem(o_smem, out_gmem.at[t, d, cols, :])
-        plgpu.wait_smem_to_gmem(0)
+        # Plain stores, ordered before the release by the warpgroup barrier (the writes of
+        # a TMA store belong to the async proxy, which the release does not order).
+        out_gmem.at[t, d, cols, :][...] = h.astype(out_gmem.dtype)
+        plgpu.commit_smem()  # warpgroup barrier: every thread's stores precede the release
         pl.semaphore_signal(count.at[d], 1)
 
     @pl.when(r == 0)
@@ -89,8 +95,7 @@ def _kernel(*refs, cell: Callable, n_inputs: int, reverse: bool, n_steps: int, b
         def _():
             load_inputs(t)  # independent of the other CTAs: in flight while we wait
 
-        target = blocks * step
-        jax.lax.while_loop(lambda _: pl.semaphore_read(count.at[d]) < target, lambda c: c, 0)
+        wait_for(count.at[d], blocks * step)
         plgpu.copy_gmem_to_smem(out_gmem.at[t_prev, d, pl.ds(r * k_half, k_half), :], h_smem, h_bar)
         plgpu.barrier_wait(h_bar)
 
@@ -118,6 +123,18 @@ def _kernel(*refs, cell: Callable, n_inputs: int, reverse: bool, n_steps: int, b
 
     jax.lax.fori_loop(1, n_steps, step_fn, 0)
 
+    # Reset for the next call: once every CTA saw its direction's last step (so nobody
+    # polls any more), CTA 0 subtracts what was added.
+    wait_for(count.at[d], blocks * n_steps)
+    pl.semaphore_signal(done, 1)
+
+    @pl.when((g == 0) & (r == 0))
+    def _():
+        wait_for(done, 2 * directions * blocks)
+        for dd in range(directions):
+            pl.semaphore_signal(count.at[dd], -blocks * n_steps)
+        pl.semaphore_signal(done, -2 * directions * blocks)
+
 
 def _run(cell: Callable, inputs: list[jax.Array], weights: jax.Array, *, reverse: bool) -> jax.Array:
     """inputs: [T, D or 1, H, B]; weights: [D, H_out, H_in] (A = rows of output columns). -> [T, D, H, B]."""
@@ -125,7 +142,6 @@ def _run(cell: Callable, inputs: list[jax.Array], weights: jax.Array, *, reverse
     directions = weights.shape[0]
     dtype = inputs[0].dtype
     k_half, blocks = hidden // 2, hidden // COLS
-    tile = lambda: plgpu.SMEM((COLS, batch), dtype, transforms=_swizzled(batch, dtype))  # noqa: E731
     kernel = plgpu.kernel(
         functools.partial(_kernel, cell=cell, n_inputs=len(inputs), reverse=reverse, n_steps=n_steps,
                           blocks=blocks, k_half=k_half, directions=directions),
@@ -133,8 +149,7 @@ def _run(cell: Callable, inputs: list[jax.Array], weights: jax.Array, *, reverse
         scratch_types=[
             plgpu.SMEM((COLS, k_half), dtype, transforms=_swizzled(batch, dtype)),
             plgpu.SMEM((k_half, batch), dtype, transforms=_swizzled(batch, dtype)),
-            [tile() for _ in inputs],
-            tile(),
+            [plgpu.SMEM((COLS, batch), dtype, transforms=_swizzled(batch, dtype)) for _ in inputs],
             plgpu.SMEM((COLS, batch), jnp.float32),
             plgpu.Barrier(),
             plgpu.Barrier(),
@@ -161,8 +176,8 @@ def check_shapes(xs: jax.Array, recurrent: jax.Array) -> None:
     """What the prototype supports: bfloat16, batch 16, hidden a multiple of 128."""
     batch, hidden = xs.shape[0], recurrent.shape[1]
     if xs.dtype != jnp.bfloat16 or batch != BATCH or hidden % HIDDEN_MULTIPLE:
-        raise ValueError(f"rnn_impl='mosaic' takes bfloat16, per-device batch {BATCH} and rnn_size a multiple of "
-                         f"{HIDDEN_MULTIPLE}; got {xs.dtype}, batch {batch}, rnn_size {hidden}")
+        raise ValueError(f"mosaic_rnn takes bfloat16, batch {BATCH} and a hidden size that is a multiple of "
+                         f"{HIDDEN_MULTIPLE}; got {xs.dtype}, batch {batch}, hidden {hidden}")
 
 
 def mosaic_simple_rnn(xs: jax.Array, recurrent: jax.Array) -> jax.Array:

@@ -21,7 +21,7 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 
-from ds2_jax import mosaic_rnn, pallas_common, persistent_rnn
+from ds2_jax import pallas_common, persistent_rnn
 
 
 def simple_cell(carry, proj_t, rec_t):
@@ -169,22 +169,11 @@ def pallas_recurrence(xs: jax.Array, recurrent: jax.Array, cell: str, unroll: in
     return persistent_rnn.persistent_simple_rnn(xs, recurrent)
 
 
-def mosaic_recurrence(xs: jax.Array, recurrent: jax.Array, cell: str, unroll: int = 1) -> jax.Array:
-    """Simple recurrence as Mosaic GPU kernels (Hopper GPUs only; bfloat16, batch 16)."""
-    del unroll
-    if cell != "simple":
-        raise ValueError(f"rnn_impl='mosaic' supports rnn_cell='simple' only, not {cell!r}")
-    if not mosaic_rnn.supported():
-        raise ValueError("rnn_impl='mosaic' runs on Hopper GPUs only; use 'pallas' or 'scan_vjp' elsewhere")
-    return mosaic_rnn.mosaic_simple_rnn(xs, recurrent)
-
-
 scan_recurrence = _time_major_impl(scan_recurrence_time_major)
 scan_vjp_recurrence = _time_major_impl(scan_vjp_time_major)
 
 IMPLS: dict[str, Callable] = {
-    "scan": scan_recurrence, "scan_vjp": scan_vjp_recurrence, "pallas": pallas_recurrence,
-    "mosaic": mosaic_recurrence, "auto": None}
+    "scan": scan_recurrence, "scan_vjp": scan_vjp_recurrence, "pallas": pallas_recurrence, "auto": None}
 
 
 def resolve_impl(impl: str, cell: str) -> str:
