@@ -12,14 +12,12 @@ Writes DIR/conv_lowering.json and .md.
 from __future__ import annotations
 
 import json
-import os
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from absl import app, flags
 
-from benchmarks import timing
+from benchmarks import micro, timing
 from ds2_jax import geometry, space_to_depth
 
 _OUT = flags.DEFINE_string("out", None, "Output directory.", required=True)
@@ -45,11 +43,6 @@ def conv_fns(conv, spec: geometry.ConvSpec, input_grad: bool):
     return jax.jit(apply), jax.jit(jax.value_and_grad(loss, argnums=(0, 1) if input_grad else 1))
 
 
-def rel_err(a, b):
-    a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
-    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
-
-
 def main(argv):
     del argv
     batch, frames, bins = (int(v) for v in _SHAPE.value)
@@ -71,20 +64,15 @@ def main(argv):
             row["compile_fwd_s"], row["fwd_ms"] = timing.call_ms(lambda: jax.block_until_ready(fwd(x, w)), _STEPS.value)
             row["compile_fwd_bwd_s"], row["fwd_bwd_ms"] = timing.call_ms(
                 lambda: jax.block_until_ready(fwd_bwd(x, w, ct)), _STEPS.value)
-            row["rel_err_y"] = rel_err(fwd(x, w), truth)
+            row["rel_err_y"] = micro.rel_err(fwd(x, w), truth)
             print(json.dumps(row), flush=True)
             rows.append(row)
         in_shape = out_shape
-    os.makedirs(_OUT.value, exist_ok=True)
-    with open(os.path.join(_OUT.value, "conv_lowering.json"), "w") as f:
-        json.dump({"device": str(jax.devices()[0].device_kind), "rows": rows}, f, indent=1)
     lines = ["| conv | lowering | input | fwd ms | fwd+bwd ms | compile s | rel err y vs f32 |", "|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['conv']} | {r['lowering']} | {'x'.join(map(str, r['input']))} | {r['fwd_ms']:.3f} | "
                      f"{r['fwd_bwd_ms']:.3f} | {r['compile_fwd_bwd_s']:.1f} | {r['rel_err_y']:.1e} |")
-    with open(os.path.join(_OUT.value, "conv_lowering.md"), "w") as f:
-        f.write("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    micro.write_report(_OUT.value, "conv_lowering", rows, lines)
 
 
 if __name__ == "__main__":

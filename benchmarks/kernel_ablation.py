@@ -16,7 +16,6 @@ Writes DIR/kernel_ablation.json and .md: median ms per call and us per time step
 from __future__ import annotations
 
 import json
-import os
 import types
 
 import jax
@@ -25,7 +24,7 @@ import numpy as np
 from absl import app, flags
 from jax.experimental.pallas import triton as plt
 
-from benchmarks import timing
+from benchmarks import micro, timing
 from ds2_jax import persistent_rnn
 
 _OUT = flags.DEFINE_string("out", None, "Output directory.", required=True)
@@ -84,14 +83,9 @@ def main(argv):
             persistent_rnn.jax, persistent_rnn.plt = real
         print(json.dumps(row), flush=True)
         rows.append(row)
-    os.makedirs(_OUT.value, exist_ok=True)
-    with open(os.path.join(_OUT.value, "kernel_ablation.json"), "w") as f:
-        json.dump({"device": jax.devices()[0].device_kind, "rows": rows}, f, indent=1)
     lines = ["| case | forward ms | us per time step |", "|---|---|---|"]
     lines += [f"| {r['case']} | {r['fwd_ms']:.2f} | {r['us_per_step']:.2f} |" for r in rows]
-    with open(os.path.join(_OUT.value, "kernel_ablation.md"), "w") as f:
-        f.write("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    micro.write_report(_OUT.value, "kernel_ablation", rows, lines)
 
 
 if __name__ == "__main__":

@@ -13,14 +13,13 @@ and gradients against a float32 scan_vjp at full matmul precision. Writes DIR/re
 from __future__ import annotations
 
 import json
-import os
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from absl import app, flags
 
-from benchmarks import timing
+from benchmarks import micro, timing
 from ds2_jax import mosaic_rnn, persistent_rnn, recurrence
 
 _OUT = flags.DEFINE_string("out", None, "Output directory.", required=True)
@@ -41,11 +40,6 @@ def layer_fns(impl):
         return jnp.sum(impl(xs, w).astype(jnp.float32) * ct)
 
     return fwd, jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))
-
-
-def rel_err(a, b):
-    a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
-    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
 
 
 def main(argv):
@@ -83,15 +77,12 @@ def main(argv):
             row["compile_fwd_bwd_s"], row["fwd_bwd_ms"] = timing.call_ms(
                 lambda: jax.block_until_ready(fwd_bwd(xs, w, ct)), _STEPS.value)
             ys, (_, (dxs, dw)) = fwd(xs, w), fwd_bwd(xs, w, ct)
-            row.update(rel_err_ys=rel_err(ys, reference[0]), rel_err_dxs=rel_err(dxs, reference[1]),
-                       rel_err_dw=rel_err(dw, reference[2]), status="ok")
+            row.update(rel_err_ys=micro.rel_err(ys, reference[0]), rel_err_dxs=micro.rel_err(dxs, reference[1]),
+                       rel_err_dw=micro.rel_err(dw, reference[2]), status="ok")
         except Exception as e:  # a failing setting is reported, the others still run
             row.update(status="error", error=f"{type(e).__name__}: {e}"[:500])
         print(json.dumps(row), flush=True)
         rows.append(row)
-    os.makedirs(_OUT.value, exist_ok=True)
-    with open(os.path.join(_OUT.value, "recurrence_kernel.json"), "w") as f:
-        json.dump({"device": str(jax.devices()[0].device_kind), "rows": rows}, f, indent=1)
     lines = ["| impl | fwd ms | fwd+bwd ms | compile s | rel err vs f32: ys / dxs / dW |", "|---|---|---|---|---|"]
     for r in rows:
         if r["status"] != "ok":
@@ -99,9 +90,7 @@ def main(argv):
             continue
         lines.append(f"| {r['impl']} | {r['fwd_ms']:.2f} | {r['fwd_bwd_ms']:.2f} | {r['compile_fwd_bwd_s']:.1f} | "
                      f"{r['rel_err_ys']:.1e} / {r['rel_err_dxs']:.1e} / {r['rel_err_dw']:.1e} |")
-    with open(os.path.join(_OUT.value, "recurrence_kernel.md"), "w") as f:
-        f.write("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    micro.write_report(_OUT.value, "recurrence_kernel", rows, lines)
 
 
 if __name__ == "__main__":
