@@ -173,11 +173,16 @@ def supported() -> bool:
 
 
 def check_shapes(xs: jax.Array, recurrent: jax.Array) -> None:
-    """What the prototype supports: bfloat16, batch 16, hidden a multiple of 128."""
-    batch, hidden = xs.shape[0], recurrent.shape[1]
+    """What the prototype supports: bfloat16, batch 16, hidden a multiple of 128, and a grid
+    (2 CTAs per 64 columns per direction) that fits on the GPU at once: the grid barrier
+    would otherwise wait for CTAs that can never start."""
+    batch, (directions, hidden) = xs.shape[0], recurrent.shape[:2]
     if xs.dtype != jnp.bfloat16 or batch != BATCH or hidden % HIDDEN_MULTIPLE:
         raise ValueError(f"mosaic_rnn takes bfloat16, batch {BATCH} and a hidden size that is a multiple of "
                          f"{HIDDEN_MULTIPLE}; got {xs.dtype}, batch {batch}, hidden {hidden}")
+    ctas, sms = 2 * directions * (hidden // COLS), getattr(jax.devices()[0], "core_count", None)
+    if supported() and sms is not None and ctas > sms:
+        raise ValueError(f"mosaic_rnn needs {ctas} CTAs resident at once for hidden {hidden}; this GPU has {sms} SMs")
 
 
 def mosaic_simple_rnn(xs: jax.Array, recurrent: jax.Array) -> jax.Array:
