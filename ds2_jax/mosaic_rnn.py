@@ -7,8 +7,9 @@ wgmma (M = 64 columns, N = batch 16, K = hidden / 2), and rank 1 hands its fp32 
 to rank 0 through distributed shared memory. Rank 0 adds the inputs, applies the cell,
 stores the step's columns and bumps the direction's step counter, a grid-global GMEM
 semaphore that every CTA of the direction polls before the next step. Global semaphores
-persist across calls, so the kernel returns them to zero before it ends. States live [T, D, H, B] (hidden-major), so a step's tile is the wgmma B operand
-as stored; callers transpose from and to the model's [B, T, D, H].
+persist across calls, so the kernel returns them to zero before it ends. States live
+[T, D, H, B] (hidden-major), so a step's tile is the wgmma B operand as stored; callers
+transpose from and to the model's [B, T, D, H].
 
 The backward pass is the same kernel on the untransposed matrices with every direction's
 time order flipped (dL/dz_t = active_t * (dL/dy_t + dL/dz_{t+1} W^T)); the weight gradient
