@@ -53,10 +53,11 @@ def main(argv):
         key, kx, kw, kc = jax.random.split(key, 4)
         x = jax.random.normal(kx, in_shape).astype(dtype)
         w = (jax.random.normal(kw, spec.kernel + (in_shape[-1], _CHANNELS.value)) * 0.05).astype(dtype)
-        out_shape = jax.eval_shape(conv_fns(jax.lax.conv_general_dilated, spec, False)[0], x, w).shape
+        direct, _ = conv_fns(jax.lax.conv_general_dilated, spec, False)
+        out_shape = jax.eval_shape(direct, x, w).shape
         ct = jax.random.normal(kc, out_shape)
         with jax.default_matmul_precision("highest"):
-            truth = conv_fns(jax.lax.conv_general_dilated, spec, False)[0](x.astype(jnp.float32), w.astype(jnp.float32))
+            truth = direct(x.astype(jnp.float32), w.astype(jnp.float32))
         for name, conv in LOWERINGS.items():
             fwd, fwd_bwd = conv_fns(conv, spec, input_grad=layer > 0)
             row = {"conv": layer + 1, "lowering": name, "input": list(in_shape), "kernel": list(w.shape),

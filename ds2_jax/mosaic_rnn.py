@@ -26,19 +26,11 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
-CLIP = 20.0
+from ds2_jax.persistent_rnn import backward_cell, forward_cell, previous_states
+
 COLS = 64  # wgmma M: the columns one CTA pair computes
 BATCH = 16  # wgmma N: the batch the kernel takes
 HIDDEN_MULTIPLE = 2 * COLS
-
-
-def _forward_cell(x, rec):
-    return jnp.clip(x + rec, 0.0, CLIP)
-
-
-def _backward_cell(dy, y, rec):
-    # The clipped ReLU passes gradient only strictly inside (0, CLIP).
-    return jnp.where((y > 0) & (y < CLIP), dy + rec, 0.0)
 
 
 def _swizzled(minor: int, dtype) -> tuple:
@@ -207,7 +199,7 @@ def _kernel_layout(x: jax.Array) -> jax.Array:
 def _mosaic(xs, recurrent, shared_input):
     """-> [T, D, H, B] states. shared_input: xs has one direction (static, for the gradient's shape)."""
     del shared_input
-    return _run(_forward_cell, [_kernel_layout(xs)], recurrent.transpose(0, 2, 1), reverse=False)
+    return _run(forward_cell, [_kernel_layout(xs)], recurrent.transpose(0, 2, 1), reverse=False)
 
 
 def _fwd(xs, recurrent, shared_input):
@@ -215,20 +207,11 @@ def _fwd(xs, recurrent, shared_input):
     return ys, (ys, recurrent)
 
 
-def _previous_states(ys: jax.Array) -> jax.Array:
-    """[T, D, H, B] -> the state each step started from (h_{t-1}; h_{t+1} for direction 1)."""
-    zero = jnp.zeros_like(ys[:1])
-    earlier = jnp.concatenate([zero, ys[:-1]], axis=0)
-    if ys.shape[1] == 1:
-        return earlier
-    later = jnp.concatenate([ys[1:], zero], axis=0)
-    return jnp.concatenate([earlier[:, :1], later[:, 1:]], axis=1)
-
-
 def _bwd(shared_input, residuals, dys):
     ys, recurrent = residuals
-    dzs = _run(_backward_cell, [dys.astype(ys.dtype), ys], recurrent, reverse=True)
-    d_recurrent = jnp.einsum("tdhb,tdwb->dhw", _previous_states(ys), dzs, preferred_element_type=jnp.float32)
+    dzs = _run(backward_cell, [dys.astype(ys.dtype), ys], recurrent, reverse=True)
+    d_recurrent = jnp.einsum("tdhb,tdwb->dhw", previous_states(ys, time_axis=0), dzs,
+                             preferred_element_type=jnp.float32)
     dzs = dzs.transpose(3, 0, 1, 2)
     if shared_input:  # one projection fed every direction: its gradient is their sum
         dzs = jnp.sum(dzs, axis=2, keepdims=True, dtype=jnp.float32).astype(ys.dtype)

@@ -60,11 +60,11 @@ class KernelOptions:
     time_major_state: bool = True
 
 
-def _forward_cell(x, rec):
+def forward_cell(x, rec):
     return jnp.clip(x + rec, 0.0, CLIP)
 
 
-def _backward_cell(dy, y, rec):
+def backward_cell(dy, y, rec):
     # The clipped ReLU passes gradient only strictly inside (0, CLIP).
     return jnp.where((y > 0) & (y < CLIP), dy + rec, 0.0)
 
@@ -233,7 +233,7 @@ def persistent_simple_rnn(xs: jax.Array, recurrent: jax.Array, options: KernelOp
 def _persistent(xs: jax.Array, recurrent: jax.Array, options: KernelOptions, shared_input: bool) -> jax.Array:
     """shared_input: xs has one direction, read by all (static, for the backward's gradient shape)."""
     del shared_input
-    return _run(_forward_cell, [xs], recurrent.astype(xs.dtype), reverse=False, transposed=False, options=options)
+    return _run(forward_cell, [xs], recurrent.astype(xs.dtype), reverse=False, transposed=False, options=options)
 
 
 def _fwd(xs, recurrent, options, shared_input):
@@ -241,19 +241,26 @@ def _fwd(xs, recurrent, options, shared_input):
     return ys, (ys, recurrent)
 
 
-def previous_states(ys: jax.Array) -> jax.Array:
-    """[B, T, D, H] states -> the state each step started from (h_{t-1}; h_{t+1} for direction 1)."""
-    zero = jnp.zeros_like(ys[:, :1])
-    earlier = jnp.concatenate([zero, ys[:, :-1]], axis=1)
-    if ys.shape[2] == 1:
+def previous_states(ys: jax.Array, time_axis: int = 1) -> jax.Array:
+    """States with directions right after time ([B, T, D, H]; the Mosaic kernels' [T, D, H, B]
+    with time_axis=0) -> the state each step started from (h_{t-1}; h_{t+1} for direction 1)."""
+    steps, dir_axis = ys.shape[time_axis], time_axis + 1
+
+    def take(x, start, stop, axis):
+        return jax.lax.slice_in_dim(x, start, stop, axis=axis)
+
+    zero = jnp.zeros_like(take(ys, 0, 1, time_axis))
+    earlier = jnp.concatenate([zero, take(ys, 0, steps - 1, time_axis)], axis=time_axis)
+    if ys.shape[dir_axis] == 1:
         return earlier
-    later = jnp.concatenate([ys[:, 1:], zero], axis=1)
-    return jnp.concatenate([earlier[:, :, :1], later[:, :, 1:]], axis=2)
+    later = jnp.concatenate([take(ys, 1, steps, time_axis), zero], axis=time_axis)
+    return jnp.concatenate([take(earlier, 0, 1, dir_axis), take(later, 1, ys.shape[dir_axis], dir_axis)],
+                           axis=dir_axis)
 
 
 def _bwd(options, shared_input, residuals, dys):
     ys, recurrent = residuals
-    dzs = _run(_backward_cell, [dys.astype(ys.dtype), ys], recurrent.astype(ys.dtype), reverse=True,
+    dzs = _run(backward_cell, [dys.astype(ys.dtype), ys], recurrent.astype(ys.dtype), reverse=True,
                transposed=True, options=options)
     d_recurrent = jnp.einsum("btdh,btdw->dhw", previous_states(ys), dzs, preferred_element_type=jnp.float32)
     if shared_input:  # one projection fed every direction: its gradient is their sum

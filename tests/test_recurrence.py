@@ -76,6 +76,20 @@ SEED_WIDTH_OPTIONS = [persistent_rnn.KernelOptions(),  # the default
                       persistent_rnn.KernelOptions(k_split=4)]
 
 
+def assert_as_close_to_float32_as_scan_vjp(impl, xs, w, dys):
+    """bfloat16 outputs and gradients of `impl` no further from float32 than scan_vjp's."""
+    with jax.default_matmul_precision("highest"):
+        truth = outputs_and_grads("scan_vjp", xs.astype(jnp.float32), w.astype(jnp.float32), dys)
+
+    def errors(impl):
+        return [np.linalg.norm(a - b) / np.linalg.norm(b) for a, b in zip(outputs_and_grads(impl, xs, w, dys), truth)]
+
+    kernel, scan = errors(impl), errors("scan_vjp")
+    assert kernel[0] < 2e-2, kernel
+    for k, s in zip(kernel, scan):
+        assert k <= 1.25 * s + 1e-3, (kernel, scan)
+
+
 @pytest.mark.parametrize("options", SEED_WIDTH_OPTIONS, ids=str)
 def test_pallas_kernel_at_seed_width(options):
     """One seed layer (2 directions x 2048 units, batch 16, 267 frames) in bfloat16.
@@ -86,17 +100,8 @@ def test_pallas_kernel_at_seed_width(options):
     if jax.default_backend() != "gpu":
         pytest.skip("seed-width kernel check runs on the GPU (interpret mode would take minutes)")
     xs, w, dys = problem(jnp.bfloat16, t=267, b=16, h=2048, shared=True)
-    with jax.default_matmul_precision("highest"):
-        truth = outputs_and_grads("scan_vjp", xs.astype(jnp.float32), w.astype(jnp.float32), dys)
-
-    def errors(impl):
-        return [np.linalg.norm(a - b) / np.linalg.norm(b) for a, b in zip(outputs_and_grads(impl, xs, w, dys), truth)]
-
-    kernel = errors(lambda xs, w, cell: persistent_rnn.persistent_simple_rnn(xs, w, options))
-    scan = errors("scan_vjp")
-    assert kernel[0] < 2e-2, kernel
-    for k, s in zip(kernel, scan):
-        assert k <= 1.25 * s + 1e-3, (kernel, scan)
+    assert_as_close_to_float32_as_scan_vjp(
+        lambda xs, w, cell: persistent_rnn.persistent_simple_rnn(xs, w, options), xs, w, dys)
 
 
 def test_auto_picks_scan_for_gated_cells():
@@ -157,16 +162,7 @@ def test_mosaic_kernel_matches_float32(t, h):
     if not mosaic_rnn.supported():
         pytest.skip("the Mosaic GPU kernels run on Hopper GPUs")
     xs, w, dys = problem(jnp.bfloat16, t=t, b=16, h=h, shared=True)
-    with jax.default_matmul_precision("highest"):
-        truth = outputs_and_grads("scan_vjp", xs.astype(jnp.float32), w.astype(jnp.float32), dys)
-
-    def errors(impl):
-        return [np.linalg.norm(a - b) / np.linalg.norm(b) for a, b in zip(outputs_and_grads(impl, xs, w, dys), truth)]
-
-    kernel, scan = errors(lambda xs, w, cell: mosaic_rnn.mosaic_simple_rnn(xs, w)), errors("scan_vjp")
-    assert kernel[0] < 2e-2, kernel
-    for k, s in zip(kernel, scan):
-        assert k <= 1.25 * s + 1e-3, (kernel, scan)
+    assert_as_close_to_float32_as_scan_vjp(lambda xs, w, cell: mosaic_rnn.mosaic_simple_rnn(xs, w), xs, w, dys)
     # Its grid barrier counts on semaphores that persist across calls: later calls must agree.
     first, *again = [np.asarray(mosaic_rnn.mosaic_simple_rnn(xs, w), np.float32) for _ in range(3)]
     for ys in again:
