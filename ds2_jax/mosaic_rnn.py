@@ -6,8 +6,7 @@ TMA). Per time step it TMA-loads only its half of the previous state, multiplies
 wgmma (M = 64 columns, N = batch 16, K = hidden / 2), and rank 1 hands its fp32 partial
 to rank 0 through distributed shared memory. Rank 0 adds the inputs, applies the cell,
 stores the step's columns and bumps the direction's step counter, a grid-global GMEM
-semaphore that every CTA of the direction polls before the next step. Global semaphores
-persist across calls, so the kernel returns them to zero before it ends. States live
+semaphore that every CTA of the direction polls before the next step. States live
 [T, D, H, B] (hidden-major), so a step's tile is the wgmma B operand as stored; callers
 transpose from and to the model's [B, T, D, H].
 
@@ -24,7 +23,9 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
+from jax.experimental.mosaic.gpu import utils as mgpu_utils
 from jax.experimental.pallas import mosaic_gpu as plgpu
+from jaxlib.mlir.dialects import nvvm
 
 from ds2_jax.persistent_rnn import backward_cell, forward_cell, previous_states
 
@@ -38,14 +39,37 @@ def _swizzled(minor: int, dtype) -> tuple:
     return (plgpu.TilingTransform((8, minor)), plgpu.SwizzleTransform(minor * jnp.dtype(dtype).itemsize))
 
 
+def _signal_after_stores(sem_ref, value: int) -> None:
+    """Adds `value` to a GMEM semaphore once this warpgroup's global stores are visible to
+    readers that poll it and then TMA-load them.
+
+    pl.semaphore_signal adds with a relaxed atomic and fences after it, which does not order
+    the stores before the add: a poller could see the count before the data.
+    """
+
+    @plgpu.inline_mgpu(arg_types=(plgpu.RefType(),))
+    def signal(ctx, sem):
+        del ctx
+        nvvm.fence_proxy(nvvm.ProxyKind.async_global)  # generic-proxy stores before async-proxy (TMA) reads
+        mgpu_utils.warpgroup_barrier()
+        mgpu_utils.SemaphoreRef(mgpu_utils.memref_ptr(sem)).signal(value, memory_scope="gpu")  # release add
+
+    signal(sem_ref)
+
+
+@plgpu.inline_mgpu()
+def _async_proxy_fence(ctx) -> None:
+    """Orders what an acquiring semaphore read saw before this thread's later TMA loads."""
+    del ctx
+    nvvm.fence_proxy(nvvm.ProxyKind.async_global)
+
+
 def _kernel(*refs, cell: Callable, n_inputs: int, reverse: bool, n_steps: int, blocks: int, k_half: int,
             directions: int):
     in_gmem, (w_gmem, out_gmem), scratch = refs[:n_inputs], refs[n_inputs:n_inputs + 2], refs[n_inputs + 2:]
     w_smem, h_smem, in_smem, part_smem, w_bar, h_bar, in_bar, pair_bar = scratch
-    # Grid-global semaphores persist across calls: steps published per direction, and CTAs
-    # done reading them; the kernel leaves both at zero again (see the end).
+    # Steps published per direction: a grid-global semaphore, zeroed by Pallas for every call.
     count = pl.get_global(plgpu.SemaphoreType.REGULAR((directions,)))
-    done = pl.get_global(plgpu.SemaphoreType.REGULAR(()))
     g, r = jax.lax.axis_index("g"), jax.lax.axis_index("c")
     d, j = g // blocks, g % blocks
     cols = pl.ds(j * COLS, COLS)
@@ -56,6 +80,7 @@ def _kernel(*refs, cell: Callable, n_inputs: int, reverse: bool, n_steps: int, b
 
     def wait_for(sem, target):
         jax.lax.while_loop(lambda _: pl.semaphore_read(sem) < target, lambda c: c, 0)
+        _async_proxy_fence()
 
     plgpu.copy_gmem_to_smem(w_gmem.at[d, cols, pl.ds(r * k_half, k_half)], w_smem, w_bar)
     plgpu.barrier_wait(w_bar)
@@ -69,11 +94,9 @@ def _kernel(*refs, cell: Callable, n_inputs: int, reverse: bool, n_steps: int, b
         return [plgpu.load(s, (), layout=plgpu.Layout.WGMMA).astype(jnp.float32) for s in in_smem]
 
     def publish(h, t):
-        # Plain stores, ordered before the release by the warpgroup barrier (the writes of
-        # a TMA store belong to the async proxy, which the release does not order).
         out_gmem.at[t, d, cols, :][...] = h.astype(out_gmem.dtype)
-        plgpu.commit_smem()  # warpgroup barrier: every thread's stores precede the release
-        pl.semaphore_signal(count.at[d], 1)
+        plgpu.commit_smem()  # the input reads are done before the next step's TMA overwrites them
+        _signal_after_stores(count.at[d], 1)
 
     @pl.when(r == 0)
     def _():
@@ -115,18 +138,6 @@ def _kernel(*refs, cell: Callable, n_inputs: int, reverse: bool, n_steps: int, b
         return carry
 
     jax.lax.fori_loop(1, n_steps, step_fn, 0)
-
-    # Reset for the next call: once every CTA saw its direction's last step (so nobody
-    # polls any more), CTA 0 subtracts what was added.
-    wait_for(count.at[d], blocks * n_steps)
-    pl.semaphore_signal(done, 1)
-
-    @pl.when((g == 0) & (r == 0))
-    def _():
-        wait_for(done, 2 * directions * blocks)
-        for dd in range(directions):
-            pl.semaphore_signal(count.at[dd], -blocks * n_steps)
-        pl.semaphore_signal(done, -2 * directions * blocks)
 
 
 def _run(cell: Callable, inputs: list[jax.Array], weights: jax.Array, *, reverse: bool) -> jax.Array:
