@@ -11,8 +11,9 @@ semaphore that every CTA of the direction polls before the next step. States liv
 transpose from and to the model's [B, T, D, H].
 
 The backward pass is the same kernel on the untransposed matrices with every direction's
-time order flipped (dL/dz_t = active_t * (dL/dy_t + dL/dz_{t+1} W^T)); the weight gradient
-is one GEMM over all time steps, as in `persistent_rnn`.
+time order flipped (dL/dz_t = active_t * (dL/dy_t + dL/dz_{t+1} W^T)), its one input dL/dy
+with -inf where the gate is shut; the weight gradient is one GEMM over all time steps, as
+in `persistent_rnn`.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from jax.experimental.mosaic.gpu import utils as mgpu_utils
 from jax.experimental.pallas import mosaic_gpu as plgpu
 from jaxlib.mlir.dialects import nvvm
 
-from ds2_jax.persistent_rnn import backward_cell, forward_cell, previous_states
+from ds2_jax.persistent_rnn import CLIP, forward_cell, previous_states
 
 COLS = 64  # wgmma M: the columns one CTA pair computes
 BATCH = 16  # wgmma N: the batch the kernel takes
@@ -64,10 +65,8 @@ def _async_proxy_fence(ctx) -> None:
     nvvm.fence_proxy(nvvm.ProxyKind.async_global)
 
 
-def _kernel(*refs, cell: Callable, n_inputs: int, reverse: bool, n_steps: int, blocks: int, k_half: int,
-            directions: int):
-    in_gmem, (w_gmem, out_gmem), scratch = refs[:n_inputs], refs[n_inputs:n_inputs + 2], refs[n_inputs + 2:]
-    w_smem, h_smem, in_smem, part_smem, w_bar, h_bar, in_bar, pair_bar = scratch
+def _kernel(in_gmem, w_gmem, out_gmem, w_smem, h_smem, in_smem, part_smem, w_bar, h_bar, in_bar, pair_bar, *,
+            cell: Callable, reverse: bool, n_steps: int, blocks: int, k_half: int, directions: int):
     # Steps published per direction: a grid-global semaphore, zeroed by Pallas for every call.
     count = pl.get_global(plgpu.SemaphoreType.REGULAR((directions,)))
     g, r = jax.lax.axis_index("g"), jax.lax.axis_index("c")
@@ -85,13 +84,12 @@ def _kernel(*refs, cell: Callable, n_inputs: int, reverse: bool, n_steps: int, b
     plgpu.copy_gmem_to_smem(w_gmem.at[d, cols, pl.ds(r * k_half, k_half)], w_smem, w_bar)
     plgpu.barrier_wait(w_bar)
 
-    def load_inputs(t):  # an input with one direction (a shared projection) serves both
-        for ref, smem in zip(in_gmem, in_smem):
-            plgpu.copy_gmem_to_smem(ref.at[t, d if ref.shape[1] > 1 else 0, cols, :], smem, in_bar)
+    def load_input(t):  # an input with one direction (a shared projection) serves both
+        plgpu.copy_gmem_to_smem(in_gmem.at[t, d if in_gmem.shape[1] > 1 else 0, cols, :], in_smem, in_bar)
 
-    def inputs():
+    def input_tile():
         plgpu.barrier_wait(in_bar)
-        return [plgpu.load(s, (), layout=plgpu.Layout.WGMMA).astype(jnp.float32) for s in in_smem]
+        return plgpu.load(in_smem, (), layout=plgpu.Layout.WGMMA).astype(jnp.float32)
 
     def publish(h, t):
         out_gmem.at[t, d, cols, :][...] = h.astype(out_gmem.dtype)
@@ -101,15 +99,15 @@ def _kernel(*refs, cell: Callable, n_inputs: int, reverse: bool, n_steps: int, b
     @pl.when(r == 0)
     def _():
         t0 = time_of(0)
-        load_inputs(t0)
-        publish(cell(*inputs(), jnp.zeros((COLS, BATCH), jnp.float32)), t0)
+        load_input(t0)
+        publish(cell(input_tile(), jnp.zeros((COLS, BATCH), jnp.float32)), t0)
 
     def step_fn(step, carry):
         t, t_prev = time_of(step), time_of(step - 1)
 
         @pl.when(r == 0)
         def _():
-            load_inputs(t)  # independent of the other CTAs: in flight while we wait
+            load_input(t)  # independent of the other CTAs: in flight while we wait
 
         wait_for(count.at[d], blocks * step)
         plgpu.copy_gmem_to_smem(out_gmem.at[t_prev, d, pl.ds(r * k_half, k_half), :], h_smem, h_bar)
@@ -133,31 +131,31 @@ def _kernel(*refs, cell: Callable, n_inputs: int, reverse: bool, n_steps: int, b
         @pl.when(r == 0)
         def _():
             partial = plgpu.load(part_smem, (), layout=plgpu.Layout.WGMMA)
-            publish(cell(*inputs(), rec + partial), t)
+            publish(cell(input_tile(), rec + partial), t)
 
         return carry
 
     jax.lax.fori_loop(1, n_steps, step_fn, 0)
 
 
-def _run(cell: Callable, inputs: list[jax.Array], weights: jax.Array, *, reverse: bool) -> jax.Array:
-    """inputs: [T, D or 1, H, B]; weights: [D, H_out, H_in] (A = rows of output columns). -> [T, D, H, B]."""
-    n_steps, _, hidden, batch = inputs[0].shape
+def _run(cell: Callable, xs: jax.Array, weights: jax.Array, *, reverse: bool) -> jax.Array:
+    """xs: [T, D or 1, H, B] cell inputs; weights: [D, H_out, H_in] (A = rows of output columns). -> [T, D, H, B]."""
+    n_steps, _, hidden, batch = xs.shape
     directions = weights.shape[0]
-    dtype = inputs[0].dtype
+    dtype = xs.dtype
     k_half, blocks = hidden // 2, hidden // COLS
     kernel = plgpu.kernel(
-        functools.partial(_kernel, cell=cell, n_inputs=len(inputs), reverse=reverse, n_steps=n_steps,
-                          blocks=blocks, k_half=k_half, directions=directions),
+        functools.partial(_kernel, cell=cell, reverse=reverse, n_steps=n_steps, blocks=blocks, k_half=k_half,
+                          directions=directions),
         out_type=jax.ShapeDtypeStruct((n_steps, directions, hidden, batch), dtype),
         scratch_types=[
             plgpu.SMEM((COLS, k_half), dtype, transforms=_swizzled(batch, dtype)),
             plgpu.SMEM((k_half, batch), dtype, transforms=_swizzled(batch, dtype)),
-            [plgpu.SMEM((COLS, batch), dtype, transforms=_swizzled(batch, dtype)) for _ in inputs],
+            plgpu.SMEM((COLS, batch), dtype, transforms=_swizzled(batch, dtype)),
             plgpu.SMEM((COLS, batch), jnp.float32),
             plgpu.Barrier(),
             plgpu.Barrier(),
-            plgpu.Barrier(num_arrivals=len(inputs)),
+            plgpu.Barrier(),
             plgpu.ClusterBarrier(collective_axes=("c",)),
         ],
         grid=(directions * blocks,),
@@ -168,7 +166,7 @@ def _run(cell: Callable, inputs: list[jax.Array], weights: jax.Array, *, reverse
         # 0.11.2 cannot store to another CTA's shared memory.
         compiler_params=plgpu.CompilerParams(lowering_semantics=plgpu.LoweringSemantics.Lane),
     )
-    return kernel(*inputs, weights)
+    return kernel(xs, weights)
 
 
 def supported() -> bool:
@@ -210,7 +208,7 @@ def _kernel_layout(x: jax.Array) -> jax.Array:
 def _mosaic(xs, recurrent, shared_input):
     """-> [T, D, H, B] states. shared_input: xs has one direction (static, for the gradient's shape)."""
     del shared_input
-    return _run(forward_cell, [_kernel_layout(xs)], recurrent.transpose(0, 2, 1), reverse=False)
+    return _run(forward_cell, _kernel_layout(xs), recurrent.transpose(0, 2, 1), reverse=False)
 
 
 def _fwd(xs, recurrent, shared_input):
@@ -218,9 +216,17 @@ def _fwd(xs, recurrent, shared_input):
     return ys, (ys, recurrent)
 
 
+def _gated_backward_cell(gated_dy, rec):
+    """backward_cell with the clipped ReLU's gate folded into the input: -inf where it is shut."""
+    return jnp.where(gated_dy == -jnp.inf, 0.0, gated_dy + rec)
+
+
 def _bwd(shared_input, residuals, dys):
     ys, recurrent = residuals
-    dzs = _run(backward_cell, [dys.astype(ys.dtype), ys], recurrent, reverse=True)
+    # One input tile per step, as in the forward kernel: with a second input (dys and ys
+    # apart) the kernel came out wrong at hidden 2048 (batch rows 8-15; cause not found).
+    gated = jnp.where((ys > 0) & (ys < CLIP), dys.astype(ys.dtype), -jnp.inf)
+    dzs = _run(_gated_backward_cell, gated, recurrent, reverse=True)
     d_recurrent = jnp.einsum("tdhb,tdwb->dhw", previous_states(ys, time_axis=0), dzs,
                              preferred_element_type=jnp.float32)
     dzs = dzs.transpose(3, 0, 1, 2)
