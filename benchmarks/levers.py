@@ -24,6 +24,7 @@ COMMAND_BUFFERS = "--xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUBLASLT,CUSTOM
 OPTAX = "--config.loss.ctc_impl=optax"
 DIRECT = "--config.model.conv_impl=direct"
 PALLAS = ["--config.model.rnn_impl=pallas", "--config.loss.ctc_impl=pallas"]
+MOSAIC = ["--config.model.rnn_impl=mosaic", "--config.loss.ctc_impl=pallas"]
 SIXTEEN_S = ["--config.dataset.synthetic_min_duration_s=16", "--config.dataset.synthetic_max_duration_s=16"]
 # (name, config overrides, extra XLA_FLAGS, variant, dtype)
 LEVERS = [
@@ -61,6 +62,8 @@ LEVERS = [
     ("kernels bf16 + every strided conv on space-to-depth input", [*PALLAS], "", "jax", "bfloat16"),
     ("kernels bf16 + space-to-depth convs, 16 s utterances", [*PALLAS, *SIXTEEN_S], "", "jax", "bfloat16"),
     ("defaults bf16 batch 64 (space-to-depth convs)", ["--config.per_device_batch_size=64"], "", "jax", "bfloat16"),
+    ("kernels bf16 + Mosaic GPU RNN (cluster pairs)", MOSAIC, "", "jax", "bfloat16"),
+    ("kernels bf16 + Mosaic GPU RNN (cluster pairs) 16 s utterances", [*MOSAIC, *SIXTEEN_S], "", "jax", "bfloat16"),
 ]
 
 _OUT = flags.DEFINE_string("out", None, "Output directory.", required=True)

@@ -86,9 +86,11 @@ def get_config() -> ml_collections.ConfigDict:
     config.model.conv_impl = "space_to_depth"
     # Recurrence: 'scan' (lax.scan + autodiff, the reference), 'scan_vjp' (simple cell:
     # hand-written backward, weight gradient as one GEMM), 'pallas' (simple cell: one
-    # persistent Pallas kernel per layer and direction pair, GPU; interpreted elsewhere)
-    # or 'auto' (pallas on GPUs when it fits shared memory and the per-device batch is
-    # <= 16, else scan_vjp; scan for GRU/LSTM).
+    # persistent Pallas kernel per layer and direction pair, GPU; interpreted elsewhere),
+    # 'mosaic' (simple cell, bfloat16, Hopper GPUs: Mosaic GPU kernels on cluster pairs,
+    # batch run in chunks of 16) or 'auto' (per-device batch <= 16 on GPUs: mosaic where
+    # it runs, else pallas when it fits shared memory; otherwise scan_vjp; scan for
+    # GRU/LSTM).
     config.model.rnn_impl = "auto"
     config.model.scan_unroll = 1  # lax.scan unroll factor.
 

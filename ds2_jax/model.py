@@ -55,8 +55,11 @@ class ModelConfig:
         if self.rnn_impl not in recurrence.IMPLS:
             raise ValueError(f"model.rnn_impl={self.rnn_impl!r}: expected one of {sorted(recurrence.IMPLS)}")
         impl = recurrence.resolve_impl(self.rnn_impl, self.rnn_cell)
-        if impl in ("scan_vjp", "pallas") and self.rnn_cell != "simple":
+        if impl in ("scan_vjp", "pallas", "mosaic") and self.rnn_cell != "simple":
             raise ValueError(f"model.rnn_impl={impl!r} supports rnn_cell='simple' only; use 'auto' or 'scan'")
+        if impl == "mosaic" and self.dtype != "bfloat16":
+            raise ValueError(f"model.rnn_impl='mosaic' computes in bfloat16; set model.dtype='bfloat16' (got "
+                             f"{self.dtype!r}) or use 'auto'")
         if self.num_rnn_layers < 1 or self.rnn_size < 1 or self.conv_channels < 1:
             raise ValueError("model.num_rnn_layers, rnn_size and conv_channels must be >= 1")
         if not self.bidirectional and self.row_conv_context < 0:

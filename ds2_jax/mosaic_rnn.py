@@ -1,4 +1,4 @@
-"""Persistent clipped-ReLU recurrence as Mosaic GPU kernels (Hopper; prototype, not yet a model option).
+"""Persistent clipped-ReLU recurrence as Mosaic GPU kernels (Hopper; `model.rnn_impl='mosaic'`).
 
 Cluster pairs split the contraction: CTA (d, j, r) holds its half (r) of the K rows of
 64 output columns (j) of direction d's matrix (128 KB of shared memory, loaded once by
@@ -174,17 +174,23 @@ def supported() -> bool:
     return jax.default_backend() == "gpu" and getattr(jax.devices()[0], "compute_capability", "") == "9.0"
 
 
-def check_shapes(xs: jax.Array, recurrent: jax.Array) -> None:
-    """What the prototype supports: bfloat16, batch 16, hidden a multiple of 128, and a grid
-    (2 CTAs per 64 columns per direction) that fits on the GPU at once: the grid barrier
-    would otherwise wait for CTAs that can never start."""
-    batch, (directions, hidden) = xs.shape[0], recurrent.shape[:2]
-    if xs.dtype != jnp.bfloat16 or batch != BATCH or hidden % HIDDEN_MULTIPLE:
-        raise ValueError(f"mosaic_rnn takes bfloat16, batch {BATCH} and a hidden size that is a multiple of "
-                         f"{HIDDEN_MULTIPLE}; got {xs.dtype}, batch {batch}, hidden {hidden}")
+def unsupported(dtype, batch: int, directions: int, hidden: int) -> str | None:
+    """Why the kernels cannot run this problem (None: they can): they take bfloat16, batch 16,
+    a hidden size that is a multiple of 128, and a grid (2 CTAs per 64 columns per direction)
+    that fits on the GPU at once: the grid barrier would otherwise wait for CTAs that can
+    never start."""
+    if dtype != jnp.bfloat16 or batch != BATCH or hidden % HIDDEN_MULTIPLE:
+        return (f"mosaic_rnn takes bfloat16, batch {BATCH} and a hidden size that is a multiple of "
+                f"{HIDDEN_MULTIPLE}; got {jnp.dtype(dtype).name}, batch {batch}, hidden {hidden}")
     ctas, sms = 2 * directions * (hidden // COLS), getattr(jax.devices()[0], "core_count", None)
     if supported() and sms is not None and ctas > sms:
-        raise ValueError(f"mosaic_rnn needs {ctas} CTAs resident at once for hidden {hidden}; this GPU has {sms} SMs")
+        return f"mosaic_rnn needs {ctas} CTAs resident at once for hidden {hidden}; this GPU has {sms} SMs"
+    return None
+
+
+def check_shapes(xs: jax.Array, recurrent: jax.Array) -> None:
+    if reason := unsupported(xs.dtype, xs.shape[0], *recurrent.shape[:2]):
+        raise ValueError(reason)
 
 
 def mosaic_simple_rnn(xs: jax.Array, recurrent: jax.Array) -> jax.Array:

@@ -99,3 +99,5 @@ def test_rejects_bad_settings():
         model.ModelConfig(num_conv_layers=4)
     with pytest.raises(ValueError, match="dtype"):
         model.ModelConfig(dtype="float16")
+    with pytest.raises(ValueError, match="bfloat16"):
+        model.ModelConfig(rnn_impl="mosaic", dtype="float32")

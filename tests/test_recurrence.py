@@ -107,9 +107,21 @@ def test_pallas_kernel_at_seed_width(options):
 def test_auto_picks_scan_for_gated_cells():
     assert recurrence.resolve_impl("auto", "simple") == ("pallas" if jax.default_backend() == "gpu" else "scan_vjp")
     assert recurrence.resolve_impl("auto", "gru") == "scan"
-    for impl in ("scan_vjp", "pallas"):
+    for impl in ("scan_vjp", "pallas", "mosaic"):
         with pytest.raises(ValueError, match="simple"):
             recurrence.IMPLS[impl](jnp.zeros((1, 2, 1, 6)), jnp.zeros((1, 2, 6)), "gru")
+
+
+@pytest.mark.parametrize("dtype, batch, hidden, expected", [
+    (jnp.bfloat16, 16, 256, "mosaic"), (jnp.bfloat16, 3, 256, "mosaic"), (jnp.float32, 16, 256, "pallas"),
+    (jnp.bfloat16, 16, 96, "pallas"), (jnp.bfloat16, 32, 256, "scan_vjp")])
+def test_auto_takes_the_mosaic_kernels_on_hopper_where_they_run(monkeypatch, dtype, batch, hidden, expected):
+    monkeypatch.setattr(mosaic_rnn, "supported", lambda: True)
+    monkeypatch.setattr(recurrence.pallas_common, "interpret_mode", lambda: False)
+    monkeypatch.setattr(persistent_rnn, "fits", lambda *args: True)  # asks the GPU for its SM count
+    xs, w = jnp.zeros((batch, 5, 1, hidden), dtype), jnp.zeros((2, hidden, hidden), dtype)
+    assert recurrence._impl_for("auto", "simple", xs, w) == expected
+    assert recurrence._impl_for("pallas", "simple", xs, w) == "pallas"
 
 
 def valid_prefix_reference(x, w, n, cell):
@@ -167,3 +179,18 @@ def test_mosaic_kernel_matches_float32(t, h):
     first, *again = [np.asarray(mosaic_rnn.mosaic_simple_rnn(xs, w), np.float32) for _ in range(3)]
     for ys in again:
         np.testing.assert_array_equal(ys, first)
+
+
+@pytest.mark.parametrize("b", [5, 20])
+def test_mosaic_impl_pads_and_chunks_the_batch(b):
+    """rnn_impl='mosaic' runs any batch (padded to chunks of 16) and matches the scan in bfloat16."""
+    if not mosaic_rnn.supported():
+        pytest.skip("the Mosaic GPU kernels run on Hopper GPUs")
+    assert_matches_scan("mosaic", jnp.bfloat16, 2e-2, *problem(jnp.bfloat16, t=11, b=b, h=128, shared=True))
+
+
+def test_mosaic_impl_refuses_other_gpus():
+    if mosaic_rnn.supported():
+        pytest.skip("this GPU runs the Mosaic kernels")
+    with pytest.raises(ValueError, match="Hopper"):
+        recurrence.IMPLS["mosaic"](jnp.zeros((16, 3, 1, 128), jnp.bfloat16), jnp.zeros((2, 128, 128)), "simple")
