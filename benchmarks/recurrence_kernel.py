@@ -1,5 +1,5 @@
 """One bidirectional RNN layer alone: scan_vjp against the persistent Pallas kernel (and,
-on Hopper GPUs, the prototype Mosaic GPU kernels of ds2_jax.mosaic_rnn).
+on Hopper GPUs, the Mosaic GPU kernels of ds2_jax.mosaic_rnn).
 
     python -m benchmarks.recurrence_kernel --out=DIR [--steps=30] [--kernels=32/4/0/0/1/0,32/4/0/0/1/1]
 
@@ -29,7 +29,7 @@ _KERNELS = flags.DEFINE_list("kernels", ["32/4/0/0/1/0", "32/4/0/0/1/1"],
                               "/time_major_state.")
 _SHAPE = flags.DEFINE_list("shape", ["267", "2", "16", "2048"], "T, directions, batch, hidden.")
 _DTYPE = flags.DEFINE_string("dtype", "bfloat16", "Compute dtype.")
-_MOSAIC = flags.DEFINE_bool("mosaic", True, "Also the prototype Mosaic GPU kernels (Hopper GPUs only).")
+_MOSAIC = flags.DEFINE_bool("mosaic", True, "Also the Mosaic GPU kernels (Hopper GPUs only).")
 
 
 def layer_fns(impl):
@@ -62,7 +62,7 @@ def main(argv):
         impls[name] = (
             lambda o: lambda x, r: persistent_rnn.persistent_simple_rnn(x, r, o))(options)
     if _MOSAIC.value and mosaic_rnn.supported():
-        impls["mosaic (cluster pairs, prototype)"] = mosaic_rnn.mosaic_simple_rnn
+        impls["mosaic (cluster pairs)"] = mosaic_rnn.mosaic_simple_rnn
     # Float32 truth: scan_vjp on the same (rounded) inputs at full matmul precision.
     with jax.default_matmul_precision("highest"):
         truth_fwd, truth_grad = layer_fns(impls["scan_vjp unroll 8"])
