@@ -230,7 +230,7 @@ def _gated_backward_cell(gated_dy, rec):
 def _bwd(shared_input, residuals, dys):
     ys, recurrent = residuals
     # One input tile per step, as in the forward kernel: with a second input (dys and ys
-    # apart) the kernel came out wrong at hidden 2048 (batch rows 8-15; cause not found).
+    # apart) the kernel came out wrong at hidden 2048 (batch entries 8-15; cause not found).
     gated = jnp.where((ys > 0) & (ys < CLIP), dys.astype(ys.dtype), -jnp.inf)
     dzs = _run(_gated_backward_cell, gated, recurrent, reverse=True)
     d_recurrent = jnp.einsum("tdhb,tdwb->dhw", previous_states(ys, time_axis=0), dzs,
