@@ -27,9 +27,9 @@ def get_config():
     config.dataset.num_buckets = 2
     config.eval.max_utterances = 2_000
     # Fast path (BUILD_NOTES "Fast step"), one H200, 16 per device: with
-    # --config.model.dtype=bfloat16, 'auto' runs the persistent RNN and CTC kernels
-    # (13.2 ms/step with the default space-to-depth convs); float32, or more than 16 per
-    # device, uses scan_vjp with this unroll (float32 25.8 ms/step; bf16 at 64 per device
-    # 33.7 ms/step, with strided convs).
+    # --config.model.dtype=bfloat16, 'auto' runs the Mosaic GPU RNN kernels (Hopper) and
+    # the CTC kernels, 11.2 ms/step (13.3 with the Triton RNN kernel that other GPUs run);
+    # float32, or more than 16 per device, uses scan_vjp with this unroll (float32
+    # 25.8 ms/step; bf16 at 64 per device 31.3 ms/step).
     config.model.scan_unroll = 8
     return config

@@ -28,7 +28,7 @@ from jax.experimental.mosaic.gpu import utils as mgpu_utils
 from jax.experimental.pallas import mosaic_gpu as plgpu
 from jaxlib.mlir.dialects import nvvm
 
-from ds2_jax.persistent_rnn import CLIP, forward_cell, previous_states
+from ds2_jax.persistent_rnn import forward_cell, input_gradient, passes_gradient, previous_states
 
 COLS = 64  # wgmma M: the columns one CTA pair computes
 BATCH = 16  # wgmma N: the batch the kernel takes
@@ -231,14 +231,11 @@ def _bwd(shared_input, residuals, dys):
     ys, recurrent = residuals
     # One input tile per step, as in the forward kernel: with a second input (dys and ys
     # apart) the kernel came out wrong at hidden 2048 (batch entries 8-15; cause not found).
-    gated = jnp.where((ys > 0) & (ys < CLIP), dys.astype(ys.dtype), -jnp.inf)
+    gated = jnp.where(passes_gradient(ys), dys.astype(ys.dtype), -jnp.inf)
     dzs = _run(_gated_backward_cell, gated, recurrent, reverse=True)
     d_recurrent = jnp.einsum("tdhb,tdwb->dhw", previous_states(ys, time_axis=0), dzs,
                              preferred_element_type=jnp.float32)
-    dzs = dzs.transpose(3, 0, 1, 2)
-    if shared_input:  # one projection fed every direction: its gradient is their sum
-        dzs = jnp.sum(dzs, axis=2, keepdims=True, dtype=jnp.float32).astype(ys.dtype)
-    return dzs, d_recurrent.astype(recurrent.dtype)
+    return input_gradient(dzs.transpose(3, 0, 1, 2), shared_input), d_recurrent.astype(recurrent.dtype)
 
 
 _mosaic.defvjp(_fwd, _bwd)

@@ -64,9 +64,20 @@ def forward_cell(x, rec):
     return jnp.clip(x + rec, 0.0, CLIP)
 
 
+def passes_gradient(y):
+    """Where the clipped ReLU passes gradient: strictly inside (0, CLIP)."""
+    return (y > 0) & (y < CLIP)
+
+
 def backward_cell(dy, y, rec):
-    # The clipped ReLU passes gradient only strictly inside (0, CLIP).
-    return jnp.where((y > 0) & (y < CLIP), dy + rec, 0.0)
+    return jnp.where(passes_gradient(y), dy + rec, 0.0)
+
+
+def input_gradient(dzs: jax.Array, shared_input: bool) -> jax.Array:
+    """dL/dxs from dL/dz [B, T, D, H]: a projection shared by every direction gets their sum."""
+    if not shared_input:
+        return dzs
+    return jnp.sum(dzs, axis=2, keepdims=True, dtype=jnp.float32).astype(dzs.dtype)
 
 
 def _recurrence_kernel(*refs, cell: Callable, n_inputs: int, reverse: bool, transposed: bool,
@@ -263,9 +274,7 @@ def _bwd(options, shared_input, residuals, dys):
     dzs = _run(backward_cell, [dys.astype(ys.dtype), ys], recurrent.astype(ys.dtype), reverse=True,
                transposed=True, options=options)
     d_recurrent = jnp.einsum("btdh,btdw->dhw", previous_states(ys), dzs, preferred_element_type=jnp.float32)
-    if shared_input:  # one projection fed every direction: its gradient is their sum
-        dzs = jnp.sum(dzs, axis=2, keepdims=True, dtype=jnp.float32).astype(ys.dtype)
-    return dzs, d_recurrent.astype(recurrent.dtype)
+    return input_gradient(dzs, shared_input), d_recurrent.astype(recurrent.dtype)
 
 
 _persistent.defvjp(_fwd, _bwd)

@@ -136,7 +136,7 @@ def _simple_rnn_bwd(unroll, residuals, dys):
     """
     ys, recurrent = residuals
     dtype = ys.dtype
-    active = (ys > 0) & (ys < 20)  # clipped ReLU passes gradient only strictly inside (0, 20)
+    active = persistent_rnn.passes_gradient(ys)
 
     def step(g, inputs):
         dy_t, active_t = inputs

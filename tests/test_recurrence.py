@@ -175,7 +175,7 @@ def test_mosaic_kernel_matches_float32(t, h):
         pytest.skip("the Mosaic GPU kernels run on Hopper GPUs")
     xs, w, dys = problem(jnp.bfloat16, t=t, b=16, h=h, shared=True)
     assert_as_close_to_float32_as_scan_vjp(lambda xs, w, cell: mosaic_rnn.mosaic_simple_rnn(xs, w), xs, w, dys)
-    # Its grid barrier counts on semaphores that persist across calls: later calls must agree.
+    # A race in its grid barrier would show as calls that disagree: later calls must agree bit for bit.
     first, *again = [np.asarray(mosaic_rnn.mosaic_simple_rnn(xs, w), np.float32) for _ in range(3)]
     for ys in again:
         np.testing.assert_array_equal(ys, first)
