@@ -1,4 +1,4 @@
-"""What the single-kernel benchmarks (recurrence_kernel, kernel_ablation, conv_lowering) share:
+"""What the single-kernel benchmarks (recurrence_kernel, kernel_ablation, mosaic_ablation, conv_lowering) share:
 the error metric and their report files."""
 
 from __future__ import annotations
@@ -7,6 +7,7 @@ import json
 import os
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 
@@ -24,3 +25,13 @@ def write_report(out_dir: str, name: str, rows: list[dict], table: list[str]) ->
     with open(os.path.join(out_dir, f"{name}.md"), "w") as f:
         f.write("\n".join(table) + "\n")
     print("\n".join(table))
+
+
+def layer_fns(impl):
+    """(forward, forward+backward) jitted for one recurrence implementation impl(xs, w)."""
+    fwd = jax.jit(impl)
+
+    def loss(xs, w, ct):
+        return jnp.sum(impl(xs, w).astype(jnp.float32) * ct)
+
+    return fwd, jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))

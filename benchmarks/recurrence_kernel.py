@@ -32,16 +32,6 @@ _DTYPE = flags.DEFINE_string("dtype", "bfloat16", "Compute dtype.")
 _MOSAIC = flags.DEFINE_bool("mosaic", True, "Also the Mosaic GPU kernels (Hopper GPUs only).")
 
 
-def layer_fns(impl):
-    """(forward, forward+backward) for one recurrence implementation."""
-    fwd = jax.jit(impl)
-
-    def loss(xs, w, ct):
-        return jnp.sum(impl(xs, w).astype(jnp.float32) * ct)
-
-    return fwd, jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))
-
-
 def main(argv):
     del argv
     t, d, b, h = (int(v) for v in _SHAPE.value)
@@ -65,12 +55,12 @@ def main(argv):
         impls["mosaic (cluster pairs)"] = mosaic_rnn.mosaic_simple_rnn
     # Float32 truth: scan_vjp on the same (rounded) inputs at full matmul precision.
     with jax.default_matmul_precision("highest"):
-        truth_fwd, truth_grad = layer_fns(impls["scan_vjp unroll 8"])
+        truth_fwd, truth_grad = micro.layer_fns(impls["scan_vjp unroll 8"])
         x32, w32 = xs.astype(jnp.float32), w.astype(jnp.float32)
         reference = (truth_fwd(x32, w32), *truth_grad(x32, w32, ct)[1])
     rows = []
     for name, impl in impls.items():
-        fwd, fwd_bwd = layer_fns(impl)
+        fwd, fwd_bwd = micro.layer_fns(impl)
         row = {"impl": name, "shape": [t, d, b, h], "dtype": dtype.name}
         try:
             row["compile_fwd_s"], row["fwd_ms"] = timing.call_ms(lambda: jax.block_until_ready(fwd(xs, w)), _STEPS.value)

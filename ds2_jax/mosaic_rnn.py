@@ -4,20 +4,25 @@ Cluster pairs split the contraction: CTA (d, j, r) holds its half (r) of the K r
 64 output columns (j) of direction d's matrix (128 KB of shared memory, loaded once by
 TMA). Per time step it TMA-loads only its half of the previous state, multiplies with
 wgmma (M = 64 columns, N = batch 16, K = hidden / 2), and rank 1 hands its fp32 partial
-to rank 0 through distributed shared memory. Rank 0 adds the inputs, applies the cell,
-stores the step's columns and bumps the direction's step counter, a grid-global GMEM
-semaphore that every CTA of the direction polls before the next step. States live
-[T, D, H, B] (hidden-major), so a step's tile is the wgmma B operand as stored; callers
-transpose from and to the model's [B, T, D, H].
+to rank 0 through distributed shared memory. Rank 0 applies the cell, stores the step's
+columns and bumps the direction's step counter, a grid-global GMEM semaphore that every
+CTA of the direction polls before the next step.
+
+States and inputs stay time-major, [T, D, B, H] (the layout the rest of the model moves
+to and from with cheap copies): a step's state is the wgmma B operand read K-major
+(transposed), the input tile enters the accumulator through a product with the identity
+(rank 1 multiplies by zeros), and the result is stored through the transposed WGMMA
+register layout.
 
 The backward pass is the same kernel on the untransposed matrices with every direction's
 time order flipped (dL/dz_t = active_t * (dL/dy_t + dL/dz_{t+1} W^T)), its one input dL/dy
-with -inf where the gate is shut; the weight gradient is one GEMM over all time steps, as
+with SHUT where the gate is shut; the weight gradient is one GEMM over all time steps, as
 in `persistent_rnn`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Callable
 
@@ -28,16 +33,28 @@ from jax.experimental.mosaic.gpu import utils as mgpu_utils
 from jax.experimental.pallas import mosaic_gpu as plgpu
 from jaxlib.mlir.dialects import nvvm
 
-from ds2_jax.persistent_rnn import forward_cell, input_gradient, passes_gradient, previous_states
+from ds2_jax.persistent_rnn import CLIP, input_gradient, passes_gradient, previous_states
 
 COLS = 64  # wgmma M: the columns one CTA pair computes
 BATCH = 16  # wgmma N: the batch the kernel takes
 HIDDEN_MULTIPLE = 2 * COLS
+# The backward input where the clipped ReLU is shut. Finite, unlike -inf, so that the
+# identity product (0 * SHUT = 0) keeps it, and far below any real pre-activation.
+SHUT = -3.0e38
 
 
-def _swizzled(minor: int, dtype) -> tuple:
-    """Tiling and swizzle of a [rows, minor] shared-memory operand (one swizzle for both wgmma operands)."""
-    return (plgpu.TilingTransform((8, minor)), plgpu.SwizzleTransform(minor * jnp.dtype(dtype).itemsize))
+def _swizzled(dtype) -> tuple:
+    """Tiling and swizzle of a [rows, 64k] bfloat16 shared-memory operand (128-byte rows, K minor)."""
+    return (plgpu.TilingTransform((8, COLS)), plgpu.SwizzleTransform(COLS * jnp.dtype(dtype).itemsize))
+
+
+def _clipped_relu(z):
+    return jnp.clip(z, 0.0, CLIP)
+
+
+def _gated(z):
+    """The backward cell on dL/dy_t + dL/dz_{t+1} W^T: zero where the input said SHUT."""
+    return jnp.where(z < SHUT / 2, 0.0, z)
 
 
 def _signal_after_stores(sem_ref, value: int) -> None:
@@ -65,64 +82,100 @@ def _async_proxy_fence(ctx) -> None:
     nvvm.fence_proxy(nvvm.ProxyKind.async_global)
 
 
-def _kernel(in_gmem, w_gmem, out_gmem, w_smem, h_smem, in_smem, part_smem, w_bar, h_bar, in_bar, pair_bar, *,
-            cell: Callable, reverse: bool, n_steps: int, blocks: int, k_half: int, directions: int):
+@dataclasses.dataclass(frozen=True)
+class KernelOptions:
+    """Launch settings (Hopper GPUs)."""
+
+    # Load each step's state in this many TMA pieces (separate barriers) and start the
+    # product on each piece as it lands, overlapping the load with the tensor cores.
+    state_chunks: int = 1
+    # Clusters of 4: two column blocks share each state half through one TMA multicast
+    # (half the L2 reads). Needs (hidden / 32) clusters of 4 resident at once.
+    multicast: bool = False
+
+
+def _wait_for(sem, target) -> None:
+    """Spins until the GMEM semaphore reaches `target`, then orders later TMA loads after it."""
+    jax.lax.while_loop(lambda _: pl.semaphore_read(sem) < target, lambda c: c, 0)
+    _async_proxy_fence()
+
+
+def _product(acc_ref, eye_smem, in_smem, in_bar, w_smem, h_smem, h_bar, chunks: int) -> jax.Array:
+    """input + W_half @ h_half on the tensor cores, each state piece multiplied as soon as it lands.
+
+    The input tile ([B, 64] in shared memory) enters as identity @ input^T, which also turns it
+    into the accumulator's [64 columns, B] orientation; fp32 accumulation keeps it exact.
+    """
+    plgpu.barrier_wait(in_bar)
+    plgpu.wgmma(acc_ref, eye_smem, plgpu.transpose_ref(in_smem, (1, 0)))
+    for c in range(chunks):
+        plgpu.barrier_wait(h_bar.at[c])
+        plgpu.wgmma(acc_ref, w_smem.at[c], plgpu.transpose_ref(h_smem.at[c], (1, 0)))
+    plgpu.wgmma_wait(0)
+    return acc_ref[...]
+
+
+def _kernel(in_gmem, w_gmem, eye_gmem, out_gmem, w_smem, h_smem, in_smem, eye_smem, part_smem, w_bar, h_bar, in_bar,
+            eye_bar, pair_bar, *, cell: Callable, reverse: bool, n_steps: int, blocks: int, k_half: int,
+            directions: int, options: KernelOptions):
     # Steps published per direction: a grid-global semaphore, zeroed by Pallas for every call.
     count = pl.get_global(plgpu.SemaphoreType.REGULAR((directions,)))
     g, r = jax.lax.axis_index("g"), jax.lax.axis_index("c")
-    d, j = g // blocks, g % blocks
+    if options.multicast:  # cluster (c, m): column blocks 2i and 2i + 1 share their state loads
+        per_direction = blocks // 2
+        d, j = g // per_direction, 2 * (g % per_direction) + jax.lax.axis_index("m")
+    else:
+        d, j = g // blocks, g % blocks
     cols = pl.ds(j * COLS, COLS)
     flip = d if not reverse else 1 - d  # 1: this direction walks time backwards
+    chunks = options.state_chunks
+    k_chunk = k_half // chunks
 
     def time_of(step):
         return step + flip * (n_steps - 1 - 2 * step)
 
-    def wait_for(sem, target):
-        jax.lax.while_loop(lambda _: pl.semaphore_read(sem) < target, lambda c: c, 0)
-        _async_proxy_fence()
-
-    plgpu.copy_gmem_to_smem(w_gmem.at[d, cols, pl.ds(r * k_half, k_half)], w_smem, w_bar)
-    plgpu.barrier_wait(w_bar)
+    plgpu.copy_gmem_to_smem(eye_gmem.at[r], eye_smem, eye_bar)  # rank 1: zeros (rank 0 adds the input)
+    for c in range(chunks):
+        plgpu.copy_gmem_to_smem(w_gmem.at[d, cols, pl.ds(r * k_half + c * k_chunk, k_chunk)], w_smem.at[c], w_bar.at[c])
+    plgpu.barrier_wait(eye_bar)
+    for c in range(chunks):
+        plgpu.barrier_wait(w_bar.at[c])
 
     def load_input(t):  # an input with one direction (a shared projection) serves both
-        plgpu.copy_gmem_to_smem(in_gmem.at[t, d if in_gmem.shape[1] > 1 else 0, cols, :], in_smem, in_bar)
+        plgpu.copy_gmem_to_smem(in_gmem.at[t, d if in_gmem.shape[1] > 1 else 0, :, cols], in_smem, in_bar)
 
-    def input_tile():
-        plgpu.barrier_wait(in_bar)
-        return plgpu.load(in_smem, (), layout=plgpu.Layout.WGMMA).astype(jnp.float32)
+    def load_state(t):
+        for c in range(chunks):
+            plgpu.copy_gmem_to_smem(out_gmem.at[t, d, :, pl.ds(r * k_half + c * k_chunk, k_chunk)], h_smem.at[c],
+                                    h_bar.at[c], collective_axes="m" if options.multicast else None)
 
-    def publish(h, t):
-        out_gmem.at[t, d, cols, :][...] = h.astype(out_gmem.dtype)
-        plgpu.commit_smem()  # the input reads are done before the next step's TMA overwrites them
+    def product(n_chunks):
+        return pl.run_scoped(lambda acc: _product(acc, eye_smem, in_smem, in_bar, w_smem, h_smem, h_bar, n_chunks),
+                             plgpu.ACC((COLS, BATCH), jnp.float32))
+
+    def publish(z, t):
+        h = plgpu.layout_cast(cell(z).astype(out_gmem.dtype), plgpu.Layout.WGMMA_TRANSPOSED)
+        plgpu.transpose_ref(out_gmem.at[t, d, :, cols], (1, 0))[...] = h  # [B, 64] stored from [64, B]
         _signal_after_stores(count.at[d], 1)
 
     @pl.when(r == 0)
     def _():
         t0 = time_of(0)
         load_input(t0)
-        publish(cell(input_tile(), jnp.zeros((COLS, BATCH), jnp.float32)), t0)
+        publish(product(0), t0)
 
     def step_fn(step, carry):
         t, t_prev = time_of(step), time_of(step - 1)
-
-        @pl.when(r == 0)
-        def _():
-            load_input(t)  # independent of the other CTAs: in flight while we wait
-
-        wait_for(count.at[d], blocks * step)
-        plgpu.copy_gmem_to_smem(out_gmem.at[t_prev, d, pl.ds(r * k_half, k_half), :], h_smem, h_bar)
-        plgpu.barrier_wait(h_bar)
-
-        def product(acc_ref):
-            plgpu.wgmma(acc_ref, w_smem, h_smem)
-            plgpu.wgmma_wait(0)
-            return acc_ref[...]
-
-        rec = pl.run_scoped(product, plgpu.ACC((COLS, BATCH), jnp.float32))
+        load_input(t)  # independent of the other CTAs: in flight while we wait
+        # Every CTA of the direction has published step - 1, so every CTA is done reading
+        # its state buffers: a multicast into a partner's buffers cannot overwrite live data.
+        _wait_for(count.at[d], blocks * step)
+        load_state(t_prev)
+        z = product(chunks)
 
         @pl.when(r == 1)
         def _():
-            plgpu.cluster_ref(part_smem, {"c": 0})[...] = rec
+            plgpu.cluster_ref(part_smem, {"c": 0})[...] = z
             plgpu.commit_smem()  # every thread's store lands before the (single-thread) arrive
 
         plgpu.barrier_arrive(pair_bar)
@@ -130,43 +183,49 @@ def _kernel(in_gmem, w_gmem, out_gmem, w_smem, h_smem, in_smem, part_smem, w_bar
 
         @pl.when(r == 0)
         def _():
-            partial = plgpu.load(part_smem, (), layout=plgpu.Layout.WGMMA)
-            publish(cell(input_tile(), rec + partial), t)
+            publish(z + plgpu.load(part_smem, (), layout=plgpu.Layout.WGMMA), t)
 
         return carry
 
     jax.lax.fori_loop(1, n_steps, step_fn, 0)
 
 
-def _run(cell: Callable, xs: jax.Array, weights: jax.Array, *, reverse: bool) -> jax.Array:
-    """xs: [T, D or 1, H, B] cell inputs; weights: [D, H_out, H_in] (A = rows of output columns). -> [T, D, H, B]."""
-    n_steps, _, hidden, batch = xs.shape
+def _run(cell: Callable, xs: jax.Array, weights: jax.Array, *, reverse: bool, options: KernelOptions) -> jax.Array:
+    """xs: [T, D or 1, B, H] cell inputs; weights: [D, H_out, H_in] (A = rows of output columns). -> [T, D, B, H]."""
+    n_steps, _, batch, hidden = xs.shape
     directions = weights.shape[0]
     dtype = xs.dtype
     k_half, blocks = hidden // 2, hidden // COLS
+    chunks = options.state_chunks
+    if k_half % (COLS * chunks):
+        raise ValueError(f"state_chunks={chunks} must split {k_half} rows into multiples of {COLS}")
+    cluster = {"c": 2, "m": 2} if options.multicast else {"c": 2}
+    eye = jnp.stack([jnp.eye(COLS, dtype=dtype), jnp.zeros((COLS, COLS), dtype)])  # rank 0 adds the input
     kernel = plgpu.kernel(
         functools.partial(_kernel, cell=cell, reverse=reverse, n_steps=n_steps, blocks=blocks, k_half=k_half,
-                          directions=directions),
-        out_type=jax.ShapeDtypeStruct((n_steps, directions, hidden, batch), dtype),
+                          directions=directions, options=options),
+        out_type=jax.ShapeDtypeStruct((n_steps, directions, batch, hidden), dtype),
         scratch_types=[
-            plgpu.SMEM((COLS, k_half), dtype, transforms=_swizzled(batch, dtype)),
-            plgpu.SMEM((k_half, batch), dtype, transforms=_swizzled(batch, dtype)),
-            plgpu.SMEM((COLS, batch), dtype, transforms=_swizzled(batch, dtype)),
+            plgpu.SMEM((chunks, COLS, k_half // chunks), dtype, transforms=_swizzled(dtype)),
+            plgpu.SMEM((chunks, batch, k_half // chunks), dtype, transforms=_swizzled(dtype)),
+            plgpu.SMEM((batch, COLS), dtype, transforms=_swizzled(dtype)),
+            plgpu.SMEM((COLS, COLS), dtype, transforms=_swizzled(dtype)),
             plgpu.SMEM((COLS, batch), jnp.float32),
-            plgpu.Barrier(),
+            plgpu.Barrier(num_barriers=chunks),
+            plgpu.Barrier(num_barriers=chunks),
             plgpu.Barrier(),
             plgpu.Barrier(),
             plgpu.ClusterBarrier(collective_axes=("c",)),
         ],
-        grid=(directions * blocks,),
+        grid=(directions * blocks // (2 if options.multicast else 1),),
         grid_names=("g",),
-        cluster=(2,),
-        cluster_names=("c",),
+        cluster=tuple(cluster.values()),
+        cluster_names=tuple(cluster),
         # Lane semantics (the default before jax 0.11): the warpgroup dialect of jax
         # 0.11.2 cannot store to another CTA's shared memory.
         compiler_params=plgpu.CompilerParams(lowering_semantics=plgpu.LoweringSemantics.Lane),
     )
-    return kernel(xs, weights)
+    return kernel(xs, weights, eye)
 
 
 def supported() -> bool:
@@ -193,7 +252,7 @@ def check_shapes(xs: jax.Array, recurrent: jax.Array) -> None:
         raise ValueError(reason)
 
 
-def mosaic_simple_rnn(xs: jax.Array, recurrent: jax.Array) -> jax.Array:
+def mosaic_simple_rnn(xs: jax.Array, recurrent: jax.Array, options: KernelOptions = KernelOptions()) -> jax.Array:
     """Clipped-ReLU recurrence (direction 1 reversed in time) on Hopper GPUs.
 
     Args:
@@ -203,39 +262,34 @@ def mosaic_simple_rnn(xs: jax.Array, recurrent: jax.Array) -> jax.Array:
       <bf16>[16, T, D, H] hidden states.
     """
     check_shapes(xs, recurrent)
-    return _mosaic(xs, recurrent.astype(xs.dtype), xs.shape[2] < recurrent.shape[0]).transpose(3, 0, 1, 2)
+    return _mosaic(xs, recurrent.astype(xs.dtype), options, xs.shape[2] < recurrent.shape[0]).transpose(2, 0, 1, 3)
 
 
 def _kernel_layout(x: jax.Array) -> jax.Array:
-    return x.transpose(1, 2, 3, 0)  # [B, T, D, H] -> [T, D, H, B]
+    return x.transpose(1, 2, 0, 3)  # [B, T, D, H] -> [T, D, B, H]
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
-def _mosaic(xs, recurrent, shared_input):
-    """-> [T, D, H, B] states. shared_input: xs has one direction (static, for the gradient's shape)."""
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
+def _mosaic(xs, recurrent, options, shared_input):
+    """-> [T, D, B, H] states. shared_input: xs has one direction (static, for the gradient's shape)."""
     del shared_input
-    return _run(forward_cell, _kernel_layout(xs), recurrent.transpose(0, 2, 1), reverse=False)
+    return _run(_clipped_relu, _kernel_layout(xs), recurrent.transpose(0, 2, 1), reverse=False, options=options)
 
 
-def _fwd(xs, recurrent, shared_input):
-    ys = _mosaic(xs, recurrent, shared_input)
+def _fwd(xs, recurrent, options, shared_input):
+    ys = _mosaic(xs, recurrent, options, shared_input)
     return ys, (ys, recurrent)
 
 
-def _gated_backward_cell(gated_dy, rec):
-    """backward_cell with the clipped ReLU's gate folded into the input: -inf where it is shut."""
-    return jnp.where(gated_dy == -jnp.inf, 0.0, gated_dy + rec)
-
-
-def _bwd(shared_input, residuals, dys):
+def _bwd(options, shared_input, residuals, dys):
     ys, recurrent = residuals
-    # One input tile per step, as in the forward kernel: with a second input (dys and ys
-    # apart) the kernel came out wrong at hidden 2048 (batch entries 8-15; cause not found).
-    gated = jnp.where(passes_gradient(ys), dys.astype(ys.dtype), -jnp.inf)
-    dzs = _run(_gated_backward_cell, gated, recurrent, reverse=True)
-    d_recurrent = jnp.einsum("tdhb,tdwb->dhw", previous_states(ys, time_axis=0), dzs,
+    # One input per step, as in the forward kernel (a kernel that read dL/dy and y apart came
+    # out wrong at hidden 2048 in batch entries 8-15; cause not found): the gate rides in it.
+    gated = jnp.where(passes_gradient(ys), dys.astype(ys.dtype), SHUT)
+    dzs = _run(_gated, gated, recurrent, reverse=True, options=options)
+    d_recurrent = jnp.einsum("tdbh,tdbw->dhw", previous_states(ys, time_axis=0), dzs,
                              preferred_element_type=jnp.float32)
-    return input_gradient(dzs.transpose(3, 0, 1, 2), shared_input), d_recurrent.astype(recurrent.dtype)
+    return input_gradient(dzs.transpose(2, 0, 1, 3), shared_input), d_recurrent.astype(recurrent.dtype)
 
 
 _mosaic.defvjp(_fwd, _bwd)

@@ -253,7 +253,7 @@ def _fwd(xs, recurrent, options, shared_input):
 
 
 def previous_states(ys: jax.Array, time_axis: int = 1) -> jax.Array:
-    """States with directions right after time ([B, T, D, H]; the Mosaic kernels' [T, D, H, B]
+    """States with directions right after time ([B, T, D, H]; the Mosaic kernels' [T, D, B, H]
     with time_axis=0) -> the state each step started from (h_{t-1}; h_{t+1} for direction 1)."""
     steps, dir_axis = ys.shape[time_axis], time_axis + 1
 
