@@ -28,7 +28,7 @@ def get_config():
     config.eval.max_utterances = 2_000
     # Fast path (BUILD_NOTES "Fast step"), one H200, 16 per device: with
     # --config.model.dtype=bfloat16, 'auto' runs the Mosaic GPU RNN kernels (Hopper) and
-    # the CTC kernels, 11.2 ms/step (13.3 with the Triton RNN kernel that other GPUs run);
+    # the CTC kernels, 9.2 ms/step (13.3 with the Triton RNN kernel that other GPUs run);
     # float32, or more than 16 per device, uses scan_vjp with this unroll (float32
     # 25.8 ms/step; bf16 at 64 per device 31.3 ms/step).
     config.model.scan_unroll = 8

@@ -209,7 +209,7 @@ def _impl_for(impl: str, cell: str, xs: jax.Array, recurrent: jax.Array) -> str:
     'auto' keeps the persistent kernels to batches of at most 16 per device: above that their
     row chunks run one after another and scan_vjp is faster (46.3 vs 43.9 ms/step at 64
     on an H200). On Hopper GPUs it takes the Mosaic GPU kernels where they run (bfloat16,
-    hidden a multiple of 128: 11.2 against 13.3 ms/step with the Triton kernel). A kernel
+    hidden a multiple of 128: 9.2 against 13.3 ms/step with the Triton kernel). A kernel
     whose shared memory would not fit is an error when asked for explicitly and scan_vjp
     under 'auto'.
     """
