@@ -84,13 +84,15 @@ def _async_proxy_fence(ctx) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class KernelOptions:
-    """Launch settings (Hopper GPUs)."""
+    """Launch settings (Hopper GPUs). Neither option paid on an H200 (3.7-4.1 and 6.3 against
+    3.6 us per step; `benchmarks/mosaic_ablation.py`): the defaults leave both off."""
 
     # Load each step's state in this many TMA pieces (separate barriers) and start the
     # product on each piece as it lands, overlapping the load with the tensor cores.
     state_chunks: int = 1
     # Clusters of 4: two column blocks share each state half through one TMA multicast
-    # (half the L2 reads). Needs (hidden / 32) clusters of 4 resident at once.
+    # (half the L2 reads). Needs hidden / 64 clusters of 4 resident at once (two
+    # directions), which `unsupported` does not check.
     multicast: bool = False
 
 
