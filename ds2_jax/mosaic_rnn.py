@@ -33,7 +33,7 @@ from jax.experimental.mosaic.gpu import utils as mgpu_utils
 from jax.experimental.pallas import mosaic_gpu as plgpu
 from jaxlib.mlir.dialects import nvvm
 
-from ds2_jax.persistent_rnn import CLIP, input_gradient, passes_gradient, previous_states
+from ds2_jax.persistent_rnn import clipped_relu, input_gradient, passes_gradient, previous_states
 
 COLS = 64  # wgmma M: the columns one CTA pair computes
 BATCH = 16  # wgmma N: the batch the kernel takes
@@ -46,10 +46,6 @@ SHUT = -3.0e38
 def _swizzled(dtype) -> tuple:
     """Tiling and swizzle of a [rows, 64k] bfloat16 shared-memory operand (128-byte rows, K minor)."""
     return (plgpu.TilingTransform((8, COLS)), plgpu.SwizzleTransform(COLS * jnp.dtype(dtype).itemsize))
-
-
-def _clipped_relu(z):
-    return jnp.clip(z, 0.0, CLIP)
 
 
 def _gated(z):
@@ -264,18 +260,22 @@ def mosaic_simple_rnn(xs: jax.Array, recurrent: jax.Array, options: KernelOption
       <bf16>[16, T, D, H] hidden states.
     """
     check_shapes(xs, recurrent)
-    return _mosaic(xs, recurrent.astype(xs.dtype), options, xs.shape[2] < recurrent.shape[0]).transpose(2, 0, 1, 3)
+    return _model_layout(_mosaic(xs, recurrent.astype(xs.dtype), options, xs.shape[2] < recurrent.shape[0]))
 
 
 def _kernel_layout(x: jax.Array) -> jax.Array:
     return x.transpose(1, 2, 0, 3)  # [B, T, D, H] -> [T, D, B, H]
 
 
+def _model_layout(x: jax.Array) -> jax.Array:
+    return x.transpose(2, 0, 1, 3)  # [T, D, B, H] -> [B, T, D, H]
+
+
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
 def _mosaic(xs, recurrent, options, shared_input):
     """-> [T, D, B, H] states. shared_input: xs has one direction (static, for the gradient's shape)."""
     del shared_input
-    return _run(_clipped_relu, _kernel_layout(xs), recurrent.transpose(0, 2, 1), reverse=False, options=options)
+    return _run(clipped_relu, _kernel_layout(xs), recurrent.transpose(0, 2, 1), reverse=False, options=options)
 
 
 def _fwd(xs, recurrent, options, shared_input):
@@ -291,7 +291,7 @@ def _bwd(options, shared_input, residuals, dys):
     dzs = _run(_gated, gated, recurrent, reverse=True, options=options)
     d_recurrent = jnp.einsum("tdbh,tdbw->dhw", previous_states(ys, time_axis=0), dzs,
                              preferred_element_type=jnp.float32)
-    return input_gradient(dzs.transpose(2, 0, 1, 3), shared_input), d_recurrent.astype(recurrent.dtype)
+    return input_gradient(_model_layout(dzs), shared_input), d_recurrent.astype(recurrent.dtype)
 
 
 _mosaic.defvjp(_fwd, _bwd)
