@@ -100,3 +100,21 @@ def test_large_split_spills_to_disk_without_tensorflow(tmp_path, monkeypatch):
     ds = builder.as_data_source("dev_clean")
     assert sorted(ds[i]["id"].decode() for i in range(len(ds))) == sorted(td.EXPECTED_GOOD_TEXT)
     assert shuffle.tf is not build._LOCAL_TF  # restored after the build
+
+
+def test_a_local_build_says_nothing_of_downloads(tmp_path, capsys, caplog):
+    """tfds's 'Downloading and preparing dataset Unknown size' (stdout) and 'Variant folder
+    ... has no dataset_info.json' (absl) do not describe a local build: neither shows, and
+    our own build line and split reports still do."""
+    import logging
+
+    caplog.set_level(logging.INFO)
+    td.write_bad_inputs(str(tmp_path / "manual" / "LibriSpeech" / "dev-clean"))
+    build.build(str(tmp_path / "manual"), str(tmp_path / "tfds"))
+    build.build(str(tmp_path / "manual"), str(tmp_path / "tfds"))  # prepared: a no-op
+    out = capsys.readouterr().out
+    assert "Downloading" not in out and "downloaded and prepared" not in out
+    messages = [r.getMessage() for r in caplog.records]
+    assert not any("dataset_info.json" in m for m in messages), messages
+    assert any("dev_clean: kept 4 of 15" in m for m in messages)
+    assert sum("librispeech_local: built" in m for m in messages) == 1
