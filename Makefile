@@ -13,11 +13,9 @@ $(VENV)/.stamp-base: setup.py
 	$(PY) -m pip install -q -e .
 	touch $@
 
-# The tests cover LM beam search too: the lm extra, then pyctcdecode without its numpy<2
-# pin (it runs on numpy 2; jax needs numpy >= 2). See BUILD_NOTES "Decoding".
+# The tests cover LM beam search too (the lm extra: flashlight-text).
 $(VENV)/.stamp-test: setup.py $(VENV)/.stamp-base
 	$(PY) -m pip install -q -e '.[test,lm]'
-	$(PY) -m pip install -q --no-deps pyctcdecode==0.5.0
 	touch $@
 
 venv: $(VENV)/.stamp-base

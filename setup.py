@@ -27,9 +27,12 @@ TORCH = "torch==2.13.0"
 EXTRAS = {
     "test": ["pytest>=7.4", "pytest-timeout>=2.2", TORCH, "matplotlib>=3.7"],  # benchmarks are tested too
     "bench": [TORCH, "matplotlib>=3.7"],
-    # pyctcdecode 0.5 pins numpy<2 (jax needs >= 2) but runs on numpy 2: install it after
-    # this extra with `pip install --no-deps pyctcdecode==0.5.0`; pygtrie is its one dependency.
-    "lm": ["kenlm>=0.2", "pygtrie>=2.1"],
+    # A CUDA 12 jax: the pip CUDA/cuDNN/NCCL wheels, so only an NVIDIA driver >= 525 is needed
+    # on the host (jax[cuda13] would need >= 580).
+    "cuda": ["jax[cuda12]>=0.10"],
+    # LM beam search: flashlight-text's C++ CTC decoder with KenLM inside (binary wheels, no
+    # numpy pin). ARPA files come from ds2_jax.tools.build_lm: no pip package ships lmplz.
+    "lm": ["flashlight-text>=0.0.7"],
 }
 
 setup(

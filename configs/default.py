@@ -122,11 +122,12 @@ def get_config() -> ml_collections.ConfigDict:
 
     # --- Decoding (--mode=eval, tools.tune_lm; ds2_jax.decoding) -----------------
     config.decoding = ml_collections.ConfigDict()
-    config.decoding.beam_width = 0  # > 0: also beam search (pyctcdecode); 0 = greedy only.
+    config.decoding.beam_width = 0  # > 0: also beam search (flashlight-text); 0 = greedy only.
     config.decoding.lm_path = ""  # KenLM ARPA/binary word LM (tools.build_lm); '' = no LM.
+    config.decoding.lexicon_path = ""  # Words the LM search may output, one a line; '' = the ARPA's unigrams.
     config.decoding.alpha = 0.5  # LM weight (on the natural-log LM score).
     config.decoding.beta = 1.0  # Bonus per decoded word (offsets the LM's short-output bias).
     config.decoding.beam_prune_logp = -10.0  # Drop beams this far below the best (log).
     config.decoding.token_min_logp = -5.0  # Skip tokens below this log-prob (unless a frame's argmax).
-    config.decoding.unk_score_offset = -10.0  # Added to the LM score of out-of-vocabulary words.
+    config.decoding.unk_score_offset = float("-inf")  # Score of an out-of-lexicon word (output as <unk>); -inf = none.
     return config

@@ -1,34 +1,47 @@
 """CTC decoding on the host: greedy (best path) and beam search with a KenLM n-gram LM.
 
 Greedy decoding needs only the argmax ids the eval step computes on the device. Beam
-search needs the per-frame log-probabilities and runs pyctcdecode's prefix beam search
-with shallow fusion: a beam's score is
+search needs the per-frame log-probabilities and runs flashlight-text's CTC beam search
+(C++, KenLM built in; the decoder under torchaudio's ctc_decoder) with shallow fusion:
+a beam's score is
 
     log P_ctc(chars) + alpha * ln P_lm(words) + beta * len(words)
 
-with the LM (an ARPA or KenLM binary file, see ds2_jax.tools.build_lm) read by kenlm.
-Both packages are imported only when a beam decoder is built.
+Without an LM the search is lexicon-free (any character string). With an LM (an ARPA or
+KenLM binary file, see ds2_jax.tools.build_lm) it is a lexicon search: words are spelled
+from a lexicon (decoding.lexicon_path, by default the ARPA file's unigrams), so every
+output word is one the LM knows. flashlight-text comes with `pip install -e '.[lm]'` and
+is imported only when a beam decoder is built.
 
-pyctcdecode 0.5 pins numpy<2, which jax does not allow, so it cannot be a regular
-requirement: install it with `pip install --no-deps pyctcdecode==0.5.0` after
-`pip install -e .[lm]` (which brings kenlm and pyctcdecode's one real dependency, pygtrie).
-It runs unchanged on numpy 2.
+A whole split decodes on a process pool sized from os.cpu_count() (decode_all): the
+search holds the GIL, so threads would not help.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import logging
+import math
+import multiprocessing
+import os
 
 import numpy as np
 
-from ds2_jax import ctc, text
+from ds2_jax import text
 
 log = logging.getLogger("ds2_jax")
 
-# pyctcdecode's labels for our 29 outputs: '' is the CTC blank.
-LABELS = ["", *text.SYMBOLS]
-INSTALL_HINT = "pip install -e '.[lm]' && pip install --no-deps pyctcdecode==0.5.0"
+INSTALL_HINT = "pip install -e '.[lm]'"
+# flashlight token names for our 29 outputs (index = label id): the blank, then text.SYMBOLS
+# with the space spelled '|', the silence (word boundary) token.
+TOKENS = ["<blank>", *("|" if c == " " else c for c in text.SYMBOLS)]
+SILENCE = TOKENS.index("|")
+UNK = "<unk>"
+PRUNED = np.float32(-1e9)  # a log-prob that no beam survives
+# Frames of log-probs per worker below which a split decodes in this process: starting a
+# worker (numpy, flashlight, the LM) costs more than decoding a few thousand frames.
+MIN_FRAMES_PER_WORKER = 20_000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,17 +50,20 @@ class DecoderConfig:
 
     beam_width: int = 0
     lm_path: str = ""
+    lexicon_path: str = ""
     alpha: float = 0.5
     beta: float = 1.0
     beam_prune_logp: float = -10.0
     token_min_logp: float = -5.0
-    unk_score_offset: float = -10.0
+    unk_score_offset: float = float("-inf")
 
     def __post_init__(self):
         if self.beam_width < 0:
             raise ValueError(f"decoding.beam_width must be >= 0 (0 = greedy only), got {self.beam_width}")
         if self.lm_path and self.beam_width == 0:
             raise ValueError(f"decoding.lm_path={self.lm_path!r} is used by beam search only: set decoding.beam_width > 0")
+        if self.lexicon_path and not self.lm_path:
+            raise ValueError(f"decoding.lexicon_path={self.lexicon_path!r} is used with an LM only: set decoding.lm_path")
         if self.alpha < 0:
             raise ValueError(f"decoding.alpha must be >= 0, got {self.alpha}")
         if self.beam_prune_logp >= 0 or self.token_min_logp >= 0:
@@ -71,69 +87,168 @@ class DecoderConfig:
 
 def greedy_texts(ids: np.ndarray, lengths: np.ndarray) -> list[str]:
     """<int32>[B, T] argmax paths and <int32>[B] valid frames -> B texts."""
+    from ds2_jax import ctc  # jax: not needed by the decoding workers
+
     return [text.decode(ctc.collapse(path, n)) for path, n in zip(np.asarray(ids), np.asarray(lengths))]
 
 
+def _flashlight():
+    try:
+        from flashlight.lib.text import decoder, dictionary
+    except ImportError as e:
+        raise ImportError(f"beam search needs flashlight-text: {INSTALL_HINT}") from e
+    return decoder, dictionary
+
+
 class BeamSearchDecoder:
-    """pyctcdecode prefix beam search, with a KenLM LM when cfg.lm_path is set."""
+    """flashlight-text CTC beam search; with cfg.lm_path a lexicon search with KenLM fusion."""
 
     def __init__(self, cfg: DecoderConfig):
         if not cfg.beam:
             raise ValueError("BeamSearchDecoder needs decoding.beam_width > 0")
-        try:
-            import pyctcdecode
-        except ImportError as e:
-            raise ImportError(f"beam search needs pyctcdecode and kenlm: {INSTALL_HINT}") from e
+        self._fl, dictionary = _flashlight()
         self.cfg = cfg
-        unigrams = None
+        self.alpha, self.beta = cfg.alpha, cfg.beta
+        self._tokens = dictionary.Dictionary(TOKENS)
         if cfg.lm_path:
-            try:
-                import kenlm  # noqa: F401  (pyctcdecode imports it lazily and only warns)
-            except ImportError as e:
-                raise ImportError(f"decoding.lm_path needs kenlm: {INSTALL_HINT}") from e
             with open(cfg.lm_path, "rb"):  # a clear FileNotFoundError naming the file
                 pass
-            if cfg.lm_path.endswith(".arpa"):
-                unigrams = arpa_unigrams(cfg.lm_path)
-        logging.getLogger("pyctcdecode").setLevel(logging.ERROR)  # "only N unigrams" on small LMs
-        self._decoder = pyctcdecode.build_ctcdecoder(
-            LABELS,
-            kenlm_model_path=cfg.lm_path or None,
-            unigrams=unigrams,
-            alpha=cfg.alpha,
-            beta=cfg.beta,
-            unk_score_offset=cfg.unk_score_offset,
-        )
-        self.alpha, self.beta = cfg.alpha, cfg.beta
+            if not cfg.lexicon_path and not _is_arpa(cfg.lm_path):
+                raise ValueError(f"decoding.lm_path={cfg.lm_path!r} is a KenLM binary: set decoding.lexicon_path "
+                                 "to its word list (one word per line), or use the ARPA file")
+            self.words = lexicon_words(cfg.lexicon_path or cfg.lm_path)
+            self._word_dict = dictionary.Dictionary([*self.words, UNK])
+            from flashlight.lib.text.decoder.kenlm import KenLM
+
+            self._lm = KenLM(cfg.lm_path, self._word_dict)
+            self._trie = self._lexicon_trie()
+        else:
+            self.words, self._lm = [], self._fl.ZeroLM()
+        self._decoder = self._build()
+
+    def _lexicon_trie(self):
+        """Spellings of the lexicon's words, each node scored by its best unigram (lookahead).
+
+        A spelling ends with the word boundary '|' (the space): a word is complete only once
+        the search leaves its last letter, so that letter's repeated frames stay inside the
+        word (decode appends one boundary frame for the utterance's last word)."""
+        trie = self._fl.Trie(len(TOKENS), SILENCE)
+        start = self._lm.start(False)
+        for i, word in enumerate(self.words):
+            _, score = self._lm.score(start, i)
+            trie.insert([TOKENS.index(c) for c in word] + [SILENCE], i, score)
+        trie.smear(self._fl.SmearingMode.MAX)
+        return trie
+
+    def _build(self):
+        fl, cfg = self._fl, self.cfg
+        threshold = -cfg.beam_prune_logp
+        if not cfg.lm_path:
+            opts = fl.LexiconFreeDecoderOptions(
+                beam_size=cfg.beam_width, beam_size_token=len(TOKENS), beam_threshold=threshold,
+                lm_weight=0.0, sil_score=0.0, log_add=False, criterion_type=fl.CriterionType.CTC)
+            return fl.LexiconFreeDecoder(opts, self._lm, SILENCE, text.BLANK, [])
+        opts = fl.LexiconDecoderOptions(
+            beam_size=cfg.beam_width, beam_size_token=len(TOKENS), beam_threshold=threshold,
+            lm_weight=self.alpha * math.log(10), word_score=self.beta,  # KenLM scores are log10
+            unk_score=cfg.unk_score_offset, sil_score=0.0, log_add=False, criterion_type=fl.CriterionType.CTC)
+        return fl.LexiconDecoder(opts, self._trie, self._lm, SILENCE, text.BLANK, self._word_dict.get_index(UNK), [], False)
 
     def set_weights(self, alpha: float, beta: float) -> None:
         """New LM weights without reloading the LM (alpha/beta tuning)."""
-        self._decoder.reset_params(alpha=alpha, beta=beta)
         self.alpha, self.beta = alpha, beta
+        self._decoder = self._build()
 
     def decode(self, log_probs: np.ndarray) -> str:
         """<float32>[T, 29] log-probabilities of the valid frames -> text."""
         if len(log_probs) == 0:
             return ""
-        out = self._decoder.decode(
-            np.asarray(log_probs, np.float32),
-            beam_width=self.cfg.beam_width,
-            beam_prune_logp=self.cfg.beam_prune_logp,
-            token_min_logp=self.cfg.token_min_logp,
-        )
-        return " ".join(out.split())
+        lp = prune_tokens(np.asarray(log_probs, np.float32), self.cfg.token_min_logp)
+        if self.cfg.lm_path:
+            lp = np.concatenate([lp, boundary_frame(lp.shape[1])])
+        lp = np.ascontiguousarray(lp)
+        best = self._decoder.decode(lp.ctypes.data, lp.shape[0], lp.shape[1])[0]
+        if self.cfg.lm_path:
+            return " ".join(self._word_dict.get_entry(w) for w in best.words if w >= 0)
+        ids = [t for i, t in enumerate(best.tokens) if t != text.BLANK and (i == 0 or t != best.tokens[i - 1])]
+        return " ".join(text.decode(np.asarray(ids, np.int32)).split())
 
     def decode_batch(self, log_probs: np.ndarray, lengths: np.ndarray) -> list[str]:
         """<float32>[B, T, 29] and <int32>[B] valid frames -> B texts."""
         return [self.decode(lp[: int(n)]) for lp, n in zip(np.asarray(log_probs), np.asarray(lengths))]
 
+    def decode_all(self, log_probs: list[np.ndarray], workers: int | None = None) -> list[str]:
+        """Per-utterance <float32>[T_i, 29] -> texts, on `workers` processes (default: the
+        host's cores), each with its own decoder and LM; in this process for a short split
+        (under MIN_FRAMES_PER_WORKER frames per worker)."""
+        frames = sum(len(lp) for lp in log_probs)
+        workers = min(workers or os.cpu_count() or 1, frames // MIN_FRAMES_PER_WORKER, len(log_probs))
+        if workers <= 1:
+            return [self.decode(lp) for lp in log_probs]
+        # spawn, not fork: the parent runs jax's threads. Workers import numpy and flashlight only.
+        ctx = multiprocessing.get_context("spawn")
+        settings = dataclasses.replace(self.cfg, alpha=self.alpha, beta=self.beta)
+        with concurrent.futures.ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker,
+                                                    initargs=(settings,)) as pool:
+            chunk = max(1, len(log_probs) // (4 * workers))
+            return list(pool.map(_decode_in_worker, log_probs, chunksize=chunk))
+
     def describe(self) -> dict:
         return {"beam_width": self.cfg.beam_width, "alpha": self.alpha, "beta": self.beta, "lm": self.cfg.lm_path}
+
+
+_WORKER: BeamSearchDecoder | None = None
+
+
+def _init_worker(cfg: DecoderConfig) -> None:
+    global _WORKER
+    _WORKER = BeamSearchDecoder(cfg)
+
+
+def _decode_in_worker(log_probs: np.ndarray) -> str:
+    return _WORKER.decode(log_probs)
 
 
 def make_beam_decoder(cfg: DecoderConfig) -> BeamSearchDecoder | None:
     """A beam decoder when cfg.beam_width > 0, else None (greedy only)."""
     return BeamSearchDecoder(cfg) if cfg.beam else None
+
+
+def prune_tokens(log_probs: np.ndarray, min_logp: float) -> np.ndarray:
+    """<float32>[T, V] with tokens below `min_logp` (other than each frame's best) pushed
+    far below the beam threshold, so the search never expands them."""
+    keep = (log_probs >= min_logp) | (log_probs == log_probs.max(-1, keepdims=True))
+    return np.where(keep, log_probs, PRUNED)
+
+
+def boundary_frame(vocab: int) -> np.ndarray:
+    """<float32>[1, vocab]: a frame that is surely the word boundary (the space)."""
+    frame = np.full((1, vocab), PRUNED, np.float32)
+    frame[0, SILENCE] = 0.0
+    return frame
+
+
+def lexicon_words(path: str) -> list[str]:
+    """The words beam search may output: an ARPA file's unigrams, or a lexicon file's first
+    field per line; <s>, </s> and <unk> excluded, each word checked against the alphabet."""
+    if _is_arpa(path):
+        words = arpa_unigrams(path)
+    else:
+        with open(path, encoding="utf-8") as f:
+            words = [line.split()[0] for line in f if line.strip()]
+    words = [w for w in dict.fromkeys(words) if w not in ("<s>", "</s>", UNK)]
+    bad = [w for w in words if text.unknown_chars(w) or " " in w]
+    if bad:
+        raise ValueError(f"{path}: words outside the alphabet {text.SYMBOLS!r}: {bad[:5]}")
+    if not words:
+        raise ValueError(f"{path}: no words for the lexicon")
+    return words
+
+
+def _is_arpa(path: str) -> bool:
+    with open(path, "rb") as f:
+        head = f.read(64)
+    return head.lstrip().startswith(b"\\data\\")
 
 
 def arpa_unigrams(path: str) -> list[str]:

@@ -7,7 +7,7 @@
 The eval step runs on all local devices (pmap) over the source's fixed bucket shapes and
 returns argmax ids, so greedy decoding moves only small ints to the host; with a beam
 decoder configured it also returns the <float32>[B, T, 29] log-probabilities, which
-pyctcdecode searches on the host (ds2_jax.decoding).
+flashlight-text searches on the host's cores (ds2_jax.decoding).
 """
 
 from __future__ import annotations
@@ -145,7 +145,7 @@ def evaluate(
     if beam is not None:
         if out.log_probs is None and out.references:
             raise ValueError("beam search needs compile_eval_step(config, log_probs=True)")
-        beam_hyps = gather_texts([beam.decode(lp) for lp in out.log_probs or []])
+        beam_hyps = gather_texts(beam.decode_all(out.log_probs or []))
         result["beam"] = {**beam.describe(), **score(references, beam_hyps)}
     return result
 

@@ -21,7 +21,7 @@ import numpy as np
 import optax
 from flax.training import train_state
 
-from ds2_jax import checkpoint, ctc, features, input_pipeline, metrics, model, parallel, resilience
+from ds2_jax import checkpoint, ctc, features, input_pipeline, metrics, model, parallel, progress, resilience
 from ds2_jax.config_validation import validate
 
 log = logging.getLogger("ds2_jax")
@@ -275,7 +275,9 @@ def train_and_evaluate(config, workdir: str) -> TrainState:
 
     pending: list = []
     last_time, last_step = time.perf_counter(), start
-    progress = _progress_bar(start, config.num_train_steps, is_chief)
+    if start >= config.num_train_steps:
+        log.info("nothing to train: workdir already at step %d of %d", start, config.num_train_steps)
+    bar = progress.StepProgress(start, config.num_train_steps, is_chief and start < config.num_train_steps)
     watchdog = resilience.Watchdog(config.step_timeout_s)
     done = start
     with resilience.Preemption() as preemption:
@@ -291,12 +293,12 @@ def train_and_evaluate(config, workdir: str) -> TrainState:
                 watchdog.ping(f"step {step + 1}")
             resilience.maybe_kill(config.faults, "step", step + 1)
             done = step + 1
-            progress.update(1)
+            bar.dispatched(step_metrics)
             if done % config.log_every_steps == 0 or done == config.num_train_steps:
+                bar.wait_all()
                 summary = _summarize(jax.device_get(pending), time.perf_counter() - last_time, done - last_step)
                 summary["skipped_steps"] = float(_first(state.skipped_steps))
                 writer.write(done, summary)
-                progress.set_postfix(loss=f"{summary['loss']:.3f}")
                 log.info("step %d: %s", done, " ".join(f"{k}={v:.4g}" for k, v in summary.items()))
                 _stop_if_diverged(_first(state.consecutive_skips), done, config)
                 pending, last_time, last_step = [], time.perf_counter(), done
@@ -310,7 +312,7 @@ def train_and_evaluate(config, workdir: str) -> TrainState:
                 break
             if done % config.checkpoint_every_steps == 0 and done != config.num_train_steps:
                 save(done)
-    progress.close()
+    bar.close()
     final = host_state()
     if done > start and mgr.latest_step() != done:
         save(done)
@@ -360,8 +362,3 @@ def _summarize(pending: list, seconds: float, steps: int) -> dict[str, float]:
         "utterances_per_s": s["utterances"] * (steps / n) / max(seconds, 1e-9),
     }
 
-
-def _progress_bar(start: int, total: int, enabled: bool):
-    from tqdm import tqdm
-
-    return tqdm(total=total, initial=start, disable=not enabled, unit="step", dynamic_ncols=True, mininterval=2.0)

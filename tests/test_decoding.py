@@ -4,6 +4,7 @@ The `trained` fixture (session scope, shared with test_transcribe.py) trains the
 model briefly on the bundled corpus and builds a trigram LM of its training transcripts.
 """
 
+import concurrent.futures
 import dataclasses
 import json
 import os
@@ -98,12 +99,23 @@ def test_discounts_from_count_of_counts_or_lmplz_fallback():
 
 
 def test_kenlm_reads_the_arpa_with_the_same_probabilities(tmp_path):
-    kenlm = pytest.importorskip("kenlm")
+    """The decoder's KenLM (flashlight-text's) scores our ARPA file as our reader does."""
+    pytest.importorskip("flashlight.lib.text")
+    from flashlight.lib.text.decoder.kenlm import KenLM
+    from flashlight.lib.text.dictionary import Dictionary
+
     path = str(tmp_path / "lm.arpa")
     build_lm.write_arpa(*build_lm.estimate(build_lm.sentences(SENTENCES), 3), path)
-    ours, theirs = build_lm.ArpaModel(path), kenlm.Model(path)
-    for s in ["the cat sat", "a dog sat on the mat", "the zebra ran", "mat mat mat"]:
-        assert theirs.score(s, bos=True, eos=True) == pytest.approx(ours.sentence_log10_prob(s.split()), abs=1e-4)
+    sentences = ["the cat sat", "a dog sat on the mat", "the zebra ran", "mat mat mat"]
+    words = sorted({w for s in sentences for w in s.split()})
+    ours, theirs = build_lm.ArpaModel(path), KenLM(path, Dictionary(words))
+    for s in sentences:
+        state, total = theirs.start(False), 0.0
+        for w in s.split():
+            state, score = theirs.score(state, words.index(w))
+            total += score
+        total += theirs.finish(state)[1]
+        assert total == pytest.approx(ours.sentence_log10_prob(s.split()), abs=1e-4), s
 
 
 def test_build_lm_cli_reads_librispeech_transcripts(tmp_path):
@@ -147,7 +159,7 @@ def test_greedy_texts_collapse_repeats_and_respect_lengths():
 
 
 def test_beam_without_lm_equals_greedy_on_a_confident_path():
-    pytest.importorskip("pyctcdecode")
+    pytest.importorskip("flashlight.lib.text")
     lp = _log_probs("the cat sat")
     beam = decoding.BeamSearchDecoder(decoding.DecoderConfig(beam_width=8))
     assert beam.decode(lp) == "the cat sat"
@@ -155,8 +167,7 @@ def test_beam_without_lm_equals_greedy_on_a_confident_path():
 
 
 def test_lm_corrects_an_acoustically_ambiguous_word(tmp_path):
-    pytest.importorskip("pyctcdecode")
-    pytest.importorskip("kenlm")
+    pytest.importorskip("flashlight.lib.text")
     path = str(tmp_path / "lm.arpa")
     build_lm.write_arpa(*build_lm.estimate(build_lm.sentences(SENTENCES), 3), path)
     lp = _log_probs("the cat sat", confusion={4: ("k", 0.6)})  # the model hears 'kat'
@@ -169,6 +180,47 @@ def test_lm_corrects_an_acoustically_ambiguous_word(tmp_path):
     assert (lm_beam.alpha, lm_beam.beta) == (2.0, 0.5) and lm_beam.decode(lp) == "the cat sat"
 
 
+def test_lexicon_file_limits_the_words_of_the_lm_search(tmp_path):
+    pytest.importorskip("flashlight.lib.text")
+    path = str(tmp_path / "lm.arpa")
+    build_lm.write_arpa(*build_lm.estimate(build_lm.sentences(SENTENCES), 3), path)
+    lexicon = tmp_path / "words.txt"
+    lexicon.write_text("the\nkat\nsat\n")  # 'kat' is not in the LM: KenLM scores it as <unk>
+    lp = _log_probs("the cat sat", confusion={4: ("k", 0.4)})  # the model leans to 'cat'
+    cfg = dict(beam_width=16, lm_path=path, alpha=1.0, beta=1.0)
+    assert decoding.BeamSearchDecoder(decoding.DecoderConfig(**cfg)).decode(lp) == "the cat sat"
+    only = decoding.BeamSearchDecoder(decoding.DecoderConfig(**cfg, lexicon_path=str(lexicon)))
+    assert only.words == ["the", "kat", "sat"] and only.decode(lp) == "the kat sat"
+
+
+def test_a_binary_lm_needs_a_lexicon_and_bad_words_are_named(tmp_path):
+    pytest.importorskip("flashlight.lib.text")
+    binary = tmp_path / "lm.bin"
+    binary.write_bytes(b"mmap lm http://kheafield.com/code format version 5\0" + bytes(64))
+    with pytest.raises(ValueError, match="decoding.lexicon_path"):
+        decoding.BeamSearchDecoder(decoding.DecoderConfig(beam_width=4, lm_path=str(binary)))
+    lexicon = tmp_path / "words.txt"
+    lexicon.write_text("cat\nCaf\u00e9\n")
+    with pytest.raises(ValueError, match="words.txt: words outside the alphabet"):
+        decoding.lexicon_words(str(lexicon))
+
+
+def test_a_split_decodes_on_a_process_pool_as_in_one_process(monkeypatch, tmp_path):
+    pytest.importorskip("flashlight.lib.text")
+    path = str(tmp_path / "lm.arpa")
+    build_lm.write_arpa(*build_lm.estimate(build_lm.sentences(SENTENCES), 3), path)
+    utterances = [_log_probs(s, confusion={1: ("k", 0.3)}) for s in SENTENCES * 2]
+    beam = decoding.BeamSearchDecoder(decoding.DecoderConfig(beam_width=8, lm_path=path, alpha=1.0, beta=0.5))
+    serial = [beam.decode(lp) for lp in utterances]
+    assert serial == SENTENCES * 2
+    pools = []
+    real = concurrent.futures.ProcessPoolExecutor
+    monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", lambda n, **kw: pools.append(n) or real(n, **kw))
+    assert beam.decode_all(utterances, workers=2) == serial and pools == []  # too few frames for a pool
+    monkeypatch.setattr(decoding, "MIN_FRAMES_PER_WORKER", 1)
+    assert beam.decode_all(utterances, workers=2) == serial and pools == [2]
+
+
 def test_decoder_config_errors_name_the_setting(tmp_path):
     with pytest.raises(ValueError, match="decoding.beam_width"):
         decoding.DecoderConfig(lm_path="lm.arpa")
@@ -177,7 +229,7 @@ def test_decoder_config_errors_name_the_setting(tmp_path):
     with pytest.raises(ValueError, match="decoding.alpha"):
         decoding.DecoderConfig(beam_width=4, alpha=-1.0)
     assert decoding.DecoderConfig.from_config(None) == decoding.DecoderConfig()
-    pytest.importorskip("pyctcdecode")
+    pytest.importorskip("flashlight.lib.text")
     with pytest.raises(FileNotFoundError, match="missing.arpa"):
         decoding.BeamSearchDecoder(decoding.DecoderConfig(beam_width=4, lm_path=str(tmp_path / "missing.arpa")))
 
@@ -187,7 +239,7 @@ def test_decoder_config_errors_name_the_setting(tmp_path):
 
 @pytest.mark.slow
 def test_eval_beam_with_lm_is_no_worse_than_greedy_on_each_split(trained):
-    pytest.importorskip("pyctcdecode")
+    pytest.importorskip("flashlight.lib.text")
     from ds2_jax import evaluation
 
     config = trained.config.copy_and_resolve_references()
@@ -209,7 +261,7 @@ def test_eval_beam_with_lm_is_no_worse_than_greedy_on_each_split(trained):
 
 @pytest.mark.slow
 def test_tune_lm_grid_picks_a_weight_that_beats_no_lm(trained):
-    pytest.importorskip("pyctcdecode")
+    pytest.importorskip("flashlight.lib.text")
     from ds2_jax.tools import tune_lm
 
     result = tune_lm.tune(trained.config, trained.workdir, trained.lm, "dev-clean", [0, 1.0], [0, 1.0], beam_width=16)

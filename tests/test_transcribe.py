@@ -84,7 +84,7 @@ def test_transcribes_wav_flac_8k_44k_stereo_and_reports_a_bad_file(trained, tmp_
     # the words are not checked.
     assert isinstance(got["8k"], str)
 
-    pytest.importorskip("pyctcdecode")
+    pytest.importorskip("flashlight.lib.text")
     code = transcribe.main(["--workdir", trained.workdir, "--lm", trained.lm, "--beam_width", "16", flac, flac2])
     out, _ = capsys.readouterr()
     beam = [line.split("\t")[1] for line in out.strip().splitlines()]

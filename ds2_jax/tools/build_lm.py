@@ -5,15 +5,16 @@
     python -m ds2_jax.tools.build_lm --transcripts corpus.txt more/ --order 3 --out lm.arpa
 
 Smoothing is interpolated modified Kneser-Ney (Chen & Goodman 1998), as KenLM's `lmplz`
-estimates it, which the `kenlm` pip package does not ship: lower orders use continuation
-counts (n-grams starting with <s> keep their raw counts), three discounts per order from
-the count-of-counts (lmplz's --discount_fallback 0.5/1/1.5 when the corpus is too small
-for them), and unigrams are interpolated with the uniform distribution over the
-vocabulary (</s> and <unk> included, <s> never predicted). Each stored probability is the
-interpolated one and each backoff weight is the interpolation weight of its context, so
-the ARPA back-off rule reproduces the interpolated model exactly and every P(. | h) sums
-to 1. Counts stay in memory: fine for LibriSpeech's training transcripts (~10 M words);
-for the 800 M-word LibriSpeech LM corpus use KenLM's lmplz.
+estimates it (no pip package ships lmplz: not `kenlm`, not flashlight-text, whose KenLM
+only reads models): lower orders use continuation counts (n-grams starting with <s> keep
+their raw counts), three discounts per order from the count-of-counts (lmplz's
+--discount_fallback 0.5/1/1.5 when the corpus is too small for them), and unigrams are
+interpolated with the uniform distribution over the vocabulary (</s> and <unk> included,
+<s> never predicted). Each stored probability is the interpolated one and each backoff
+weight is the interpolation weight of its context, so the ARPA back-off rule reproduces
+the interpolated model exactly and every P(. | h) sums to 1. Counts stay in memory: fine
+for LibriSpeech's training transcripts (~10 M words); for the 800 M-word LibriSpeech LM
+corpus use KenLM's lmplz.
 
 Text is normalized as the acoustic model's labels are (text.normalize: lower case,
 collapsed spaces), so LM words and decoded words match.
@@ -183,7 +184,7 @@ def write_arpa(probs: list[dict], backoffs: list[dict], path: str) -> dict[int, 
     """Writes an ARPA file; returns {order: number of n-grams}.
 
     Every line of orders below the highest carries a backoff field (0 where the n-gram is
-    never a context), which pyctcdecode's unigram reader requires.
+    never a context), as lmplz writes them and some ARPA readers require.
     """
     order = len(probs)
     unigrams = dict(probs[0])

@@ -43,7 +43,7 @@ def grid_search(outputs, beam, alphas: list[float], betas: list[float]) -> list[
     for alpha in alphas:
         for beta in betas:
             beam.set_weights(alpha, beta)
-            hyps = [beam.decode(lp) for lp in outputs.log_probs]
+            hyps = beam.decode_all(outputs.log_probs)
             rows.append({"alpha": alpha, "beta": beta, **metrics.error_rates(outputs.references, hyps)})
             log.info("alpha %.3g beta %.3g: WER %.4f CER %.4f", alpha, beta, rows[-1]["wer"], rows[-1]["cer"])
     return rows

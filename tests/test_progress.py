@@ -1,0 +1,73 @@
+"""The train loop's progress bar counts finished steps, shows loss and utt/s, and lets log
+lines through whole; a finished workdir says there is nothing to train."""
+
+import io
+import logging
+
+import jax
+import jax.numpy as jnp
+
+import pytest
+
+from ds2_jax import progress, train
+from tests.test_decoding import TRAIN_STEPS, trained_model
+
+
+@jax.jit
+def slow_step(x, loss):
+    """Step metrics that take a while to compute (so they are not ready at dispatch)."""
+    y = jax.lax.fori_loop(0, 300, lambda i, a: jnp.tanh(a @ a), x)
+    return {"steps": 1.0 + 0 * y.sum(), "utterances": jnp.float32(8), "loss_sum": loss * 4, "loss_count": jnp.float32(4)}
+
+
+def test_bar_advances_when_steps_finish_not_when_dispatched():
+    x = jnp.full((256, 256), 0.01)
+    jax.block_until_ready(slow_step(x, 1.0))  # compiled
+    bar = progress.StepProgress(start=10, total=20, enabled=True)
+    bar.bar.fp = io.StringIO()
+    steps = [slow_step(x, jnp.float32(l)) for l in (3.0, 2.0, 1.5)]
+    bar.dispatched(steps[0])
+    assert bar.finished == 10 and bar.bar.n == 10  # still running on the device
+    bar.dispatched(steps[1])
+    bar.dispatched(steps[2])
+    bar.wait_all()
+    assert bar.finished == bar.bar.n == 13
+    postfix = bar.bar.postfix
+    assert "loss=1.500" in postfix  # the last finished step's loss_sum / loss_count
+    assert "utt/s=" in postfix and float(postfix.split("utt/s=")[1].split(",")[0]) > 0
+    bar.dispatched(slow_step(x, jnp.float32(1.0)))
+    jax.block_until_ready(steps)
+    bar.wait_all()
+    assert bar.bar.n == 14
+    bar.close()
+
+
+def test_log_lines_clear_the_bar_and_it_comes_back(capsys):
+    handler = logging.StreamHandler()  # sys.stderr, where the bar is drawn
+    root = logging.getLogger()
+    root.addHandler(handler)
+    try:
+        bar = progress.StepProgress(start=0, total=5, enabled=True)
+        bar.bar.update(2)
+        bar.bar.refresh()
+        logging.getLogger("ds2_jax").warning("a log line")
+        bar.close()
+        logging.getLogger("ds2_jax").warning("after close")
+    finally:
+        root.removeHandler(handler)
+    err = capsys.readouterr().err
+    before, after = err.split("a log line\n")
+    assert before.endswith("\r"), repr(before[-80:])  # the bar was cleared to the line start
+    assert "2/5" in after  # and redrawn below the log line
+    assert "emit" not in handler.__dict__  # close() put the handler back as it was
+
+
+@pytest.mark.slow
+def test_a_finished_workdir_has_nothing_to_train(tmp_path_factory, caplog):
+    trained = trained_model(tmp_path_factory)  # the demo model of test_decoding, trained once
+    caplog.set_level(logging.INFO, logger="ds2_jax")
+    state = train.train_and_evaluate(trained.config, trained.workdir)
+    assert int(state.step) == TRAIN_STEPS
+    messages = [r.getMessage() for r in caplog.records if r.name == "ds2_jax"]
+    assert f"nothing to train: workdir already at step {TRAIN_STEPS} of {TRAIN_STEPS}" in messages
+    assert not any(m.startswith("first step") or m.startswith("step ") for m in messages), messages
