@@ -1,16 +1,19 @@
-# make demo: installs, builds the bundled tiny corpus with tfds, trains on the CPU, prints CER.
+# make demo: installs, builds the bundled tiny corpus with tfds, trains on the CPU, prints CER
+#            and draws the run's curves to .demo/run/curves.png.
+# make plot: redraws the curves of WORKDIR (default .demo/run) from its metrics.jsonl.
 # make test: installs .[test] and runs pytest.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
+WORKDIR ?= .demo/run
 
-.PHONY: demo test test-fast venv clean
+.PHONY: demo plot test test-fast venv clean
 
 $(VENV)/.stamp-base: setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e .
+	$(PY) -m pip install -q -e '.[plot]'
 	touch $@
 
 # The tests cover LM beam search too (the lm extra: flashlight-text).
@@ -22,6 +25,9 @@ venv: $(VENV)/.stamp-base
 
 demo: $(VENV)/.stamp-base
 	$(PY) -m ds2_jax.demo
+
+plot: $(VENV)/.stamp-base
+	$(PY) -m ds2_jax.plot --workdir=$(WORKDIR)
 
 test: $(VENV)/.stamp-test
 	$(PY) -m pytest -q $(PYTEST_ARGS)

@@ -33,6 +33,7 @@ EXTRAS = {
     # LM beam search: flashlight-text's C++ CTC decoder with KenLM inside (binary wheels, no
     # numpy pin). ARPA files come from ds2_jax.tools.build_lm: no pip package ships lmplz.
     "lm": ["flashlight-text>=0.0.7"],
+    "plot": ["matplotlib>=3.7"],  # ds2_jax.plot; make demo installs it
 }
 
 setup(

@@ -1,5 +1,6 @@
-"""`make demo`: build the bundled tiny corpus, train configs/demo.py on the CPU, and
-print reference/hypothesis pairs and the CER on the held-out test speakers.
+"""`make demo`: build the bundled tiny corpus, train configs/demo.py on the CPU, print
+reference/hypothesis pairs and the CER on the held-out test speakers, and draw the run's
+curves (ds2_jax.plot) to WORKDIR/curves.png. A rerun trains only the steps still missing.
 
     python -m ds2_jax.demo [--workdir=.demo/run] [--config.num_train_steps=...]
 """
@@ -25,18 +26,33 @@ def main(argv):
     del argv
     absl_logging.set_verbosity(absl_logging.WARNING)
     logging.getLogger("ds2_jax").setLevel(logging.INFO)
-    from ds2_jax import evaluation, train
+    from ds2_jax import checkpoint, evaluation, train
 
     config = FLAGS.config
     os.chdir(ROOT)  # the config's corpus paths are relative to the repository
     start = time.time()
+    mgr = checkpoint.manager(FLAGS.workdir, config.keep_checkpoints)
+    first_step = mgr.latest_step() or 0
+    mgr.close()
     train.train_and_evaluate(config, FLAGS.workdir)
     result = evaluation.evaluate_checkpoint(config, FLAGS.workdir, split=config.dataset.eval_split)
     print(f"\n== held-out speakers ({result['split']}, {result['utterances']} utterances) ==")
     for ex in result["examples"][:8]:
         print(f"  REF: {ex['reference']}\n  HYP: {ex['hypothesis']}\n")
-    print(f"CER {100 * result['cer']:.1f}%  WER {100 * result['wer']:.1f}%  "
-          f"after {int(config.num_train_steps)} steps, {time.time() - start:.0f} s")
+    trained = max(result["step"] - first_step, 0)
+    print(f"CER {100 * result['cer']:.1f}%  WER {100 * result['wer']:.1f}%  at step {result['step']} "
+          f"({trained} steps trained now, {time.time() - start:.0f} s)")
+    print(f"curves: {_curves(FLAGS.workdir)}")
+
+
+def _curves(workdir: str) -> str:
+    """The PNG of the run's curves, or why there is none."""
+    from ds2_jax import plot
+
+    try:
+        return plot.plot_workdir(workdir)
+    except ImportError as e:
+        return f"not drawn ({e})"
 
 
 if __name__ == "__main__":

@@ -1,0 +1,85 @@
+"""A run's curves as one PNG, from its metrics.jsonl: for those who would rather look than read.
+
+    python -m ds2_jax.plot --workdir=W [--out=W/curves.png]
+
+Panels: training (and eval) loss, gradient norm, eval WER/CER, and the input wait when the
+rows have `input_wait_s`; a panel whose keys no row has is left out. TensorBoard
+(W/tensorboard) shows the same scalars live.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from ds2_jax import metrics
+
+# (panel title, y label, [(metrics.jsonl key, legend label)], log-scale y)
+PANELS = [
+    ("loss", "CTC loss", [("loss", "train"), ("eval_loss", "eval")], True),
+    ("gradient norm", "global norm", [("grad_norm", "train")], True),
+    ("error rates (eval, greedy)", "rate", [("eval_wer", "WER"), ("eval_cer", "CER")], False),
+    ("input wait", "seconds", [("input_wait_s", "input wait")], False),
+]
+
+
+def series(rows: list[dict], key: str) -> tuple[list[int], list[float]]:
+    """(steps, values) of the rows that have `key`, in step order."""
+    points = sorted((r["step"], r[key]) for r in rows if key in r)
+    return [s for s, _ in points], [v for _, v in points]
+
+
+def draw(rows: list[dict], title: str = ""):
+    """A matplotlib Figure with one panel per PANELS entry that has data."""
+    from matplotlib.figure import Figure
+
+    panels = [p for p in PANELS if any(series(rows, k)[0] for k, _ in p[2])]
+    if not panels:
+        raise ValueError("no curves to draw: the rows have none of the keys "
+                         f"{sorted(k for p in PANELS for k, _ in p[2])}")
+    cols = 2 if len(panels) > 1 else 1
+    nrows = -(-len(panels) // cols)
+    fig = Figure(figsize=(6 * cols, 3.6 * nrows), layout="constrained")
+    for i, (name, ylabel, keys, log_y) in enumerate(panels):
+        ax = fig.add_subplot(nrows, cols, i + 1)
+        for key, label in keys:
+            steps, values = series(rows, key)
+            if steps:
+                ax.plot(steps, values, marker="o" if len(steps) < 20 else None, markersize=3, label=label)
+        if log_y and all(v > 0 for k, _ in keys for v in series(rows, k)[1]):
+            ax.set_yscale("log")
+        ax.set(title=name, xlabel="step", ylabel=ylabel)
+        ax.grid(alpha=0.3)
+        ax.legend()
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def plot_workdir(workdir: str, out: str = "") -> str:
+    """Draws workdir/metrics.jsonl to `out` (default workdir/curves.png); returns the path."""
+    path = os.path.join(workdir, "metrics.jsonl")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path} not found: is {workdir} a ds2_jax training workdir?")
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError as e:
+        raise ImportError("plotting needs matplotlib: pip install -e '.[plot]'") from e
+    out = out or os.path.join(workdir, "curves.png")
+    fig = draw(metrics.read_jsonl(path), title=os.path.basename(os.path.normpath(workdir)))
+    fig.savefig(out, dpi=110)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--workdir", required=True, help="A training workdir (metrics.jsonl).")
+    p.add_argument("--out", default="", help="PNG path (default: WORKDIR/curves.png).")
+    args = p.parse_args(argv)
+    print(plot_workdir(args.workdir, args.out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
