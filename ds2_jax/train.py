@@ -217,7 +217,8 @@ def initial_state(config, source, rng):
 
 
 def train_and_evaluate(config, workdir: str) -> TrainState:
-    """Trains for config.num_train_steps, resuming from the latest checkpoint in workdir.
+    """Trains for config.num_train_steps, resuming from the latest checkpoint in workdir
+    (one already at that step returns its state: "nothing to train").
 
     SIGTERM/SIGINT checkpoint at the next step boundary and return; a step with a
     non-finite loss is skipped (config.optimizer.max_consecutive_skips in a row stop
@@ -251,6 +252,9 @@ def train_and_evaluate(config, workdir: str) -> TrainState:
     if restored is not None:
         state = restored.replace(apply_fn=state.apply_fn, tx=state.tx)
     start = int(state.step)
+    if start >= config.num_train_steps:
+        log.info("nothing to train: workdir already at step %d of %d", start, config.num_train_steps)
+        return state
     writer = metrics.MetricWriter(workdir, enabled=is_chief, resume_step=start)
 
     p_train = par.compile(train_step, step_kwargs(config))
@@ -275,9 +279,7 @@ def train_and_evaluate(config, workdir: str) -> TrainState:
 
     pending: list = []
     last_time, last_step = time.perf_counter(), start
-    if start >= config.num_train_steps:
-        log.info("nothing to train: workdir already at step %d of %d", start, config.num_train_steps)
-    bar = progress.StepProgress(start, config.num_train_steps, is_chief and start < config.num_train_steps)
+    bar = progress.StepProgress(start, config.num_train_steps, is_chief)
     watchdog = resilience.Watchdog(config.step_timeout_s)
     done = start
     with resilience.Preemption() as preemption:

@@ -3,10 +3,14 @@
     python benchmarks/results/2026-12-03-cpu-decoders/compare.py dump --workdir=W --out=lp.npz
     python benchmarks/results/2026-12-03-cpu-decoders/compare.py compare --logprobs=lp.npz --lm=lm.arpa \\
         --out=results.json
+    python benchmarks/results/2026-12-03-cpu-decoders/compare.py pool --logprobs=lp.npz --lm=lm.arpa \\
+        --out=pool.json
 
 `dump` runs the model once over test-clean and dev-clean and keeps the log-probabilities;
 `compare` decodes them with both libraries (one process, so utt/s is per core), beam 32 and
 128, with and without the LM; the LM weights of each library are tuned on dev-clean first.
+`pool` times ds2_jax.decoding's decode_all on test-clean repeated (one process vs the
+host's cores).
 The pyctcdecode adapter below is the decoder ds2_jax used before flashlight-text.
 """
 
@@ -122,6 +126,24 @@ def compare(logprobs: str, lm: str, out: str, beams, repeats: int, alphas, betas
     return rows
 
 
+def pool(logprobs: str, lm: str, copies: int, beam: int, out: str) -> dict:
+    """decode_all of test-clean repeated `copies` times: one process vs os.cpu_count() workers."""
+    meta, lps = load(logprobs)
+    utterances = lps["test-clean"] * copies
+    dec = decoding.BeamSearchDecoder(decoding.DecoderConfig(beam_width=beam, lm_path=lm))
+    result = {"utterances": len(utterances), "frames": sum(len(x) for x in utterances), "beam": beam,
+              "cpu_count": os.cpu_count()}
+    for workers in sorted({1, os.cpu_count() or 1}):
+        t = time.perf_counter()
+        hyps = dec.decode_all(utterances, workers=workers) if workers > 1 else [dec.decode(x) for x in utterances]
+        result[f"utt_per_s_{workers}_workers"] = len(utterances) / (time.perf_counter() - t)
+        result[f"wer_{workers}_workers"] = metrics.error_rates(meta["test-clean"]["references"] * copies, hyps)["wer"]
+    print(json.dumps(result), flush=True)
+    with open(out, "w") as f:
+        json.dump(result, f, indent=2)
+    return result
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -136,9 +158,17 @@ def main(argv=None):
     c.add_argument("--repeats", type=int, default=3)
     c.add_argument("--alphas", default="0.25,0.5,1,2")
     c.add_argument("--betas", default="0,1,2")
+    q = sub.add_parser("pool")
+    q.add_argument("--logprobs", required=True)
+    q.add_argument("--lm", default="", help="ARPA LM; empty = no LM")
+    q.add_argument("--out", required=True)
+    q.add_argument("--copies", type=int, default=100)
+    q.add_argument("--beam", type=int, default=128)
     a = p.parse_args(argv)
     if a.cmd == "dump":
         dump(a.workdir, a.out)
+    elif a.cmd == "pool":
+        pool(a.logprobs, a.lm, a.copies, a.beam, a.out)
     else:
         floats = lambda s: [float(x) for x in s.split(",")]
         compare(a.logprobs, a.lm, a.out, [int(b) for b in a.beams.split(",")], a.repeats, floats(a.alphas), floats(a.betas))
