@@ -109,7 +109,6 @@ class BeamSearchDecoder:
         self._fl, dictionary = _flashlight()
         self.cfg = cfg
         self.alpha, self.beta = cfg.alpha, cfg.beta
-        self._tokens = dictionary.Dictionary(TOKENS)
         if cfg.lm_path:
             with open(cfg.lm_path, "rb"):  # a clear FileNotFoundError naming the file
                 pass
@@ -167,7 +166,10 @@ class BeamSearchDecoder:
         if self.cfg.lm_path:
             lp = np.concatenate([lp, boundary_frame(lp.shape[1])])
         lp = np.ascontiguousarray(lp)
-        best = self._decoder.decode(lp.ctypes.data, lp.shape[0], lp.shape[1])[0]
+        results = self._decoder.decode(lp.ctypes.data, lp.shape[0], lp.shape[1])
+        if not results:  # every path pruned
+            return ""
+        best = results[0]
         if self.cfg.lm_path:
             return " ".join(self._word_dict.get_entry(w) for w in best.words if w >= 0)
         ids = [t for i, t in enumerate(best.tokens) if t != text.BLANK and (i == 0 or t != best.tokens[i - 1])]
