@@ -110,6 +110,7 @@ def test_a_local_build_says_nothing_of_downloads(tmp_path, capsys, caplog):
 
     caplog.set_level(logging.INFO)
     td.write_bad_inputs(str(tmp_path / "manual" / "LibriSpeech" / "dev-clean"))
+    assert not build.get_builder(str(tmp_path / "tfds")).is_prepared()  # as tfds_source asks first
     build.build(str(tmp_path / "manual"), str(tmp_path / "tfds"))
     build.build(str(tmp_path / "manual"), str(tmp_path / "tfds"))  # prepared: a no-op
     out = capsys.readouterr().out

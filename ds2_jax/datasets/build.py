@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import io
 import json
 import logging
 import os
@@ -58,22 +57,6 @@ def _local_shuffle_files(data_dir: str):
         shuffle.tf = old
 
 
-@contextlib.contextmanager
-def _quiet_tfds():
-    """Hides what tfds says about a download that a local build does not make: its
-    'Downloading and preparing dataset Unknown size' and 'downloaded and prepared' prints
-    (stdout) and its 'Variant folder ... has no dataset_info.json' warnings before the first
-    build (absl). Our own per-split reports (the root logger) still show."""
-    absl_logger = logging.getLogger("absl")
-    level = absl_logger.level
-    absl_logger.setLevel(logging.ERROR)
-    try:
-        with contextlib.redirect_stdout(io.StringIO()):
-            yield
-    finally:
-        absl_logger.setLevel(level)
-
-
 def build(manual_dir: str, data_dir: str = "") -> librispeech_local.LibrispeechLocal:
     """Prepares the dataset (no-op if already prepared) and returns its builder."""
     if not manual_dir or not os.path.isdir(manual_dir) or not os.listdir(manual_dir):
@@ -81,7 +64,7 @@ def build(manual_dir: str, data_dir: str = "") -> librispeech_local.LibrispeechL
             f"dataset.manual_dir={manual_dir!r} is missing or empty: point it at a directory "
             "holding LibriSpeech/<split>/... or <split>.tar.gz archives"
         )
-    with _quiet_tfds():
+    with librispeech_local.quiet_tfds():
         builder = get_builder(data_dir)
         if builder.is_prepared():
             return builder

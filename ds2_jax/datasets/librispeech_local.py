@@ -18,6 +18,7 @@ Host code: no jax, no TensorFlow (audio is stored as raw int16 bytes, not tfds A
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import io
 import json
@@ -247,6 +248,22 @@ def find_splits(manual_dir: str) -> dict[str, tuple[str, str]]:
     return found
 
 
+@contextlib.contextmanager
+def quiet_tfds():
+    """Hides what tfds says about a download that a local build does not make: its
+    'Downloading and preparing dataset Unknown size' and 'downloaded and prepared' prints
+    (stdout) and its 'Variant folder ... has no dataset_info.json' warnings (absl), which
+    only mean 'not built yet'. Our own per-split reports (the root logger) still show."""
+    absl_logger = logging.getLogger("absl")
+    level = absl_logger.level
+    absl_logger.setLevel(logging.ERROR)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            yield
+    finally:
+        absl_logger.setLevel(level)
+
+
 class LibrispeechLocal(tfds.core.GeneratorBasedBuilder):
     """LibriSpeech from a local tree or local .tar.gz archives (16 kHz int16, no TF)."""
 
@@ -261,6 +278,10 @@ class LibrispeechLocal(tfds.core.GeneratorBasedBuilder):
     def __init__(self, **kwargs):
         kwargs.setdefault("file_format", "array_record")  # random access without TF
         super().__init__(**kwargs)
+
+    def is_prepared(self) -> bool:
+        with quiet_tfds():
+            return super().is_prepared()
 
     def _info(self) -> tfds.core.DatasetInfo:
         return self.dataset_info_from_configs(
