@@ -43,22 +43,23 @@ class StepProgress:
         self.finished = start
         self._pending: collections.deque = collections.deque()
         self._times: collections.deque = collections.deque(maxlen=RATE_WINDOW + 1)  # (time, utterances)
+        # handle, not emit: absl's handler forwards handle() to an inner handler.
         handlers = [h for name in loggers for h in logging.getLogger(name).handlers] if enabled else []
-        self._handlers = [(h, h.__dict__.get("emit")) for h in handlers]  # an emit set on the instance, if any
+        self._handlers = [(h, h.__dict__.get("handle")) for h in handlers]  # a handle set on the instance, if any
         for h in handlers:
-            h.emit = self._clearing(h.emit)
+            h.handle = self._clearing(h.handle)
 
-    def _clearing(self, emit):
+    def _clearing(self, handle):
         bar_ref = weakref.ref(self.bar)  # a loop that raised leaves no live bar behind
 
-        def emit_around_bar(record):
+        def handle_around_bar(record):
             bar = bar_ref()
             if bar is None or bar.disable:  # closed
-                return emit(record)
+                return handle(record)
             with bar.external_write_mode():
-                emit(record)
+                return handle(record)
 
-        return emit_around_bar
+        return handle_around_bar
 
     def dispatched(self, step_metrics) -> None:
         """A step was dispatched; advances past every step (in order) that has finished."""
@@ -85,10 +86,10 @@ class StepProgress:
         self.bar.update(1)
 
     def close(self) -> None:
-        for h, own_emit in self._handlers:
-            if own_emit is None:
-                del h.emit  # back to the class's emit
+        for h, own_handle in self._handlers:
+            if own_handle is None:
+                del h.handle  # back to the class's handle
             else:
-                h.emit = own_emit
+                h.handle = own_handle
         self._handlers = []
         self.bar.close()

@@ -3,6 +3,7 @@ lines through whole; a finished workdir says there is nothing to train."""
 
 import io
 import logging
+import re
 
 import jax
 import jax.numpy as jnp
@@ -42,8 +43,15 @@ def test_bar_advances_when_steps_finish_not_when_dispatched():
     bar.close()
 
 
-def test_log_lines_clear_the_bar_and_it_comes_back(capsys):
-    handler = logging.StreamHandler()  # sys.stderr, where the bar is drawn
+def _absl_handler():
+    from absl import logging as absl_logging
+
+    return absl_logging.ABSLHandler(absl_logging.PythonFormatter())  # what absl.app puts on the root
+
+
+@pytest.mark.parametrize("make_handler", [logging.StreamHandler, _absl_handler], ids=["stream", "absl"])
+def test_log_lines_clear_the_bar_and_it_comes_back(capsys, make_handler):
+    handler = make_handler()  # writes to sys.stderr, where the bar is drawn
     root = logging.getLogger()
     root.addHandler(handler)
     try:
@@ -56,10 +64,13 @@ def test_log_lines_clear_the_bar_and_it_comes_back(capsys):
     finally:
         root.removeHandler(handler)
     err = capsys.readouterr().err
-    before, after = err.split("a log line\n")
-    assert before.endswith("\r"), repr(before[-80:])  # the bar was cleared to the line start
-    assert "2/5" in after  # and redrawn below the log line
-    assert "emit" not in handler.__dict__  # close() put the handler back as it was
+    # The record (absl's: a first 'Logging before flag parsing' line, then 'W1203 12:00:00.123
+    # ... file.py:N] ') starts where the bar was cleared (spaces after the last \r), not after it.
+    record = re.search(r"(WARNING: Logging before flag parsing[^\n]*\n)?(W\d{4} [^\r\n]*\] )?a log line\n", err)
+    assert record, repr(err[:300])
+    assert err[: record.start()].rsplit("\r", 1)[-1].strip() == "", repr(err[: record.start()][-120:])
+    assert "2/5" in err[record.end():]  # and redrawn below the log line
+    assert "handle" not in handler.__dict__  # close() put the handler back as it was
 
 
 @pytest.mark.slow
