@@ -7,6 +7,7 @@ INSTALL_REQUIRES = [
     "array-record>=0.5",
     "etils[epath]>=1.5",
     "flax>=0.8.5",
+    "grain>=0.2.10",  # worker processes that make training batches (ds2_jax.loader)
     "importlib_resources>=5",  # tensorflow_datasets' builders import it; not in its own requirements
     "jax>=0.10",  # the Mosaic GPU Pallas API of ds2_jax.mosaic_rnn (plgpu.kernel, inline_mgpu)
     "jiwer>=3.0",

@@ -21,6 +21,8 @@ def get_config() -> ml_collections.ConfigDict:
     config.checkpoint_every_steps = 1_000  # Orbax checkpoint cadence (and one at the end).
     config.keep_checkpoints = 3  # Checkpoints kept on disk.
     config.prefetch_batches = 2  # Batches staged on the devices ahead of the step.
+    # Warn once when waiting for input takes more than this fraction of a log interval.
+    config.input_wait_warn_fraction = 0.05
     config.step_timeout_s = 1800.0  # Watchdog: exit (code 3) if no step finishes for this long; 0 = off.
     config.deterministic = False  # GPU: --xla_gpu_deterministic_ops (slower, bitwise repeatable).
 
@@ -29,6 +31,7 @@ def get_config() -> ml_collections.ConfigDict:
     config.faults.nan_at_steps = ""  # e.g. "5,7-9": these steps get a NaN loss and gradient.
     config.faults.kill_at = ""  # "step:N", "checkpoint:N" or "eval:N": SIGKILL there.
     config.faults.hang_at_step = -1  # Block forever before this step (watchdog drill).
+    config.faults.kill_input_worker_at_step = -1  # The input worker making this step's batch dies.
 
     # --- Data ------------------------------------------------------------------
     config.dataset = ml_collections.ConfigDict()
@@ -45,13 +48,18 @@ def get_config() -> ml_collections.ConfigDict:
     config.dataset.num_buckets = 4  # Duration buckets = compiled shapes (<= 8).
     config.dataset.sortagrad = True  # First epoch in ascending duration (DS2 SortaGrad).
     config.dataset.feature_stats_utterances = 2000  # Sample size for per-bin mean/std.
-    config.dataset.num_workers = 0  # Host threads reading audio; 0 = inline.
+    # Worker processes (grain) that read, decode and pad training batches off the step's
+    # critical path; 0 = inline in the training process; -1 = from the cores present
+    # (ds2_jax.loader.resolve_num_workers: cores - 2, at most 16; 0 for synthetic data).
+    config.dataset.num_workers = -1
+    config.dataset.worker_buffer_size = 2  # Batches each worker keeps ready.
     # Synthetic source: utterances uniform in [min_duration_s, max_duration_s] of the
     # synthetic_* bounds, random int16 noise, random transcripts of chars_per_second.
     config.dataset.synthetic_min_duration_s = 6.0
     config.dataset.synthetic_max_duration_s = 8.0
     config.dataset.synthetic_chars_per_second = 14.0
     config.dataset.synthetic_num_utterances = 15_552  # One "epoch" (the seed's 972 x 16).
+    config.dataset.synthetic_pool_size = 512  # Distinct utterances; index i repeats i % this.
 
     # --- Features (computed on device inside the step) ---------------------------
     config.features = ml_collections.ConfigDict()

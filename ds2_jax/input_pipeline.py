@@ -22,6 +22,7 @@ import numpy as np
 from ds2_jax import geometry, text
 
 BATCH_KEYS = ("audio", "audio_lengths", "labels", "label_lengths", "weights")
+EVAL_INDEX_OFFSET = 10**9  # Synthetic indices from here on stand in for a held-out split.
 
 
 class Source(Protocol):
@@ -83,6 +84,8 @@ class SyntheticSource:
 
     Durations are uniform in [min_s, max_s]; all batches are padded to the maximum,
     so there is one compiled shape. Transcripts fit their frames (CTC feasible).
+    Index i is utterance i % synthetic_pool_size of a pool made once on first use, so
+    a batch costs a copy, not random generation: the source never limits the step.
     """
 
     def __init__(self, config, sharding: Sharding):
@@ -94,20 +97,33 @@ class SyntheticSource:
         self.max_samples = int(d.synthetic_max_duration_s * self.sample_rate)
         if not 0 < self.min_samples <= self.max_samples:
             raise ValueError("dataset.synthetic_min_duration_s must be > 0 and <= synthetic_max_duration_s")
+        if d.synthetic_pool_size < 1:
+            raise ValueError(f"dataset.synthetic_pool_size must be >= 1, got {d.synthetic_pool_size}")
+        self.pool_size = d.synthetic_pool_size
         self.chars_per_second = d.synthetic_chars_per_second
         self.num_conv_layers = config.model.num_conv_layers
         self.num_utterances = d.synthetic_num_utterances
         max_out = geometry.output_frames(geometry.num_frames(self.max_samples), self.num_conv_layers)
         self.max_label_len = max(1, min(int(self.chars_per_second * d.synthetic_max_duration_s), max_out // 2))
+        self._pool: dict[int, dict[str, np.ndarray]] = {}
 
-    def utterance(self, index: int) -> dict[str, np.ndarray]:
-        rng = np.random.default_rng([self.seed, index])
+    def generate(self, key: int) -> dict[str, np.ndarray]:
+        """Utterance `key` drawn from rng([seed, key])."""
+        rng = np.random.default_rng([self.seed, key])
         n = int(rng.integers(self.min_samples, self.max_samples + 1))
         audio = (rng.standard_normal(n) * 2000).clip(-32768, 32767).astype(np.int16)
         out_frames = geometry.output_frames(geometry.num_frames(n), self.num_conv_layers)
         m = max(1, min(int(self.chars_per_second * n / self.sample_rate), out_frames // 2, self.max_label_len))
         labels = rng.integers(1, text.VOCAB_SIZE, size=m).astype(np.int32)
         return {"audio": audio, "labels": labels}
+
+    def utterance(self, index: int) -> dict[str, np.ndarray]:
+        """Training index i -> pool entry i % pool_size; held-out indices have their own pool."""
+        held_out = index >= EVAL_INDEX_OFFSET
+        key = (EVAL_INDEX_OFFSET if held_out else 0) + index % self.pool_size
+        if key not in self._pool:
+            self._pool[key] = self.generate(key)
+        return self._pool[key]
 
     def _batch(self, indices) -> dict[str, np.ndarray]:
         utts = [self.utterance(int(i)) for i in indices]
@@ -122,9 +138,8 @@ class SyntheticSource:
         # A held-out range of indices stands in for a split.
         total = max_utterances or 4 * self.sharding.global_batch
         s = self.sharding
-        base = 10**9
         for first in range(0, total, s.global_batch):
-            lo = base + first + s.start
+            lo = EVAL_INDEX_OFFSET + first + s.start
             n = max(0, min(s.local_batch, total - first - s.start))
             utts = [self.utterance(i) for i in range(lo, lo + n)]
             yield pad_batch(utts, self.max_samples, self.max_label_len, s.local_batch)
@@ -133,7 +148,7 @@ class SyntheticSource:
         return [(self.max_samples, self.max_label_len)]
 
     def feature_stats(self) -> tuple[np.ndarray, np.ndarray]:
-        return compute_feature_stats((self.utterance(10**9 - 1 - i)["audio"] for i in range(8)))
+        return compute_feature_stats(self.generate(EVAL_INDEX_OFFSET - 1 - i)["audio"] for i in range(8))
 
 
 def compute_feature_stats(waveforms, pad_to: int = 64_000) -> tuple[np.ndarray, np.ndarray]:
@@ -186,12 +201,3 @@ def shard_for_devices(batch: dict[str, np.ndarray], num_devices: int) -> dict[st
         return x.reshape((num_devices, x.shape[0] // num_devices) + x.shape[1:])
 
     return {k: split(v) for k, v in batch.items()}
-
-
-def prefetch_to_devices(batches: Iterator[dict], devices, size: int = 2, axis_name: str = "batch") -> Iterator[dict]:
-    """Shards host batches over `devices` and stages `size` of them ahead of the step."""
-    from flax import jax_utils
-
-    sharded = (shard_for_devices(b, len(devices)) for b in batches)
-    # Placed on a mesh named like the pmap axis, so the step never sees a new sharding.
-    return jax_utils.prefetch_to_device(sharded, size, devices=list(devices), axis_name=axis_name)

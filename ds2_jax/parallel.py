@@ -64,18 +64,20 @@ class Parallel:
         return jax.device_put(tree, self.devices[0])
 
     def put_batch(self, batch: dict[str, np.ndarray]) -> dict:
-        """This process's rows of a global batch -> device arrays."""
+        """This process's rows of a global batch -> device arrays, in one transfer call.
+
+        pmap: [B, ...] -> [devices, B / devices, ...] placed on the mesh named like the
+        pmap axis (the step never sees a new sharding); jit: rows sharded along 'batch'.
+        """
         if self.kind == "pmap":
-            return input_pipeline.shard_for_devices(batch, len(self.devices))
+            return jax.device_put(input_pipeline.shard_for_devices(batch, len(self.devices)), self._sharding((AXIS,)))
         if self.kind == "jit":
             sharding = self._sharding((AXIS,))
             return {k: jax.make_array_from_process_local_data(sharding, v) for k, v in batch.items()}
-        return batch
+        return jax.device_put(batch, self.devices[0])
 
     def put_batches(self, batches: Iterator[dict], size: int) -> Iterator[dict]:
-        """Stages `size` batches ahead of the step, so host-to-device copies overlap it."""
-        if self.kind == "pmap":
-            return input_pipeline.prefetch_to_devices(batches, self.devices, size, AXIS)
+        """Stages `size` batches on the devices ahead of the step (transfers are async)."""
         return _prefetch(map(self.put_batch, batches), size)
 
     def get(self, tree):

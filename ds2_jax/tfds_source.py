@@ -24,7 +24,6 @@ import hashlib
 import logging
 import os
 import re
-from concurrent import futures
 from typing import Iterator
 
 import numpy as np
@@ -78,8 +77,6 @@ class TfdsSource:
         self.max_samples = int(d.max_duration_s * self.sample_rate) if d.max_duration_s > 0 else None
         self.sortagrad = d.sortagrad
         self.num_stats_utterances = d.feature_stats_utterances
-        self.num_workers = d.num_workers
-        self._pool = futures.ThreadPoolExecutor(d.num_workers) if d.num_workers > 0 else None
         self.builder = _open_builder(config, sharding)
         self.audio_key = "speech" if "speech" in self.builder.info.features else "audio"
         self._sources: dict[str, object] = {}
@@ -263,8 +260,7 @@ class TfdsSource:
             ex = self._source(self.train_splits[split_id])[int(record)]
             return np.asarray(ex[self.audio_key]).astype(np.int16, copy=False)
 
-        pairs = list(zip(split_ids.tolist(), records.tolist()))
-        return list(self._pool.map(one, pairs)) if self._pool else [one(p) for p in pairs]
+        return [one(p) for p in zip(split_ids.tolist(), records.tolist())]
 
     def shapes(self) -> list[tuple[int, int]]:
         return list(self._shapes)

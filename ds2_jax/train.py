@@ -9,6 +9,7 @@ the compiled and the eager design run identical code.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -21,7 +22,7 @@ import numpy as np
 import optax
 from flax.training import train_state
 
-from ds2_jax import checkpoint, ctc, features, input_pipeline, metrics, model, parallel, resilience
+from ds2_jax import checkpoint, ctc, features, input_pipeline, loader, metrics, model, parallel, resilience
 from ds2_jax.config_validation import validate
 
 log = logging.getLogger("ds2_jax")
@@ -256,8 +257,9 @@ def train_and_evaluate(config, workdir: str) -> TrainState:
     p_train = par.compile(train_step, step_kwargs(config))
     p_eval = evaluation.compile_eval_step(config)
     state, step_rng = par.put_replicated(state), par.put_replicated(step_rng)
-    host_batches = (source.train_batch(s) for s in range(start, config.num_train_steps))
+    host_batches = loader.train_batches(config, sharding, source, start, config.num_train_steps)
     batches = par.put_batches(host_batches, config.prefetch_batches)
+    input_wait = loader.InputWait(config.input_wait_warn_fraction, loader.resolve_num_workers(config))
 
     def host_state():
         return par.get(state)
@@ -278,22 +280,26 @@ def train_and_evaluate(config, workdir: str) -> TrainState:
     progress = _progress_bar(start, config.num_train_steps, is_chief)
     watchdog = resilience.Watchdog(config.step_timeout_s)
     done = start
-    with resilience.Preemption() as preemption:
+    with resilience.Preemption() as preemption, contextlib.closing(host_batches):  # closing stops the workers
         for step in range(start, config.num_train_steps):
             resilience.maybe_hang(config.faults, step)
             t0 = time.perf_counter()
             batch = next(batches)
+            input_wait.add(time.perf_counter() - t0)
             state, step_metrics = _run_step(p_train, state, batch, step_rng, config, first=step == start)
             pending.append(step_metrics)
             if step == start:
                 log.info("first step (compile + run) took %.1f s", time.perf_counter() - t0)
+                input_wait.take(0.0)  # the first batch waits for worker start-up; not an interval
                 last_time, last_step = time.perf_counter(), step + 1
                 watchdog.ping(f"step {step + 1}")
             resilience.maybe_kill(config.faults, "step", step + 1)
             done = step + 1
             progress.update(1)
             if done % config.log_every_steps == 0 or done == config.num_train_steps:
-                summary = _summarize(jax.device_get(pending), time.perf_counter() - last_time, done - last_step)
+                interval_s = time.perf_counter() - last_time
+                summary = _summarize(jax.device_get(pending), interval_s, done - last_step)
+                summary["input_wait_s"] = input_wait.take(interval_s)
                 summary["skipped_steps"] = float(_first(state.skipped_steps))
                 writer.write(done, summary)
                 progress.set_postfix(loss=f"{summary['loss']:.3f}")

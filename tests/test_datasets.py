@@ -100,3 +100,19 @@ def test_large_split_spills_to_disk_without_tensorflow(tmp_path, monkeypatch):
     ds = builder.as_data_source("dev_clean")
     assert sorted(ds[i]["id"].decode() for i in range(len(ds))) == sorted(td.EXPECTED_GOOD_TEXT)
     assert shuffle.tf is not build._LOCAL_TF  # restored after the build
+
+
+def test_records_are_stored_uncompressed(tmp_path):
+    """Brotli-compressed records cost ~4x per random read; the build writes them plain."""
+    import glob
+
+    from array_record.python import array_record_module
+
+    manual = str(tmp_path / "manual")
+    td.write_durations_corpus(manual, "train-clean-100", [0.5, 0.7])
+    builder = build.build(manual, str(tmp_path / "tfds"))
+    files = glob.glob(os.path.join(os.fspath(builder.data_dir), "*.array_record*"))
+    assert files
+    for f in files:
+        options = array_record_module.ArrayRecordReader(f).writer_options_string()
+        assert "uncompressed" in options.split(","), options

@@ -222,9 +222,8 @@ def test_official_layout_reads_without_tensorflow(corpus, tmp_path):
     """A prepared array_record dir named `librispeech` is read by files, not by tfds's builder."""
     import shutil
 
-    TfdsSource(make_config(corpus), Sharding(BATCH))  # make sure it is built
-    version_dir = os.path.join(corpus["data_dir"], "librispeech_local", "1.0.0")
-    shutil.copytree(version_dir, tmp_path / "tfds" / "librispeech" / "1.0.0")
+    built = TfdsSource(make_config(corpus), Sharding(BATCH)).builder  # make sure it is built
+    shutil.copytree(os.fspath(built.data_dir), tmp_path / "tfds" / "librispeech" / str(built.version))
     c = make_config(corpus, name="librispeech", data_dir=str(tmp_path / "tfds"))
     c.dataset.train_splits = "train_clean100"  # the official spelling resolves too
     src = TfdsSource(c, Sharding(BATCH))
