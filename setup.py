@@ -7,7 +7,7 @@ INSTALL_REQUIRES = [
     "array-record>=0.5",
     "etils[epath]>=1.5",
     "flax>=0.8.5",
-    "grain>=0.2.10",  # worker processes that make training batches (ds2_jax.loader)
+    "grain>=0.2.18",  # worker processes that make training batches (ds2_jax.loader)
     "importlib_resources>=5",  # tensorflow_datasets' builders import it; not in its own requirements
     "jax>=0.10",  # the Mosaic GPU Pallas API of ds2_jax.mosaic_rnn (plgpu.kernel, inline_mgpu)
     "jiwer>=3.0",
@@ -26,8 +26,8 @@ INSTALL_REQUIRES = [
 TORCH = "torch==2.13.0"
 
 EXTRAS = {
-    "test": ["pytest>=7.4", "pytest-timeout>=2.2", TORCH, "matplotlib>=3.7"],  # benchmarks are tested too
-    "bench": [TORCH, "matplotlib>=3.7"],
+    "test": ["pytest>=7.4", "pytest-timeout>=2.2", TORCH, "matplotlib>=3.7", "psutil>=5.9"],  # benchmarks are tested too
+    "bench": [TORCH, "matplotlib>=3.7", "psutil>=5.9"],  # psutil: worker memory in benchmarks.input_pipeline
     # pyctcdecode 0.5 pins numpy<2 (jax needs >= 2) but runs on numpy 2: install it after
     # this extra with `pip install --no-deps pyctcdecode==0.5.0`; pygtrie is its one dependency.
     "lm": ["kenlm>=0.2", "pygtrie>=2.1"],
