@@ -101,7 +101,7 @@ def read_rate(config, sharding, source, steps: int, to_device: bool) -> dict:
         for _ in range(steps):
             jax.block_until_ready(next(batches))
         wall, cpu = time.perf_counter() - t, time.process_time() - cpu
-    host.close()
+    batches.close()
     utts = steps * sharding.global_batch
     return {
         "num_workers": loader.resolve_num_workers(config),

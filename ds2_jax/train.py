@@ -280,7 +280,7 @@ def train_and_evaluate(config, workdir: str) -> TrainState:
     progress = _progress_bar(start, config.num_train_steps, is_chief)
     watchdog = resilience.Watchdog(config.step_timeout_s)
     done = start
-    with resilience.Preemption() as preemption, contextlib.closing(host_batches):  # closing stops the workers
+    with resilience.Preemption() as preemption, contextlib.closing(batches):  # closing stops the workers
         for step in range(start, config.num_train_steps):
             resilience.maybe_hang(config.faults, step)
             t0 = time.perf_counter()
@@ -297,8 +297,9 @@ def train_and_evaluate(config, workdir: str) -> TrainState:
             done = step + 1
             progress.update(1)
             if done % config.log_every_steps == 0 or done == config.num_train_steps:
+                fetched = jax.device_get(pending)  # waits for the interval's steps to finish
                 interval_s = time.perf_counter() - last_time
-                summary = _summarize(jax.device_get(pending), interval_s, done - last_step)
+                summary = _summarize(fetched, interval_s, done - last_step)
                 summary["input_wait_s"] = input_wait.take(interval_s)
                 summary["skipped_steps"] = float(_first(state.skipped_steps))
                 writer.write(done, summary)

@@ -157,3 +157,34 @@ def test_input_wait_warns_once_after_two_slow_intervals(caplog):
         wait.take(1.0)
     assert len(caplog.records) == 1 and "num_workers (now 3)" in caplog.records[0].getMessage()
     assert wait.take(1.0) == 0.0  # taken intervals reset
+
+
+def test_staging_thread_reraises_upstream_errors_and_closes_upstream():
+    par = parallel.Parallel("pmap", jax.local_devices()[:2])
+    closed = []
+
+    def failing():
+        try:
+            yield {"x": np.zeros((2, 3), np.float32)}
+            raise loader.InputWorkerError("worker 1 died")
+        finally:
+            closed.append(True)
+
+    staged = par.put_batches(failing(), 2)
+    assert np.asarray(next(staged)["x"]).shape == (2, 1, 3)
+    with pytest.raises(loader.InputWorkerError, match="worker 1 died"):
+        next(staged)
+    staged.close()
+    assert closed == [True]
+
+    def endless():
+        try:
+            while True:
+                yield {"x": np.ones((2, 3), np.float32)}
+        finally:
+            closed.append("endless")
+
+    staged = par.put_batches(endless(), 2)
+    next(staged)
+    staged.close()  # returns (no hang) and closes the host iterator: that stops the workers
+    assert closed[-1] == "endless"
