@@ -89,8 +89,8 @@ def get_config() -> ml_collections.ConfigDict:
     config.model.batch_norm_epsilon = 1e-5
     # Strided convs: 'direct' (lax.conv_general_dilated with strides, the reference) or
     # 'space_to_depth' (each stride patch folded into channels, then a stride-1 conv: the
-    # same sums, and tensor-core kernels for conv 1's single input channel; one H200 step
-    # 14.2 -> 13.2 ms).
+    # same sums, and tensor-core kernels for conv 1's single input channel; figures in
+    # BUILD_NOTES.md).
     config.model.conv_impl = "space_to_depth"
     # Recurrence: 'scan' (lax.scan + autodiff, the reference), 'scan_vjp' (simple cell:
     # hand-written backward, weight gradient as one GEMM), 'pallas' (simple cell: one

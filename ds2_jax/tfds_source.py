@@ -248,11 +248,6 @@ class TfdsSource:
         samples, label_len = self._shapes[bucket]
         return input_pipeline.pad_batch(utts, samples, label_len, s.local_batch)
 
-    def train_bucket(self, step: int) -> int:
-        """Bucket of global batch `step` (logging and tests)."""
-        epoch, pos = divmod(int(step), self.steps_per_epoch)
-        return self._plan(epoch)[pos][0]
-
     def _read(self, split_ids: np.ndarray, records: np.ndarray) -> list[np.ndarray]:
         """int16 waveforms of (train split id, record) pairs, in order."""
         def one(pair):
