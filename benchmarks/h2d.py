@@ -82,10 +82,11 @@ def main(argv=None) -> int:
     result["per_array"] = timed(lambda t: [jax.device_put(v, dev) for v in t.values()], fresh, args.repeats)
     try:
         pinned = jax.sharding.SingleDeviceSharding(dev, memory_kind="pinned_host")
-        staged = lambda t: jax.device_put(jax.device_put(t, pinned), dev)  # noqa: E731
+        on_device = jax.sharding.SingleDeviceSharding(dev, memory_kind="device")
+        staged = lambda t: jax.device_put(jax.device_put(t, pinned), on_device)  # noqa: E731
         result["pinned_staged"] = timed(staged, fresh, args.repeats)
         on_pinned = jax.block_until_ready(jax.device_put(fresh(), pinned))
-        result["from_pinned_only"] = timed(put, lambda: on_pinned, args.repeats)
+        result["from_pinned_only"] = timed(lambda t: jax.device_put(t, on_device), lambda: on_pinned, args.repeats)
     except Exception as e:  # noqa: BLE001 - not every backend has pinned host memory
         result["pinned_staged"] = f"unavailable: {type(e).__name__}: {str(e)[:120]}"
     stop = threading.Event()

@@ -28,8 +28,11 @@ EVAL_INDEX_OFFSET = 10**9  # Synthetic indices from here on stand in for a held-
 class Source(Protocol):
     """What the training loop needs from a dataset."""
 
-    def train_batch(self, step: int) -> dict[str, np.ndarray]:
-        """This process's share of global batch `step`; deterministic in (seed, step)."""
+    def train_batch(self, step: int, audio_zeros=np.zeros) -> dict[str, np.ndarray]:
+        """This process's share of global batch `step`; deterministic in (seed, step).
+
+        `audio_zeros(shape, dtype)` allocates the audio array (workers: shared memory).
+        """
 
     def eval_batches(self, split: str, max_utterances: int = 0) -> Iterator[dict[str, np.ndarray]]:
         """Whole split in fixed shapes; the last batch padded with weight-0 rows."""
@@ -58,10 +61,13 @@ class Sharding:
         return self.process_index * self.local_batch
 
 
-def pad_batch(utts: list[dict], samples: int, label_len: int, batch: int) -> dict[str, np.ndarray]:
-    """Packs utterances ({'audio': int16[n], 'labels': int32[m]}) into one padded batch."""
+def pad_batch(utts: list[dict], samples: int, label_len: int, batch: int, audio_zeros=np.zeros) -> dict[str, np.ndarray]:
+    """Packs utterances ({'audio': int16[n], 'labels': int32[m]}) into one padded batch.
+
+    `audio_zeros(shape, dtype)` allocates the (large) audio array, zero-filled.
+    """
     out = {
-        "audio": np.zeros((batch, samples), np.int16),
+        "audio": audio_zeros((batch, samples), np.int16),
         "audio_lengths": np.zeros((batch,), np.int32),
         "labels": np.zeros((batch, label_len), np.int32),
         "label_lengths": np.zeros((batch,), np.int32),
@@ -125,14 +131,11 @@ class SyntheticSource:
             self._pool[key] = self.generate(key)
         return self._pool[key]
 
-    def _batch(self, indices) -> dict[str, np.ndarray]:
-        utts = [self.utterance(int(i)) for i in indices]
-        return pad_batch(utts, self.max_samples, self.max_label_len, len(utts))
-
-    def train_batch(self, step: int) -> dict[str, np.ndarray]:
+    def train_batch(self, step: int, audio_zeros=np.zeros) -> dict[str, np.ndarray]:
         s = self.sharding
         first = step * s.global_batch + s.start
-        return self._batch(range(first, first + s.local_batch))
+        utts = [self.utterance(i) for i in range(first, first + s.local_batch)]
+        return pad_batch(utts, self.max_samples, self.max_label_len, len(utts), audio_zeros)
 
     def eval_batches(self, split: str, max_utterances: int = 0) -> Iterator[dict[str, np.ndarray]]:
         # A held-out range of indices stands in for a split.

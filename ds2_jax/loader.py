@@ -59,12 +59,18 @@ class StepBatch:
 
     def __call__(self, step) -> dict[str, np.ndarray]:
         step = int(step)
-        if step == self.config.faults.kill_input_worker_at_step and _in_worker():
+        in_worker = _in_worker()
+        if step == self.config.faults.kill_input_worker_at_step and in_worker:
             os.kill(os.getpid(), signal.SIGKILL)  # fault injection (tests)
         if self._source is None:
             with _quiet():
                 self._source = input_pipeline.make_source(self.config, self.sharding)
-        return self._source.train_batch(step)
+        if not in_worker:
+            return self._source.train_batch(step)
+        from grain.python import SharedMemoryArray
+
+        # Padded straight into shared memory: grain then hands it over without a copy.
+        return self._source.train_batch(step, audio_zeros=SharedMemoryArray)
 
 
 def _in_worker() -> bool:

@@ -237,7 +237,7 @@ class TfdsSource:
             self._plans.popitem(last=False)
         return plan
 
-    def train_batch(self, step: int) -> dict[str, np.ndarray]:
+    def train_batch(self, step: int, audio_zeros=np.zeros) -> dict[str, np.ndarray]:
         """This process's rows of global batch `step` (see the module docstring)."""
         epoch, pos = divmod(int(step), self.steps_per_epoch)
         bucket, members = self._plan(epoch)[pos]
@@ -246,7 +246,7 @@ class TfdsSource:
         audio = self._read(self._train_split[rows], self._train_record[rows])
         utts = [{"audio": a, "labels": self._train_labels[i]} for a, i in zip(audio, rows)]
         samples, label_len = self._shapes[bucket]
-        return input_pipeline.pad_batch(utts, samples, label_len, s.local_batch)
+        return input_pipeline.pad_batch(utts, samples, label_len, s.local_batch, audio_zeros)
 
     def _read(self, split_ids: np.ndarray, records: np.ndarray) -> list[np.ndarray]:
         """int16 waveforms of (train split id, record) pairs, in order."""
