@@ -50,6 +50,25 @@ class SplitIndex:
     num_samples: np.ndarray  # <int64>[N]
     labels: list  # N <int32>[m] arrays; empty where the text has unknown characters
     bad_text: np.ndarray  # <bool>[N]: empty or outside the alphabet
+    min_frames: np.ndarray  # <int64>[N]: geometry.ctc_min_frames of each label sequence
+
+    @classmethod
+    def from_flat(cls, num_samples, flat: np.ndarray, offsets: np.ndarray, bad_text) -> "SplitIndex":
+        """From all label ids in one array and each utterance's [offsets[i], offsets[i+1]) slice."""
+        flat = np.asarray(flat, np.int32)
+        bounds = np.asarray(offsets).tolist()
+        labels = [flat[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+        return cls(np.asarray(num_samples), labels, np.asarray(bad_text), min_frames_of(flat, offsets))
+
+
+def min_frames_of(flat: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """geometry.ctc_min_frames of every [offsets[i], offsets[i+1]) slice of `flat`, vectorized."""
+    lengths = np.diff(offsets)
+    repeat = np.zeros(len(flat), bool)
+    repeat[1:] = flat[1:] == flat[:-1]
+    repeat[offsets[:-1][lengths > 0]] = False  # an utterance's first label repeats nothing
+    before = np.concatenate([[0], np.cumsum(repeat, dtype=np.int64)])
+    return lengths.astype(np.int64) + before[offsets[1:]] - before[offsets[:-1]]
 
 
 def _round_up(x: int, multiple: int) -> int:
@@ -130,9 +149,7 @@ class TfdsSource:
         if os.path.exists(path):
             with np.load(path) as z:
                 if len(z["num_samples"]) == n:
-                    offsets, flat = z["label_offsets"], z["labels"].astype(np.int32)
-                    labels = [flat[offsets[i] : offsets[i + 1]] for i in range(n)]
-                    index = SplitIndex(z["num_samples"], labels, z["bad_text"])
+                    index = SplitIndex.from_flat(z["num_samples"], z["labels"], z["label_offsets"], z["bad_text"])
         if index is None:
             index = self._build_index(split, n)
             lengths = np.array([len(x) for x in index.labels], np.int64)
@@ -166,7 +183,8 @@ class TfdsSource:
                 labels.append(np.zeros(0, np.int32))
             else:
                 labels.append(text.encode(t))
-        return SplitIndex(num_samples, labels, bad)
+        need = np.array([geometry.ctc_min_frames(y) for y in labels], np.int64)  # once per build
+        return SplitIndex(num_samples, labels, bad, need)
 
     def _filtered(self, split: str) -> np.ndarray:
         """Record indices of `split` that pass the duration and CTC filters; logs the counts."""
@@ -175,7 +193,7 @@ class TfdsSource:
         short = n < self.min_samples
         long = n > self.max_samples if self.max_samples is not None else np.zeros(len(n), bool)
         frames = geometry.output_frames(geometry.num_frames(n, self.window, self.hop), self.num_conv_layers)
-        need = np.array([geometry.ctc_min_frames(y) for y in idx.labels], np.int64)
+        need = idx.min_frames
         infeasible = ~short & ~long & ~idx.bad_text & (frames < need)
         keep = ~(short | long | idx.bad_text | infeasible)
         logging.info(

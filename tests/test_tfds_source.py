@@ -227,3 +227,17 @@ def test_official_layout_reads_without_tensorflow(corpus, tmp_path):
     c.dataset.train_splits = "train_clean100"  # the official spelling resolves too
     src = TfdsSource(c, Sharding(BATCH))
     assert src.train_batch(0)["audio"].shape[1] == max(s for s, _ in src.shapes())
+
+
+def test_vectorized_min_frames_match_the_per_sequence_rule():
+    """The index's CTC need, computed over all labels at once, is geometry.ctc_min_frames per row."""
+    from ds2_jax import geometry
+    from ds2_jax.tfds_source import min_frames_of
+
+    rng = np.random.default_rng(0)
+    seqs = [rng.integers(1, 4, size=n).astype(np.int32) for n in [0, 1, 5, 0, 7, 2, 3, 9]]
+    seqs[2][:] = 2  # repeats inside one row
+    seqs[5][:] = seqs[4][-1]  # a row starting with the previous row's last label: no repeat across rows
+    offsets = np.concatenate([[0], np.cumsum([len(x) for x in seqs])])
+    got = min_frames_of(np.concatenate(seqs), offsets)
+    np.testing.assert_array_equal(got, [geometry.ctc_min_frames(x) for x in seqs])
