@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -65,7 +66,8 @@ def source_config(config, source: str, root: str):
 
 
 def trainer_ms(config, workdir: str) -> dict:
-    """Runs the trainer; median ms/step and input wait over the intervals after the first."""
+    """Runs the trainer from scratch; median ms/step and input wait over the intervals after the first."""
+    shutil.rmtree(workdir, ignore_errors=True)  # a reused workdir would resume, training nothing
     train.train_and_evaluate(config, workdir)
     with open(os.path.join(workdir, "metrics.jsonl")) as f:
         rows = [json.loads(line) for line in f if line.strip()]
@@ -99,7 +101,7 @@ def main(argv) -> int:
             "num_workers": loader.resolve_num_workers(c),
             "step_ms_median": round(step["step_ms_median"], 2),
             "step_ms_pipelined": round(step["pipelined_ms_per_step"], 2),
-            **trainer_ms(c, os.path.join(root, f"run-{source}-{len(rows)}")),
+            **trainer_ms(c, os.path.join(root, f"run-{source}")),
         }
         row["trainer_over_step"] = round(row["trainer_ms_per_step"] / row["step_ms_median"], 3)
         row["trainer_over_pipelined"] = round(row["trainer_ms_per_step"] / row["step_ms_pipelined"], 3)
