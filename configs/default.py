@@ -21,7 +21,8 @@ def get_config() -> ml_collections.ConfigDict:
     config.checkpoint_every_steps = 1_000  # Orbax checkpoint cadence (and one at the end).
     config.keep_checkpoints = 3  # Checkpoints kept on disk.
     config.prefetch_batches = 2  # Batches staged on the devices ahead of the step.
-    # Warn once when waiting for input takes more than this fraction of a log interval.
+    # Warn once when the devices sit idle waiting for input more than this fraction of
+    # two log intervals in a row (metrics: input_wait_s).
     config.input_wait_warn_fraction = 0.05
     config.step_timeout_s = 1800.0  # Watchdog: exit (code 3) if no step finishes for this long; 0 = off.
     config.deterministic = False  # GPU: --xla_gpu_deterministic_ops (slower, bitwise repeatable).

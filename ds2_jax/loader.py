@@ -138,7 +138,7 @@ def train_batches(config, sharding, source, start: int, stop: int) -> Iterator[d
 
 
 class InputWait:
-    """Seconds the loop spent waiting for batches per log interval.
+    """Seconds per log interval the devices sat idle waiting for a batch (train._next_batch).
 
     Warns once when the wait exceeds `warn_fraction` of two intervals in a row (one
     alone may hold a new bucket shape's compile, or a checkpoint).
@@ -161,7 +161,7 @@ class InputWait:
         if self._over >= 2 and not self.warned:
             self.warned = True
             log.warning(
-                "input is the bottleneck: %.0f%% of the last log interval was spent waiting for batches; "
+                "input is the bottleneck: the devices sat idle waiting for batches %.0f%% of the last log interval; "
                 "raise dataset.num_workers (now %d) or prefetch_batches",
                 100 * wait / interval_s, self.num_workers,
             )

@@ -138,7 +138,14 @@ class Staged:
         return self
 
     def __next__(self) -> dict:
-        item = self._queue.get()
+        return self.next_within(None)
+
+    def next_within(self, timeout: float | None):
+        """The next batch, or None if none is staged within `timeout` seconds."""
+        try:
+            item = self._queue.get(timeout=timeout)
+        except queue_lib.Empty:
+            return None
         if item is self._DONE:
             self._queue.put(item)  # later calls stop too
             raise StopIteration

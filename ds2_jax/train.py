@@ -284,8 +284,8 @@ def train_and_evaluate(config, workdir: str) -> TrainState:
         for step in range(start, config.num_train_steps):
             resilience.maybe_hang(config.faults, step)
             t0 = time.perf_counter()
-            batch = next(batches)
-            input_wait.add(time.perf_counter() - t0)
+            batch, idle_s = _next_batch(batches, pending[-1] if pending else None)
+            input_wait.add(idle_s)
             state, step_metrics = _run_step(p_train, state, batch, step_rng, config, first=step == start)
             pending.append(step_metrics)
             if step == start:
@@ -330,6 +330,23 @@ def train_and_evaluate(config, workdir: str) -> TrainState:
 def _first(x) -> float:
     """A replicated (or plain) scalar's value on the host."""
     return np.asarray(jax.device_get(x)).reshape(-1)[0]
+
+
+def _next_batch(batches, last_metrics) -> tuple[dict, float]:
+    """The next staged batch, and the seconds the devices sat idle waiting for it.
+
+    Waiting while the last dispatched step still runs costs nothing; only the time
+    after it finished (polled each millisecond) is input-bound.
+    """
+    start = time.perf_counter()
+    idle_since = start if last_metrics is None else None
+    while True:
+        batch = batches.next_within(0.001)
+        now = time.perf_counter()
+        if batch is not None:
+            return batch, (now - idle_since if idle_since is not None else 0.0)
+        if idle_since is None and all(x.is_ready() for x in jax.tree_util.tree_leaves(last_metrics)):
+            idle_since = now
 
 
 def _run_step(p_train, state, batch, rng, config, first: bool):

@@ -188,3 +188,32 @@ def test_staging_thread_reraises_upstream_errors_and_closes_upstream():
     next(staged)
     staged.close()  # returns (no hang) and closes the host iterator: that stops the workers
     assert closed[-1] == "endless"
+
+
+class _Step:
+    """Stands in for a dispatched step's metrics: finished or still running."""
+
+    def __init__(self, done: bool):
+        self.done = done
+
+    def is_ready(self) -> bool:
+        return self.done
+
+
+def test_input_wait_counts_only_time_the_devices_sit_idle():
+    import time
+
+    def slow():
+        while True:
+            time.sleep(0.05)
+            yield {"x": np.zeros((1, 2), np.float32)}
+
+    staged = parallel.Parallel("pmap", jax.local_devices()[:1]).put_batches(slow(), 1)
+    try:
+        next(staged)  # the thread is now producing the next batch, 50 ms away
+        _, idle = train._next_batch(staged, {"steps": _Step(done=True)})
+        assert 0.03 < idle < 0.5  # the step had finished: all of the wait is input-bound
+        _, idle = train._next_batch(staged, {"steps": _Step(done=False)})
+        assert idle == 0.0  # the step was still running the whole time: waiting cost nothing
+    finally:
+        staged.close()
