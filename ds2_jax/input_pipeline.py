@@ -1,27 +1,19 @@
-"""Batches for the step: the source interface, the synthetic source and device staging.
-
-A batch is a dict of numpy arrays holding this process's share of one global batch:
-
-    audio          <int16>[B, S]    waveforms, zero-padded to the bucket's S samples
-    audio_lengths  <int32>[B]       valid samples
-    labels         <int32>[B, L]    label ids 1..28 (text.py), zero-padded
-    label_lengths  <int32>[B]
-    weights        <float32>[B]     1 for real utterances, 0 for padding rows (eval)
+"""Sources of training batches: the interface, the synthetic source, the choice by name.
 
 Sources are random access by step (`train_batch(step)`), so a resumed run sees the
-same batches as an uninterrupted one. Host code only: jax is touched in `to_devices`.
+same batches as an uninterrupted one. The batch format and its helpers live in
+`batching` (re-exported here). Host code only.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Iterator, Protocol
 
 import numpy as np
 
 from ds2_jax import geometry, text
+from ds2_jax.batching import BATCH_KEYS, Sharding, compute_feature_stats, pad_batch, shard_for_devices  # noqa: F401
 
-BATCH_KEYS = ("audio", "audio_lengths", "labels", "label_lengths", "weights")
 EVAL_INDEX_OFFSET = 10**9  # Synthetic indices from here on stand in for a held-out split.
 
 
@@ -42,47 +34,6 @@ class Source(Protocol):
 
     def feature_stats(self) -> tuple[np.ndarray, np.ndarray]:
         """Per-bin <float32>[num_bins] mean and std of the normalized features' input."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Sharding:
-    """How a global batch is split: this process takes rows [start, start + local)."""
-
-    global_batch: int
-    process_index: int = 0
-    process_count: int = 1
-
-    @property
-    def local_batch(self) -> int:
-        return self.global_batch // self.process_count
-
-    @property
-    def start(self) -> int:
-        return self.process_index * self.local_batch
-
-
-def pad_batch(utts: list[dict], samples: int, label_len: int, batch: int, audio_zeros=np.zeros) -> dict[str, np.ndarray]:
-    """Packs utterances ({'audio': int16[n], 'labels': int32[m]}) into one padded batch.
-
-    `audio_zeros(shape, dtype)` allocates the (large) audio array, zero-filled.
-    """
-    out = {
-        "audio": audio_zeros((batch, samples), np.int16),
-        "audio_lengths": np.zeros((batch,), np.int32),
-        "labels": np.zeros((batch, label_len), np.int32),
-        "label_lengths": np.zeros((batch,), np.int32),
-        "weights": np.zeros((batch,), np.float32),
-    }
-    for i, utt in enumerate(utts):
-        n, m = len(utt["audio"]), len(utt["labels"])
-        if n > samples or m > label_len:
-            raise ValueError(f"utterance of {n} samples / {m} labels exceeds bucket {samples}/{label_len}")
-        out["audio"][i, :n] = utt["audio"]
-        out["audio_lengths"][i] = n
-        out["labels"][i, :m] = utt["labels"]
-        out["label_lengths"][i] = m
-        out["weights"][i] = 1.0
-    return out
 
 
 class SyntheticSource:
@@ -154,36 +105,6 @@ class SyntheticSource:
         return compute_feature_stats(self.generate(EVAL_INDEX_OFFSET - 1 - i)["audio"] for i in range(8))
 
 
-def compute_feature_stats(waveforms, pad_to: int = 64_000) -> tuple[np.ndarray, np.ndarray]:
-    """Per-bin mean/std of log spectrogram frames over an iterable of int16 waveforms.
-
-    Waveforms are zero-padded to a multiple of `pad_to` samples so that the jitted
-    spectrogram compiles for a handful of shapes; padded frames are excluded.
-    """
-    import jax
-
-    from ds2_jax import features  # jnp, run on the host once
-
-    spectrogram = jax.jit(features.log_spectrogram)
-    total, total_sq, count = 0.0, 0.0, 0
-    for wav in waveforms:
-        wav = np.asarray(wav, np.int16)
-        frames = geometry.num_frames(len(wav))
-        if frames == 0:
-            continue
-        padded = np.zeros((-(-len(wav) // pad_to) * pad_to,), np.int16)
-        padded[: len(wav)] = wav
-        spec = np.asarray(spectrogram(padded[None]), np.float64)[0, :frames]
-        total = total + spec.sum(0)
-        total_sq = total_sq + (spec**2).sum(0)
-        count += frames
-    if count == 0:
-        raise ValueError("no utterance long enough to compute feature statistics")
-    mean = total / count
-    std = np.sqrt(np.maximum(total_sq / count - mean**2, 1e-10))
-    return mean.astype(np.float32), std.astype(np.float32)
-
-
 def make_source(config, sharding: Sharding) -> Source:
     """The source named by config.dataset.name."""
     name = config.dataset.name
@@ -194,13 +115,3 @@ def make_source(config, sharding: Sharding) -> Source:
 
         return tfds_source.TfdsSource(config, sharding)
     raise ValueError(f"dataset.name={name!r}: expected 'synthetic', 'librispeech_local' or 'librispeech'")
-
-
-def shard_for_devices(batch: dict[str, np.ndarray], num_devices: int) -> dict[str, np.ndarray]:
-    """[B, ...] -> [num_devices, B / num_devices, ...]."""
-    def split(x):
-        if x.shape[0] % num_devices:
-            raise ValueError(f"local batch {x.shape[0]} is not divisible by {num_devices} devices")
-        return x.reshape((num_devices, x.shape[0] // num_devices) + x.shape[1:])
-
-    return {k: split(v) for k, v in batch.items()}

@@ -21,7 +21,7 @@ import jax
 import numpy as np
 from flax import jax_utils
 
-from ds2_jax import input_pipeline
+from ds2_jax import batching
 
 AXIS = "batch"
 KINDS = ("pmap", "jit")
@@ -71,7 +71,7 @@ class Parallel:
         pmap axis (the step never sees a new sharding); jit: rows sharded along 'batch'.
         """
         if self.kind == "pmap":
-            return jax.device_put(input_pipeline.shard_for_devices(batch, len(self.devices)), self._sharding((AXIS,)))
+            return jax.device_put(batching.shard_for_devices(batch, len(self.devices)), self._sharding((AXIS,)))
         if self.kind == "jit":
             sharding = self._sharding((AXIS,))
             return {k: jax.make_array_from_process_local_data(sharding, v) for k, v in batch.items()}

@@ -28,7 +28,7 @@ from typing import Iterator
 
 import numpy as np
 
-from ds2_jax import geometry, input_pipeline, text
+from ds2_jax import batching, geometry, text
 
 MAX_BUCKETS = 8
 LABEL_ALIGN = 8  # Padded label lengths are multiples of this (fewer distinct shapes).
@@ -78,7 +78,7 @@ def _round_up(x: int, multiple: int) -> int:
 class TfdsSource:
     """`input_pipeline.Source` over tfds `librispeech_local` (or a TF-free `librispeech`)."""
 
-    def __init__(self, config, sharding: input_pipeline.Sharding):
+    def __init__(self, config, sharding: batching.Sharding):
         d = config.dataset
         self.seed = config.seed
         self.sharding = sharding
@@ -264,7 +264,7 @@ class TfdsSource:
         audio = self._read(self._train_split[rows], self._train_record[rows])
         utts = [{"audio": a, "labels": self._train_labels[i]} for a, i in zip(audio, rows)]
         samples, label_len = self._shapes[bucket]
-        return input_pipeline.pad_batch(utts, samples, label_len, s.local_batch, audio_zeros)
+        return batching.pad_batch(utts, samples, label_len, s.local_batch, audio_zeros)
 
     def _read(self, split_ids: np.ndarray, records: np.ndarray) -> list[np.ndarray]:
         """int16 waveforms of (train split id, record) pairs, in order."""
@@ -314,7 +314,7 @@ class TfdsSource:
                      "labels": idx.labels[r]}
                     for r in rows
                 ]
-                yield input_pipeline.pad_batch(utts, num_samples, label_len, s.local_batch)
+                yield batching.pad_batch(utts, num_samples, label_len, s.local_batch)
 
     # --- Feature statistics --------------------------------------------------------------
 
@@ -333,7 +333,7 @@ class TfdsSource:
         rng = np.random.default_rng([self.seed, _FEATURE_STATS_SALT])
         rows = np.sort(rng.choice(len(self._train_record), size=n, replace=False))
         waves = (self._read(self._train_split[[r]], self._train_record[[r]])[0] for r in rows)
-        mean, std = input_pipeline.compute_feature_stats(waves)
+        mean, std = batching.compute_feature_stats(waves)
         logging.info("feature stats from %d utterances (%s) -> %s", n, key, path)
         try:
             np.savez(path + ".tmp.npz", mean=mean, std=std)
@@ -343,7 +343,7 @@ class TfdsSource:
         return mean, std
 
 
-def _open_builder(config, sharding: input_pipeline.Sharding):
+def _open_builder(config, sharding: batching.Sharding):
     """The prepared tfds builder named by config.dataset.name (building librispeech_local)."""
     d = config.dataset
     if d.name == "librispeech_local":
