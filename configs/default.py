@@ -25,6 +25,9 @@ def get_config() -> ml_collections.ConfigDict:
     # two log intervals in a row (metrics: input_wait_s).
     config.input_wait_warn_fraction = 0.05
     config.step_timeout_s = 1800.0  # Watchdog: exit (code 3) if no step finishes for this long; 0 = off.
+    # JAX's persistent compilation cache: a restart with the same shapes loads its
+    # compiled steps instead of compiling them again. '' = off; JAX_COMPILATION_CACHE_DIR wins.
+    config.compilation_cache_dir = "~/.cache/ds2_jax/xla"
     config.deterministic = False  # GPU: --xla_gpu_deterministic_ops (slower, bitwise repeatable).
 
     # --- Fault injection (tests and drills; all off by default) -----------------

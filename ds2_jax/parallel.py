@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
+import os
 import queue as queue_lib
 import threading
 from typing import Callable, Iterator
@@ -156,6 +158,27 @@ class Staged:
     def close(self) -> None:
         self._stop.set()
         self._thread.join()
+
+
+def enable_compilation_cache(path: str) -> str | None:
+    """Turns on JAX's persistent compilation cache at `path`; returns the directory in use.
+
+    A restarted run (same shapes) then loads its compiled steps instead of compiling
+    them again. JAX_COMPILATION_CACHE_DIR, when set, wins; '' turns the cache off.
+    """
+    current = os.environ.get("JAX_COMPILATION_CACHE_DIR") or jax.config.jax_compilation_cache_dir
+    if current:
+        return current
+    if not path:
+        return None
+    path = os.path.abspath(os.path.expanduser(path))
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as e:
+        logging.warning("compilation cache off: cannot create %s (%s); set compilation_cache_dir", path, e)
+        return None
+    jax.config.update("jax_compilation_cache_dir", path)
+    return path
 
 
 def make(config) -> Parallel:

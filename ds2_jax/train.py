@@ -227,6 +227,7 @@ def train_and_evaluate(config, workdir: str) -> TrainState:
     from ds2_jax import evaluation  # evaluation builds on this module
 
     validate(config)
+    log.info("compilation cache: %s", parallel.enable_compilation_cache(config.compilation_cache_dir) or "off")
     par = parallel.make(config)
     devices = par.devices
     n_dev = len(devices)

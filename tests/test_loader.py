@@ -217,3 +217,17 @@ def test_input_wait_counts_only_time_the_devices_sit_idle():
         assert idle == 0.0  # the step was still running the whole time: waiting cost nothing
     finally:
         staged.close()
+
+
+def test_compilation_cache_goes_where_configured_unless_the_environment_says(monkeypatch, tmp_path):
+    monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", str(tmp_path / "env"))
+    assert parallel.enable_compilation_cache(str(tmp_path / "cfg")) == str(tmp_path / "env")
+    monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR")
+    before = jax.config.jax_compilation_cache_dir
+    try:
+        jax.config.update("jax_compilation_cache_dir", None)
+        assert parallel.enable_compilation_cache("") is None
+        assert parallel.enable_compilation_cache(str(tmp_path / "cfg")) == str(tmp_path / "cfg")
+        assert jax.config.jax_compilation_cache_dir == str(tmp_path / "cfg") and (tmp_path / "cfg").is_dir()
+    finally:
+        jax.config.update("jax_compilation_cache_dir", before)
