@@ -202,3 +202,23 @@ def test_step_with_finite_loss_but_nan_gradient_keeps_everything(setup, monkeypa
     good, m = run_step(config, new, batch, 8)  # the kept state trains on normally
     assert float(m["finite_steps"]) == 1 and int(good.consecutive_skips) == 0 and int(good.skipped_steps) == 1
     assert all(np.isfinite(x).all() for x in leaves(good.params))
+
+
+def test_learning_rate_warms_up_linearly_from_zero_then_decays():
+    opt = tiny_config(**{"optimizer.learning_rate": 1e-3, "optimizer.warmup_steps": 10, "optimizer.decay_steps": 100,
+                         "optimizer.schedule": "exponential", "optimizer.decay_rate": 0.5}).optimizer
+    lr = train.learning_rate_schedule(opt)
+    np.testing.assert_allclose([lr(0), lr(5), lr(10), lr(110), lr(210)], [0, 5e-4, 1e-3, 5e-4, 2.5e-4], rtol=1e-6)
+    opt.schedule = "cosine"
+    cosine = train.learning_rate_schedule(opt)
+    np.testing.assert_allclose([cosine(10), cosine(60), cosine(110)], [1e-3, 5e-4, 0.0], atol=1e-9)
+
+
+def test_optimizer_clips_the_global_gradient_norm_before_adam():
+    opt = tiny_config(**{"optimizer.clip_global_norm": 1.0}).optimizer
+    tx = train.make_optimizer(opt)
+    params = {"a": jnp.zeros(3), "b": jnp.zeros(())}
+    grads = {"a": jnp.array([30.0, 0.0, 40.0]), "b": jnp.array(0.0)}  # global norm 50
+    _, state = tx.update(grads, tx.init(params), params)
+    mu = optax.tree_utils.tree_get(state, "mu")  # (1 - b1) * the clipped gradient
+    np.testing.assert_allclose(mu["a"], (1 - opt.b1) * np.array([0.6, 0.0, 0.8]), rtol=1e-6)
