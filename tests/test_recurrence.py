@@ -7,6 +7,8 @@ import pytest
 
 from ds2_jax import mosaic_rnn, persistent_rnn, recurrence
 
+pytestmark = pytest.mark.gpu  # kernel numerics: make test-gpu runs them on a GPU
+
 
 def problem(dtype, t=23, d=2, b=3, h=16, seed=0, shared=False):
     """Projections [B, T, 1 if shared else D, H], recurrent [D, H, H], cotangents [B, T, D, H]."""
