@@ -8,6 +8,8 @@ import torch
 
 from ds2_jax import ctc, geometry
 
+pytestmark = pytest.mark.gpu  # kernel numerics: make test-gpu runs them on a GPU
+
 
 def random_problem(seed=0, b=6, t=40, v=29, max_label=12):
     rng = np.random.default_rng(seed)
