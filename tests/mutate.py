@@ -121,6 +121,18 @@ MUTATIONS = [
     Mutation("greedy_keeps_repeats", "ds2_jax/ctc.py", "keep[1:] = path[1:] != path[:-1]", "keep[1:] = True",
              ("tests/test_decoding.py::test_greedy_texts_collapse_repeats_and_respect_lengths",),
              "greedy decoding does not merge repeated labels"),
+    Mutation("index_repeats_across_rows", "ds2_jax/tfds_source.py",
+             "    repeat[offsets[:-1][lengths > 0]] = False  # an utterance's first label repeats nothing\n", "",
+             ("tests/test_tfds_source.py::test_vectorized_min_frames_match_the_per_sequence_rule",),
+             "the index's CTC need counts a repeat across two utterances"),
+    Mutation("input_wait_while_busy", "ds2_jax/train.py",
+             "idle_since = start if last_metrics is None else None", "idle_since = start",
+             ("tests/test_loader.py::test_input_wait_counts_only_time_the_devices_sit_idle",),
+             "input wait counted while the devices still run the last step"),
+    Mutation("synthetic_pool_ignored", "ds2_jax/input_pipeline.py",
+             "key = (EVAL_INDEX_OFFSET if held_out else 0) + index % self.pool_size", "key = index",
+             ("tests/test_loader.py::test_synthetic_pool_repeats_after_its_size_and_keeps_eval_apart",),
+             "synthetic utterances regenerated per index (the pool never reused)"),
 ]
 
 
