@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 WORKDIR ?= .demo/run
 
-.PHONY: demo plot test test-fast venv clean
+.PHONY: demo plot test test-fast test-gpu mutate venv clean
 
 $(VENV)/.stamp-base: setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,18 @@ test: $(VENV)/.stamp-test
 # Everything but the learning tests marked slow.
 test-fast: $(VENV)/.stamp-test
 	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
+
+# The kernel numerics (marker gpu) on a GPU, float32 matmuls at full precision. GPU_PYTHON:
+# a python whose jax has CUDA (e.g. pip install -U "jax[cuda12]"), pytest and torch. The files
+# are named so that collection imports neither tfds nor ml_collections.
+GPU_PYTHON ?= $(PY)
+GPU_TESTS := tests/test_recurrence.py tests/test_ctc.py tests/test_space_to_depth.py
+test-gpu:
+	JAX_PLATFORMS=cuda JAX_DEFAULT_MATMUL_PRECISION=highest $(GPU_PYTHON) -m pytest -q -m gpu $(GPU_TESTS) $(PYTEST_ARGS)
+
+# Mutation testing (tests/mutate.py): each listed wrong change must fail its tests.
+mutate: $(VENV)/.stamp-test
+	$(PY) tests/mutate.py $(MUTATE_ARGS)
 
 clean:
 	rm -rf $(VENV) .demo

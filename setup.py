@@ -7,6 +7,7 @@ INSTALL_REQUIRES = [
     "array-record>=0.5",
     "etils[epath]>=1.5",
     "flax>=0.8.5",
+    "grain>=0.2.18",  # worker processes that make training batches (ds2_jax.loader)
     "importlib_resources>=5",  # tensorflow_datasets' builders import it; not in its own requirements
     "jax>=0.10",  # the Mosaic GPU Pallas API of ds2_jax.mosaic_rnn (plgpu.kernel, inline_mgpu)
     "jiwer>=3.0",
@@ -25,8 +26,8 @@ INSTALL_REQUIRES = [
 TORCH = "torch==2.13.0"
 
 EXTRAS = {
-    "test": ["pytest>=7.4", "pytest-timeout>=2.2", TORCH, "matplotlib>=3.7"],  # benchmarks are tested too
-    "bench": [TORCH, "matplotlib>=3.7"],
+    "test": ["pytest>=7.4", "pytest-timeout>=2.2", TORCH, "matplotlib>=3.7", "psutil>=5.9"],  # benchmarks are tested too
+    "bench": [TORCH, "matplotlib>=3.7", "psutil>=5.9"],  # psutil: worker memory in benchmarks.input_pipeline
     # A CUDA 12 jax: the pip CUDA/cuDNN/NCCL wheels, so only an NVIDIA driver >= 525 is needed
     # on the host (jax[cuda13] would need >= 580).
     "cuda": ["jax[cuda12]>=0.10"],

@@ -7,8 +7,11 @@
 --make_clips=N first writes N clips of 6-8 s (noisy tones; the reader never looks at the
 content) in the LibriSpeech layout under --workdir and builds them, reporting build time
 and peak memory. Reading uses only utterances of 6-8 s (the seed's training window),
-one host thread unless --num_workers, so the number is per host core. --to_device also
-copies each batch to the first jax device.
+through ds2_jax.loader as the trainer reads (inline with --num_workers=0, else grain
+worker processes; several counts in one run, e.g. --num_workers=0,1,2,4,8,16), after a
+warm-up of four batches per worker (the first batch's wait, worker start-up, reported apart). --to_device also stages every batch on all local jax
+devices as the trainer does (parallel.put_batches). Each row: utt/s, the main process's
+CPU use, and the peak resident memory of the process tree (workers included).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import json
 import os
 import resource
 import sys
+import threading
 import time
 
 import numpy as np
@@ -27,8 +31,8 @@ from configs import default
 from ds2_jax import input_pipeline
 
 
-def make_clips(manual_dir: str, count: int, seed: int = 0) -> None:
-    """`count` 6-8 s clips, 50 per chapter, as LibriSpeech/train-clean-100/..."""
+def make_clips(manual_dir: str, count: int, seed: int = 0, seconds: tuple[float, float] = (6.0, 8.0)) -> None:
+    """`count` clips of `seconds` (uniform), 50 per chapter, as LibriSpeech/train-clean-100/..."""
     rng = np.random.default_rng(seed)
     for k in range(0, count, 50):
         speaker, chapter = 1 + k // 50, 100 + k // 50
@@ -36,7 +40,7 @@ def make_clips(manual_dir: str, count: int, seed: int = 0) -> None:
         os.makedirs(d, exist_ok=True)
         lines = []
         for j in range(min(50, count - k)):
-            n = int(rng.uniform(6.0, 8.0) * 16_000)
+            n = int(rng.uniform(*seconds) * 16_000)
             t = np.arange(n) / 16_000
             audio = 2000 * np.sin(2 * np.pi * rng.uniform(100, 400) * t) + 300 * rng.standard_normal(n)
             utt = f"{speaker}-{chapter}-{j:04d}"
@@ -46,8 +50,68 @@ def make_clips(manual_dir: str, count: int, seed: int = 0) -> None:
             f.write("\n".join(lines) + "\n")
 
 
-def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+class PeakTreeRss:
+    """Peak resident memory of this process plus its children (the workers), sampled."""
+
+    def __init__(self, interval_s: float = 0.05):
+        import psutil
+
+        self._proc, self._interval, self.peak_mb = psutil.Process(), interval_s, 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _sample(self) -> float:
+        total = 0
+        for p in [self._proc, *self._proc.children(recursive=True)]:
+            try:
+                total += p.memory_info().rss
+            except Exception:  # noqa: BLE001 - a child that just exited
+                pass
+        return total / 1e6
+
+    def _run(self):
+        while not self._stop.wait(self._interval):
+            self.peak_mb = max(self.peak_mb, self._sample())
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+
+def read_rate(config, sharding, source, steps: int, to_device: bool) -> dict:
+    """utt/s of steps 1..steps through ds2_jax.loader (and the devices), after a warm-up."""
+    import jax
+
+    from ds2_jax import loader, parallel
+
+    warm = 4 * max(1, loader.resolve_num_workers(config))  # every worker past its first batches
+    host = loader.train_batches(config, sharding, source, 0, 1 + warm + steps)
+    batches = parallel.Parallel("pmap", jax.local_devices()).put_batches(host, config.prefetch_batches) if to_device else host
+    with PeakTreeRss() as rss:
+        t = time.perf_counter()
+        jax.block_until_ready(next(batches))
+        first_batch_s = time.perf_counter() - t
+        for _ in range(warm):
+            jax.block_until_ready(next(batches))
+        t, cpu = time.perf_counter(), time.process_time()
+        for _ in range(steps):
+            jax.block_until_ready(next(batches))
+        wall, cpu = time.perf_counter() - t, time.process_time() - cpu
+    batches.close()
+    utts = steps * sharding.global_batch
+    return {
+        "num_workers": loader.resolve_num_workers(config),
+        "first_batch_s": round(first_batch_s, 2),
+        "to_device": to_device,
+        "utterances_per_s": round(utts / wall, 1),
+        "main_process_cpu_fraction": round(cpu / wall, 2),
+        "audio_hours_per_s": round(utts * 7.0 / 3600 / wall, 3),
+        "peak_tree_rss_mb": round(rss.peak_mb, 0),
+    }
 
 
 def main(argv=None) -> int:
@@ -57,13 +121,14 @@ def main(argv=None) -> int:
     p.add_argument("--make_clips", type=int, default=0, help="write and build this many 6-8 s clips")
     p.add_argument("--workdir", default="/tmp/ds2_input_bench")
     p.add_argument("--train_splits", default="train-clean-100")
-    p.add_argument("--batch", type=int, default=32, help="global batch")
-    p.add_argument("--steps", type=int, default=30)
-    p.add_argument("--num_workers", type=int, default=0)
-    p.add_argument("--to_device", action="store_true")
+    p.add_argument("--batch", type=int, default=128, help="global batch")
+    p.add_argument("--steps", type=int, default=40, help="timed batches per measurement")
+    p.add_argument("--num_workers", default="0", help="comma-separated worker counts, e.g. 0,1,2,4,8,16")
+    p.add_argument("--to_device", action="store_true", help="also stage each batch on the local jax devices")
+    p.add_argument("--out", default="", help="write the rows as JSON here")
     args = p.parse_args(argv)
 
-    result = {}
+    result = {"cores": os.cpu_count()}
     if args.make_clips:
         args.manual_dir = os.path.join(args.workdir, "manual")
         args.data_dir = args.data_dir or os.path.join(args.workdir, "tfds")
@@ -77,7 +142,7 @@ def main(argv=None) -> int:
         t = time.perf_counter()
         builder = build.build(args.manual_dir, args.data_dir)
         result["build_s"] = round(time.perf_counter() - t, 1)
-        result["build_peak_rss_mb"] = round(peak_rss_mb(), 0)
+        result["build_peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 0)
         result["prepared_mb"] = round(
             sum(os.path.getsize(os.path.join(builder.data_dir, f)) for f in os.listdir(builder.data_dir)) / 1e6, 1
         )
@@ -88,37 +153,21 @@ def main(argv=None) -> int:
     config.dataset.data_dir = args.data_dir
     config.dataset.train_splits = args.train_splits
     config.dataset.min_duration_s, config.dataset.max_duration_s = 6.0, 8.0
-    config.dataset.num_workers = args.num_workers
+    sharding = input_pipeline.Sharding(args.batch)
     t = time.perf_counter()
-    source = input_pipeline.make_source(config, input_pipeline.Sharding(args.batch))
+    source = input_pipeline.make_source(config, sharding)
     result["open_s"] = round(time.perf_counter() - t, 2)
-    put = None
-    if args.to_device:
-        import jax
-
-        put = lambda b: jax.block_until_ready(jax.device_put(b, jax.devices()[0]))  # noqa: E731
-    source.train_batch(0)  # warm the page cache and the plan
-    steps = min(args.steps, source.steps_per_epoch * 3)
-    t = time.perf_counter()
-    cpu = time.process_time()
-    for step in range(1, steps + 1):
-        batch = source.train_batch(step)
-        if put:
-            put(batch)
-    wall, cpu = time.perf_counter() - t, time.process_time() - cpu
-    utts = steps * args.batch
-    result.update(
-        batches=steps,
-        batch=args.batch,
-        utterances_per_s=round(utts / wall, 1),
-        utterances_per_cpu_s=round(utts / cpu, 1),
-        audio_hours_per_s=round(utts * 7.0 / 3600 / wall, 3),
-        num_workers=args.num_workers,
-        to_device=args.to_device,
-        cores=os.cpu_count(),
-        peak_rss_mb=round(peak_rss_mb(), 0),
-    )
-    print(json.dumps(result))
+    print(json.dumps(result), flush=True)
+    rows = []
+    for workers in (int(w) for w in args.num_workers.split(",")):
+        config.dataset.num_workers = workers
+        row = {"batch": args.batch, **read_rate(config, sharding, source, args.steps, args.to_device)}
+        row["utterances_per_s_per_worker"] = round(row["utterances_per_s"] / max(workers, 1), 1)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({**result, "rows": rows}, f, indent=1)
     return 0
 
 

@@ -10,7 +10,7 @@ import jax
 from flax import jax_utils
 
 from benchmarks import profile, timing
-from ds2_jax import input_pipeline, model, train
+from ds2_jax import input_pipeline, model, parallel, train
 
 VARIANTS = ("jax", "jax_eager")
 
@@ -36,7 +36,7 @@ def run(config, variant: str, n_devices: int, steps: int, warmup: int, profile_s
     if config.compile:
         state = jax_utils.replicate(state, devices, axis_name=train.AXIS)
         rng = jax_utils.replicate(rng, devices, axis_name=train.AXIS)
-        batches = list(input_pipeline.prefetch_to_devices(iter(host_batches), devices, num_batches, train.AXIS))
+        batches = list(parallel.Parallel("pmap", devices).put_batches(iter(host_batches), num_batches))
     else:
         batches = [jax.device_put(b, devices[0]) for b in host_batches]
     holder = {"state": state}

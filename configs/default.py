@@ -21,7 +21,13 @@ def get_config() -> ml_collections.ConfigDict:
     config.checkpoint_every_steps = 1_000  # Orbax checkpoint cadence (and one at the end).
     config.keep_checkpoints = 3  # Checkpoints kept on disk.
     config.prefetch_batches = 2  # Batches staged on the devices ahead of the step.
+    # Warn once when the devices sit idle waiting for input more than this fraction of
+    # two log intervals in a row (metrics: input_wait_s).
+    config.input_wait_warn_fraction = 0.05
     config.step_timeout_s = 1800.0  # Watchdog: exit (code 3) if no step finishes for this long; 0 = off.
+    # JAX's persistent compilation cache: a restart with the same shapes loads its
+    # compiled steps instead of compiling them again. '' = off; JAX_COMPILATION_CACHE_DIR wins.
+    config.compilation_cache_dir = "~/.cache/ds2_jax/xla"
     config.deterministic = False  # GPU: --xla_gpu_deterministic_ops (slower, bitwise repeatable).
 
     # --- Fault injection (tests and drills; all off by default) -----------------
@@ -29,6 +35,7 @@ def get_config() -> ml_collections.ConfigDict:
     config.faults.nan_at_steps = ""  # e.g. "5,7-9": these steps get a NaN loss and gradient.
     config.faults.kill_at = ""  # "step:N", "checkpoint:N" or "eval:N": SIGKILL there.
     config.faults.hang_at_step = -1  # Block forever before this step (watchdog drill).
+    config.faults.kill_input_worker_at_step = -1  # The input worker making this step's batch dies.
 
     # --- Data ------------------------------------------------------------------
     config.dataset = ml_collections.ConfigDict()
@@ -45,13 +52,18 @@ def get_config() -> ml_collections.ConfigDict:
     config.dataset.num_buckets = 4  # Duration buckets = compiled shapes (<= 8).
     config.dataset.sortagrad = True  # First epoch in ascending duration (DS2 SortaGrad).
     config.dataset.feature_stats_utterances = 2000  # Sample size for per-bin mean/std.
-    config.dataset.num_workers = 0  # Host threads reading audio; 0 = inline.
+    # Worker processes (grain) that read, decode and pad training batches off the step's
+    # critical path; 0 = inline in the training process; -1 = from the cores present
+    # (ds2_jax.loader.resolve_num_workers: cores - 2, at most 16; 0 for synthetic data).
+    config.dataset.num_workers = -1
+    config.dataset.worker_buffer_size = 2  # Batches each worker keeps ready.
     # Synthetic source: utterances uniform in [min_duration_s, max_duration_s] of the
     # synthetic_* bounds, random int16 noise, random transcripts of chars_per_second.
     config.dataset.synthetic_min_duration_s = 6.0
     config.dataset.synthetic_max_duration_s = 8.0
     config.dataset.synthetic_chars_per_second = 14.0
     config.dataset.synthetic_num_utterances = 15_552  # One "epoch" (the seed's 972 x 16).
+    config.dataset.synthetic_pool_size = 512  # Distinct utterances; index i repeats i % this.
 
     # --- Features (computed on device inside the step) ---------------------------
     config.features = ml_collections.ConfigDict()
@@ -81,8 +93,8 @@ def get_config() -> ml_collections.ConfigDict:
     config.model.batch_norm_epsilon = 1e-5
     # Strided convs: 'direct' (lax.conv_general_dilated with strides, the reference) or
     # 'space_to_depth' (each stride patch folded into channels, then a stride-1 conv: the
-    # same sums, and tensor-core kernels for conv 1's single input channel; one H200 step
-    # 14.2 -> 13.2 ms).
+    # same sums, and tensor-core kernels for conv 1's single input channel; figures in
+    # BUILD_NOTES.md).
     config.model.conv_impl = "space_to_depth"
     # Recurrence: 'scan' (lax.scan + autodiff, the reference), 'scan_vjp' (simple cell:
     # hand-written backward, weight gradient as one GEMM), 'pallas' (simple cell: one

@@ -26,10 +26,9 @@ def get_config():
     config.dataset.max_duration_s = 8.0
     config.dataset.num_buckets = 2
     config.eval.max_utterances = 2_000
-    # Fast path (BUILD_NOTES "Fast step"), one H200, 16 per device: with
-    # --config.model.dtype=bfloat16, 'auto' runs the Mosaic GPU RNN kernels (Hopper) and
-    # the CTC kernels, 9.2 ms/step (13.3 with the Triton RNN kernel that other GPUs run);
-    # float32, or more than 16 per device, uses scan_vjp with this unroll (float32
-    # 25.8 ms/step; bf16 at 64 per device 31.3 ms/step).
+    # Fast path: with --config.model.dtype=bfloat16 and <= 16 per device, 'auto' runs the
+    # Mosaic GPU RNN kernels (Hopper; the Triton RNN kernel on other GPUs) and the CTC
+    # kernels; float32, or more than 16 per device, uses scan_vjp with this unroll.
+    # Step times: BUILD_NOTES.md "Current profile".
     config.model.scan_unroll = 8
     return config

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from ds2_jax import ctc_kernel, pallas_common, text
+from ds2_jax import ctc_kernel, geometry, pallas_common, text
 
 IMPLS = ("auto", "optax", "pallas")
 
@@ -33,16 +33,9 @@ def paddings(lengths: jax.Array, size: int) -> jax.Array:
     return (jnp.arange(size)[None, :] >= lengths[:, None]).astype(jnp.float32)
 
 
-def min_frames(labels: jax.Array, label_lengths: jax.Array) -> jax.Array:
-    """<int32>[B]: fewest frames that can emit each label sequence (repeats need a blank)."""
-    valid = jnp.arange(labels.shape[1])[None, :] < label_lengths[:, None]
-    repeats = (labels[:, 1:] == labels[:, :-1]) & valid[:, 1:]
-    return label_lengths + jnp.sum(repeats, axis=1).astype(label_lengths.dtype)
-
-
 def feasible(logit_lengths, labels, label_lengths) -> jax.Array:
     """<bool>[B]: the labels fit their frames and are non-empty."""
-    return (label_lengths > 0) & (min_frames(labels, label_lengths) <= logit_lengths)
+    return (label_lengths > 0) & (geometry.ctc_min_frames(labels, label_lengths) <= logit_lengths)
 
 
 def per_utterance_loss(
@@ -79,12 +72,6 @@ def per_utterance_loss(
         loss = loss / jnp.maximum(logit_lengths, 1).astype(jnp.float32)
     # jnp.where also blocks the gradient of the masked entries.
     return jnp.where(ok, jnp.maximum(loss, 0.0), 0.0), ok
-
-
-def greedy_decode(logits: np.ndarray, lengths: np.ndarray) -> list[np.ndarray]:
-    """Best path: argmax per frame, merge repeats, drop blanks. Host numpy."""
-    best = np.asarray(logits).argmax(-1)
-    return [collapse(path, n) for path, n in zip(best, np.asarray(lengths))]
 
 
 def greedy_ids(logits: jax.Array) -> jax.Array:

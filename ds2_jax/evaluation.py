@@ -12,6 +12,7 @@ flashlight-text searches on the host's cores (ds2_jax.decoding).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -24,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import jax_utils
 
-from ds2_jax import checkpoint, ctc, decoding, features, input_pipeline, metrics, model, text, train
+from ds2_jax import checkpoint, ctc, decoding, features, input_pipeline, metrics, model, parallel, text, train
 from ds2_jax.config_validation import validate
 
 log = logging.getLogger("ds2_jax")
@@ -97,16 +98,18 @@ class SplitOutputs:
 def run_split(p_eval, state, source, split: str, max_utterances: int, num_devices: int, replicated: bool) -> SplitOutputs:
     """Runs `p_eval` over a split; keeps log-probs when the step returns them."""
     refs, hyps, lps, sums = [], [], [], []
-    for batch in source.eval_batches(split, max_utterances):
-        inputs = input_pipeline.shard_for_devices(batch, num_devices) if replicated else batch
-        out, s = p_eval(state, inputs)
-        out = {k: np.asarray(v).reshape((-1,) + v.shape[2 if replicated else 1 :]) for k, v in out.items()}
-        sums.append(jax.device_get(s))
-        rows = np.flatnonzero(batch["weights"] > 0)
-        refs += [text.decode(batch["labels"][i, : batch["label_lengths"][i]]) for i in rows]
-        hyps += decoding.greedy_texts(out["ids"][rows], out["lengths"][rows])
-        if "log_probs" in out:
-            lps += [out["log_probs"][i, : out["lengths"][i]] for i in rows]
+    # Read ahead in a thread, so reading the next batches overlaps this one on the devices.
+    with contextlib.closing(parallel.Staged(source.eval_batches(split, max_utterances), lambda b: b, 2)) as batches:
+        for batch in batches:
+            inputs = input_pipeline.shard_for_devices(batch, num_devices) if replicated else batch
+            out, s = p_eval(state, inputs)
+            out = {k: np.asarray(v).reshape((-1,) + v.shape[2 if replicated else 1 :]) for k, v in out.items()}
+            sums.append(jax.device_get(s))
+            rows = np.flatnonzero(batch["weights"] > 0)
+            refs += [text.decode(batch["labels"][i, : batch["label_lengths"][i]]) for i in rows]
+            hyps += decoding.greedy_texts(out["ids"][rows], out["lengths"][rows])
+            if "log_probs" in out:
+                lps += [out["log_probs"][i, : out["lengths"][i]] for i in rows]
     total = metrics.reduce_sums(sums)
     loss = total.get("loss_sum", 0.0) / max(total.get("loss_count", 0.0), 1.0)
     return SplitOutputs(refs, hyps, lps if lps else None, loss)

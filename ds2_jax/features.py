@@ -14,6 +14,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ds2_jax import geometry
+
 
 @dataclasses.dataclass(frozen=True)
 class FeatureConfig:
@@ -44,19 +46,13 @@ class FeatureConfig:
         )
 
 
-def num_frames(num_samples, fc: FeatureConfig = FeatureConfig()):
-    """Number of whole windows in `num_samples` samples (numpy or jnp, elementwise)."""
-    xp = jnp if isinstance(num_samples, jax.Array) else np
-    return xp.maximum((num_samples - fc.window) // fc.hop + 1, 0)
-
-
 def _frames(audio: jax.Array, fc: FeatureConfig) -> jax.Array:
-    """<float32>[B, S] -> <float32>[B, T, window], T = num_frames(S)."""
+    """<float32>[B, S] -> <float32>[B, T, window], T = geometry.num_frames(S, window, hop)."""
     if fc.window % fc.hop:
         raise ValueError("window must be a multiple of hop")
     per = fc.window // fc.hop
     b, s = audio.shape
-    t = int(num_frames(s, fc))
+    t = geometry.num_frames(s, fc.window, fc.hop)
     chunks = audio[:, : (t + per - 1) * fc.hop].reshape(b, t + per - 1, fc.hop)
     return jnp.concatenate([chunks[:, k : k + t] for k in range(per)], axis=-1)
 
@@ -89,7 +85,7 @@ def featurize(
       (<float32>[B, T, num_bins] with padded frames zeroed, <int32>[B] frame counts).
     """
     feats = (log_spectrogram(audio, fc) - mean) / std
-    lengths = num_frames(audio_lengths.astype(jnp.int32), fc)
+    lengths = geometry.num_frames(audio_lengths.astype(jnp.int32), fc.window, fc.hop)
     mask = jnp.arange(feats.shape[1])[None, :] < lengths[:, None]
     return jnp.where(mask[..., None], feats, 0.0), lengths
 

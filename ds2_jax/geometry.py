@@ -35,9 +35,16 @@ def conv_out(length, kernel: int, stride: int, pad: int):
 
 
 def num_frames(num_samples, window: int = 320, hop: int = 160):
-    """Whole analysis windows in `num_samples` samples (0 if shorter than a window)."""
+    """Whole analysis windows in `num_samples` samples (0 if shorter than a window).
+
+    An int for an int; elementwise on numpy arrays (host) and jax arrays (inside the step).
+    """
     frames = (num_samples - window) // hop + 1
-    return np.maximum(frames, 0) if isinstance(frames, np.ndarray) else max(int(frames), 0)
+    if isinstance(frames, np.ndarray):
+        return np.maximum(frames, 0)
+    if isinstance(frames, (int, np.integer)):
+        return max(int(frames), 0)
+    return frames.clip(0)  # a jax array; geometry imports no jax
 
 
 def output_frames(input_frames, num_conv_layers: int):
@@ -54,7 +61,18 @@ def output_bins(num_bins: int, num_conv_layers: int) -> int:
     return num_bins
 
 
-def ctc_min_frames(labels) -> int:
-    """Fewest CTC frames that can emit `labels`: one per label plus one blank per repeat."""
-    labels = np.asarray(labels)
-    return int(len(labels) + np.sum(labels[1:] == labels[:-1]))
+def ctc_min_frames(labels, label_lengths=None):
+    """Fewest CTC frames that can emit a label sequence: one per label plus one blank per repeat.
+
+    Args:
+      labels: <int>[L] one sequence (host), or <int>[B, L] padded rows, numpy or jax (inside the step).
+      label_lengths: None for one sequence; <int>[B] valid labels per row.
+    Returns:
+      an int for one sequence; <int>[B] for rows.
+    """
+    if label_lengths is None:
+        labels = np.asarray(labels)
+        return int(len(labels) + np.sum(labels[1:] == labels[:-1]))
+    valid = label_lengths[:, None] > np.arange(1, labels.shape[1])[None, :]
+    repeats = (labels[:, 1:] == labels[:, :-1]) & valid
+    return label_lengths + repeats.sum(axis=1).astype(label_lengths.dtype)

@@ -1,34 +1,30 @@
-"""Batches for the step: the source interface, the synthetic source and device staging.
-
-A batch is a dict of numpy arrays holding this process's share of one global batch:
-
-    audio          <int16>[B, S]    waveforms, zero-padded to the bucket's S samples
-    audio_lengths  <int32>[B]       valid samples
-    labels         <int32>[B, L]    label ids 1..28 (text.py), zero-padded
-    label_lengths  <int32>[B]
-    weights        <float32>[B]     1 for real utterances, 0 for padding rows (eval)
+"""Sources of training batches: the interface, the synthetic source, the choice by name.
 
 Sources are random access by step (`train_batch(step)`), so a resumed run sees the
-same batches as an uninterrupted one. Host code only: jax is touched in `to_devices`.
+same batches as an uninterrupted one. The batch format and its helpers live in
+`batching` (re-exported here). Host code only.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Iterator, Protocol
 
 import numpy as np
 
 from ds2_jax import geometry, text
+from ds2_jax.batching import BATCH_KEYS, Sharding, compute_feature_stats, pad_batch, shard_for_devices  # noqa: F401
 
-BATCH_KEYS = ("audio", "audio_lengths", "labels", "label_lengths", "weights")
+EVAL_INDEX_OFFSET = 10**9  # Synthetic indices from here on stand in for a held-out split.
 
 
 class Source(Protocol):
     """What the training loop needs from a dataset."""
 
-    def train_batch(self, step: int) -> dict[str, np.ndarray]:
-        """This process's share of global batch `step`; deterministic in (seed, step)."""
+    def train_batch(self, step: int, audio_zeros=np.zeros) -> dict[str, np.ndarray]:
+        """This process's share of global batch `step`; deterministic in (seed, step).
+
+        `audio_zeros(shape, dtype)` allocates the audio array (workers: shared memory).
+        """
 
     def eval_batches(self, split: str, max_utterances: int = 0) -> Iterator[dict[str, np.ndarray]]:
         """Whole split in fixed shapes; the last batch padded with weight-0 rows."""
@@ -40,49 +36,13 @@ class Source(Protocol):
         """Per-bin <float32>[num_bins] mean and std of the normalized features' input."""
 
 
-@dataclasses.dataclass(frozen=True)
-class Sharding:
-    """How a global batch is split: this process takes rows [start, start + local)."""
-
-    global_batch: int
-    process_index: int = 0
-    process_count: int = 1
-
-    @property
-    def local_batch(self) -> int:
-        return self.global_batch // self.process_count
-
-    @property
-    def start(self) -> int:
-        return self.process_index * self.local_batch
-
-
-def pad_batch(utts: list[dict], samples: int, label_len: int, batch: int) -> dict[str, np.ndarray]:
-    """Packs utterances ({'audio': int16[n], 'labels': int32[m]}) into one padded batch."""
-    out = {
-        "audio": np.zeros((batch, samples), np.int16),
-        "audio_lengths": np.zeros((batch,), np.int32),
-        "labels": np.zeros((batch, label_len), np.int32),
-        "label_lengths": np.zeros((batch,), np.int32),
-        "weights": np.zeros((batch,), np.float32),
-    }
-    for i, utt in enumerate(utts):
-        n, m = len(utt["audio"]), len(utt["labels"])
-        if n > samples or m > label_len:
-            raise ValueError(f"utterance of {n} samples / {m} labels exceeds bucket {samples}/{label_len}")
-        out["audio"][i, :n] = utt["audio"]
-        out["audio_lengths"][i] = n
-        out["labels"][i, :m] = utt["labels"]
-        out["label_lengths"][i] = m
-        out["weights"][i] = 1.0
-    return out
-
-
 class SyntheticSource:
     """Random int16 audio and random transcripts, a pure function of (seed, index).
 
     Durations are uniform in [min_s, max_s]; all batches are padded to the maximum,
     so there is one compiled shape. Transcripts fit their frames (CTC feasible).
+    Index i is utterance i % synthetic_pool_size of a pool made once on first use, so
+    a batch costs a copy, not random generation: the source never limits the step.
     """
 
     def __init__(self, config, sharding: Sharding):
@@ -94,14 +54,19 @@ class SyntheticSource:
         self.max_samples = int(d.synthetic_max_duration_s * self.sample_rate)
         if not 0 < self.min_samples <= self.max_samples:
             raise ValueError("dataset.synthetic_min_duration_s must be > 0 and <= synthetic_max_duration_s")
+        if d.synthetic_pool_size < 1:
+            raise ValueError(f"dataset.synthetic_pool_size must be >= 1, got {d.synthetic_pool_size}")
+        self.pool_size = d.synthetic_pool_size
         self.chars_per_second = d.synthetic_chars_per_second
         self.num_conv_layers = config.model.num_conv_layers
         self.num_utterances = d.synthetic_num_utterances
         max_out = geometry.output_frames(geometry.num_frames(self.max_samples), self.num_conv_layers)
         self.max_label_len = max(1, min(int(self.chars_per_second * d.synthetic_max_duration_s), max_out // 2))
+        self._pool: dict[int, dict[str, np.ndarray]] = {}
 
-    def utterance(self, index: int) -> dict[str, np.ndarray]:
-        rng = np.random.default_rng([self.seed, index])
+    def generate(self, key: int) -> dict[str, np.ndarray]:
+        """Utterance `key` drawn from rng([seed, key])."""
+        rng = np.random.default_rng([self.seed, key])
         n = int(rng.integers(self.min_samples, self.max_samples + 1))
         audio = (rng.standard_normal(n) * 2000).clip(-32768, 32767).astype(np.int16)
         out_frames = geometry.output_frames(geometry.num_frames(n), self.num_conv_layers)
@@ -109,22 +74,26 @@ class SyntheticSource:
         labels = rng.integers(1, text.VOCAB_SIZE, size=m).astype(np.int32)
         return {"audio": audio, "labels": labels}
 
-    def _batch(self, indices) -> dict[str, np.ndarray]:
-        utts = [self.utterance(int(i)) for i in indices]
-        return pad_batch(utts, self.max_samples, self.max_label_len, len(utts))
+    def utterance(self, index: int) -> dict[str, np.ndarray]:
+        """Training index i -> pool entry i % pool_size; held-out indices have their own pool."""
+        held_out = index >= EVAL_INDEX_OFFSET
+        key = (EVAL_INDEX_OFFSET if held_out else 0) + index % self.pool_size
+        if key not in self._pool:
+            self._pool[key] = self.generate(key)
+        return self._pool[key]
 
-    def train_batch(self, step: int) -> dict[str, np.ndarray]:
+    def train_batch(self, step: int, audio_zeros=np.zeros) -> dict[str, np.ndarray]:
         s = self.sharding
         first = step * s.global_batch + s.start
-        return self._batch(range(first, first + s.local_batch))
+        utts = [self.utterance(i) for i in range(first, first + s.local_batch)]
+        return pad_batch(utts, self.max_samples, self.max_label_len, len(utts), audio_zeros)
 
     def eval_batches(self, split: str, max_utterances: int = 0) -> Iterator[dict[str, np.ndarray]]:
         # A held-out range of indices stands in for a split.
         total = max_utterances or 4 * self.sharding.global_batch
         s = self.sharding
-        base = 10**9
         for first in range(0, total, s.global_batch):
-            lo = base + first + s.start
+            lo = EVAL_INDEX_OFFSET + first + s.start
             n = max(0, min(s.local_batch, total - first - s.start))
             utts = [self.utterance(i) for i in range(lo, lo + n)]
             yield pad_batch(utts, self.max_samples, self.max_label_len, s.local_batch)
@@ -133,37 +102,7 @@ class SyntheticSource:
         return [(self.max_samples, self.max_label_len)]
 
     def feature_stats(self) -> tuple[np.ndarray, np.ndarray]:
-        return compute_feature_stats((self.utterance(10**9 - 1 - i)["audio"] for i in range(8)))
-
-
-def compute_feature_stats(waveforms, pad_to: int = 64_000) -> tuple[np.ndarray, np.ndarray]:
-    """Per-bin mean/std of log spectrogram frames over an iterable of int16 waveforms.
-
-    Waveforms are zero-padded to a multiple of `pad_to` samples so that the jitted
-    spectrogram compiles for a handful of shapes; padded frames are excluded.
-    """
-    import jax
-
-    from ds2_jax import features  # jnp, run on the host once
-
-    spectrogram = jax.jit(features.log_spectrogram)
-    total, total_sq, count = 0.0, 0.0, 0
-    for wav in waveforms:
-        wav = np.asarray(wav, np.int16)
-        frames = geometry.num_frames(len(wav))
-        if frames == 0:
-            continue
-        padded = np.zeros((-(-len(wav) // pad_to) * pad_to,), np.int16)
-        padded[: len(wav)] = wav
-        spec = np.asarray(spectrogram(padded[None]), np.float64)[0, :frames]
-        total = total + spec.sum(0)
-        total_sq = total_sq + (spec**2).sum(0)
-        count += frames
-    if count == 0:
-        raise ValueError("no utterance long enough to compute feature statistics")
-    mean = total / count
-    std = np.sqrt(np.maximum(total_sq / count - mean**2, 1e-10))
-    return mean.astype(np.float32), std.astype(np.float32)
+        return compute_feature_stats(self.generate(EVAL_INDEX_OFFSET - 1 - i)["audio"] for i in range(8))
 
 
 def make_source(config, sharding: Sharding) -> Source:
@@ -176,22 +115,3 @@ def make_source(config, sharding: Sharding) -> Source:
 
         return tfds_source.TfdsSource(config, sharding)
     raise ValueError(f"dataset.name={name!r}: expected 'synthetic', 'librispeech_local' or 'librispeech'")
-
-
-def shard_for_devices(batch: dict[str, np.ndarray], num_devices: int) -> dict[str, np.ndarray]:
-    """[B, ...] -> [num_devices, B / num_devices, ...]."""
-    def split(x):
-        if x.shape[0] % num_devices:
-            raise ValueError(f"local batch {x.shape[0]} is not divisible by {num_devices} devices")
-        return x.reshape((num_devices, x.shape[0] // num_devices) + x.shape[1:])
-
-    return {k: split(v) for k, v in batch.items()}
-
-
-def prefetch_to_devices(batches: Iterator[dict], devices, size: int = 2, axis_name: str = "batch") -> Iterator[dict]:
-    """Shards host batches over `devices` and stages `size` of them ahead of the step."""
-    from flax import jax_utils
-
-    sharded = (shard_for_devices(b, len(devices)) for b in batches)
-    # Placed on a mesh named like the pmap axis, so the step never sees a new sharding.
-    return jax_utils.prefetch_to_device(sharded, size, devices=list(devices), axis_name=axis_name)

@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 
 from ds2_jax import geometry, recurrence, space_to_depth, text
+from ds2_jax.activation import clipped_relu
 
 CELL_GATES = {"simple": 1, "gru": 3, "lstm": 4}
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
@@ -76,11 +77,6 @@ class ModelConfig:
     @property
     def compute_dtype(self):
         return DTYPES[self.dtype]
-
-
-def clipped_relu(x: jax.Array) -> jax.Array:
-    """Paddle's BRelu: min(max(x, 0), 20)."""
-    return jnp.clip(x, 0.0, 20.0)
 
 
 def time_mask(lengths: jax.Array, num_steps: int) -> jax.Array:
@@ -266,11 +262,6 @@ class DeepSpeech2(nn.Module):
             x = RowConv(cfg.row_conv_context, cfg.compute_dtype)(x, lengths)
         logits = nn.Dense(cfg.vocab_size, dtype=cfg.compute_dtype, param_dtype=jnp.float32, name="output")(x)
         return logits.astype(jnp.float32), lengths
-
-
-def output_lengths(cfg: ModelConfig, input_frames):
-    """Output frames for input frames (same as what the model returns)."""
-    return geometry.output_frames(input_frames, cfg.num_conv_layers)
 
 
 def count_params(params) -> int:

@@ -33,7 +33,8 @@ from jax.experimental.mosaic.gpu import utils as mgpu_utils
 from jax.experimental.pallas import mosaic_gpu as plgpu
 from jaxlib.mlir.dialects import nvvm
 
-from ds2_jax.persistent_rnn import clipped_relu, input_gradient, passes_gradient, previous_states
+from ds2_jax.activation import clipped_relu
+from ds2_jax.persistent_rnn import input_gradient, passes_gradient, previous_states
 
 COLS = 64  # wgmma M: the columns one CTA pair computes
 BATCH = 16  # wgmma N: the batch the kernel takes
@@ -80,8 +81,8 @@ def _async_proxy_fence(ctx) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class KernelOptions:
-    """Launch settings (Hopper GPUs). Neither option paid on an H200 (3.7-4.1 and 6.3 against
-    3.6 us per step; `benchmarks/mosaic_ablation.py`): the defaults leave both off."""
+    """Launch settings (Hopper GPUs). Neither option paid (`benchmarks/mosaic_ablation.py`;
+    figures in BUILD_NOTES.md, "Tried and rejected"): the defaults leave both off."""
 
     # Load each step's state in this many TMA pieces (separate barriers) and start the
     # product on each piece as it lands, overlapping the load with the tensor cores.

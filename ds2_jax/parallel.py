@@ -11,16 +11,19 @@ All three run the same pure `train.train_step`:
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import functools
+import logging
+import os
+import queue as queue_lib
+import threading
 from typing import Callable, Iterator
 
 import jax
 import numpy as np
 from flax import jax_utils
 
-from ds2_jax import input_pipeline
+from ds2_jax import batching
 
 AXIS = "batch"
 KINDS = ("pmap", "jit")
@@ -64,19 +67,21 @@ class Parallel:
         return jax.device_put(tree, self.devices[0])
 
     def put_batch(self, batch: dict[str, np.ndarray]) -> dict:
-        """This process's rows of a global batch -> device arrays."""
+        """This process's rows of a global batch -> device arrays, in one transfer call.
+
+        pmap: [B, ...] -> [devices, B / devices, ...] placed on the mesh named like the
+        pmap axis (the step never sees a new sharding); jit: rows sharded along 'batch'.
+        """
         if self.kind == "pmap":
-            return input_pipeline.shard_for_devices(batch, len(self.devices))
+            return jax.device_put(batching.shard_for_devices(batch, len(self.devices)), self._sharding((AXIS,)))
         if self.kind == "jit":
             sharding = self._sharding((AXIS,))
             return {k: jax.make_array_from_process_local_data(sharding, v) for k, v in batch.items()}
-        return batch
+        return jax.device_put(batch, self.devices[0])
 
-    def put_batches(self, batches: Iterator[dict], size: int) -> Iterator[dict]:
-        """Stages `size` batches ahead of the step, so host-to-device copies overlap it."""
-        if self.kind == "pmap":
-            return input_pipeline.prefetch_to_devices(batches, self.devices, size, AXIS)
-        return _prefetch(map(self.put_batch, batches), size)
+    def put_batches(self, batches: Iterator[dict], size: int) -> "Staged":
+        """Stages up to `size` batches on the devices ahead of the step, from a thread."""
+        return Staged(batches, self.put_batch, size)
 
     def get(self, tree):
         """A replicated device pytree -> one host copy."""
@@ -91,14 +96,89 @@ def unreplicate(tree):
     return jax.tree_util.tree_map(lambda x: x.addressable_shards[0].data[0], tree)
 
 
-def _prefetch(items: Iterator, size: int) -> Iterator:
-    queue = collections.deque()
-    for item in items:
-        queue.append(item)
-        if len(queue) > size:
-            yield queue.popleft()
-    while queue:
-        yield queue.popleft()
+class Staged:
+    """Iterator of device batches staged by a background thread, `size` ahead.
+
+    The thread pulls host batches and starts their transfers, so the training loop only
+    dispatches steps; the thread mostly waits in calls that release the GIL. An error
+    upstream (a dead input worker) is re-raised by `next`. `close()` stops the thread and
+    closes the host iterator (which stops its workers).
+    """
+
+    _DONE = object()
+
+    def __init__(self, batches: Iterator[dict], put: Callable[[dict], dict], size: int):
+        self._batches, self._put = batches, put
+        self._queue: queue_lib.Queue = queue_lib.Queue(maxsize=max(1, size))
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="stage-batches", daemon=True)
+        self._thread.start()
+
+    def _offer(self, item) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.1)
+                return True
+            except queue_lib.Full:
+                continue
+        return False
+
+    def _run(self) -> None:
+        try:
+            for batch in self._batches:
+                if not self._offer(self._put(batch)):
+                    return
+            self._offer(self._DONE)
+        except BaseException as e:  # noqa: BLE001 - handed to the consumer
+            self._offer(e)
+        finally:
+            close = getattr(self._batches, "close", None)
+            if close is not None:
+                close()
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> dict:
+        return self.next_within(None)
+
+    def next_within(self, timeout: float | None):
+        """The next batch, or None if none is staged within `timeout` seconds."""
+        try:
+            item = self._queue.get(timeout=timeout)
+        except queue_lib.Empty:
+            return None
+        if item is self._DONE:
+            self._queue.put(item)  # later calls stop too
+            raise StopIteration
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def enable_compilation_cache(path: str) -> str | None:
+    """Turns on JAX's persistent compilation cache at `path`; returns the directory in use.
+
+    A restarted run (same shapes) then loads its compiled steps instead of compiling
+    them again. JAX_COMPILATION_CACHE_DIR, when set, wins; '' turns the cache off.
+    """
+    current = os.environ.get("JAX_COMPILATION_CACHE_DIR") or jax.config.jax_compilation_cache_dir
+    if current:
+        return current
+    if not path:
+        return None
+    path = os.path.abspath(os.path.expanduser(path))
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as e:
+        logging.warning("compilation cache off: cannot create %s (%s); set compilation_cache_dir", path, e)
+        return None
+    jax.config.update("jax_compilation_cache_dir", path)
+    return path
 
 
 def make(config) -> Parallel:

@@ -30,9 +30,9 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plt
 
+from ds2_jax.activation import CLIP, clipped_relu
 from ds2_jax.pallas_common import MIN_BLOCK, block_size, interpret_mode, sync_threads
 
-CLIP = 20.0
 ROWS = MIN_BLOCK  # batch rows per matmul: the MMA tile height
 # Shared memory per block on H100/H200 (227 KB); smaller GPUs fall back to scan_vjp.
 SHARED_MEMORY_BYTES = 232_448
@@ -46,22 +46,17 @@ class KernelOptions:
     num_warps: int = 4
     # Read the previous hidden state with volatile loads (bypassing L1). The acquire on the
     # barrier's atomic already orders plain loads (correct either way), but volatile loads
-    # measured faster: 1.59 against 1.89 ms per seed layer forward (H200, 2026-12-03).
+    # measured faster (BUILD_NOTES.md, "Tried and rejected").
     volatile_exchange: bool = True
     # Spin on plain volatile loads of the counter and acquire once with an atomic, instead
-    # of polling with atomic read-modify-writes (measured equal on an H200).
+    # of polling with atomic read-modify-writes (no gain measured; BUILD_NOTES.md).
     poll_with_load: bool = False
     # Split the contraction over the hidden units into this many independent products.
     k_split: int = 1
     # Keep the states time-major ([T, D, B, H]) inside the kernel, so each step's state
-    # is one contiguous block, and transpose to [B, T, D, H] afterwards: one seed layer
-    # took 1.85 ms forward / 3.59 ms forward+backward against 2.32 / 3.96 batch-major
-    # (H200, 2026-12-03).
+    # is one contiguous block, and transpose to [B, T, D, H] afterwards: faster than
+    # batch-major states (BUILD_NOTES.md, "Tried and rejected").
     time_major_state: bool = True
-
-
-def clipped_relu(z):
-    return jnp.clip(z, 0.0, CLIP)
 
 
 def forward_cell(x, rec):

@@ -22,10 +22,11 @@ import jax
 import jax.numpy as jnp
 
 from ds2_jax import mosaic_rnn, pallas_common, persistent_rnn
+from ds2_jax.activation import clipped_relu
 
 
 def simple_cell(carry, proj_t, rec_t):
-    h = jnp.clip(proj_t + rec_t, 0.0, 20.0)
+    h = clipped_relu(proj_t + rec_t)
     return h, h
 
 
@@ -207,9 +208,9 @@ def _impl_for(impl: str, cell: str, xs: jax.Array, recurrent: jax.Array) -> str:
     """resolve_impl for these shapes on this backend.
 
     'auto' keeps the persistent kernels to batches of at most 16 per device: above that their
-    row chunks run one after another and scan_vjp is faster (46.3 vs 43.9 ms/step at 64
-    on an H200). On Hopper GPUs it takes the Mosaic GPU kernels where they run (bfloat16,
-    hidden a multiple of 128: 9.2 against 13.3 ms/step with the Triton kernel). A kernel
+    row chunks run one after another and scan_vjp is faster. On Hopper GPUs it takes the
+    Mosaic GPU kernels where they run (bfloat16, hidden a multiple of 128), faster than the
+    Triton kernel (figures: BUILD_NOTES.md "Current profile"). A kernel
     whose shared memory would not fit is an error when asked for explicitly and scan_vjp
     under 'auto'.
     """

@@ -24,12 +24,11 @@ import hashlib
 import logging
 import os
 import re
-from concurrent import futures
 from typing import Iterator
 
 import numpy as np
 
-from ds2_jax import geometry, input_pipeline, text
+from ds2_jax import batching, geometry, text
 
 MAX_BUCKETS = 8
 LABEL_ALIGN = 8  # Padded label lengths are multiples of this (fewer distinct shapes).
@@ -51,6 +50,25 @@ class SplitIndex:
     num_samples: np.ndarray  # <int64>[N]
     labels: list  # N <int32>[m] arrays; empty where the text has unknown characters
     bad_text: np.ndarray  # <bool>[N]: empty or outside the alphabet
+    min_frames: np.ndarray  # <int64>[N]: geometry.ctc_min_frames of each label sequence
+
+    @classmethod
+    def from_flat(cls, num_samples, flat: np.ndarray, offsets: np.ndarray, bad_text) -> "SplitIndex":
+        """From all label ids in one array and each utterance's [offsets[i], offsets[i+1]) slice."""
+        flat = np.asarray(flat, np.int32)
+        bounds = np.asarray(offsets).tolist()
+        labels = [flat[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+        return cls(np.asarray(num_samples), labels, np.asarray(bad_text), min_frames_of(flat, offsets))
+
+
+def min_frames_of(flat: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """geometry.ctc_min_frames of every [offsets[i], offsets[i+1]) slice of `flat`, vectorized."""
+    lengths = np.diff(offsets)
+    repeat = np.zeros(len(flat), bool)
+    repeat[1:] = flat[1:] == flat[:-1]
+    repeat[offsets[:-1][lengths > 0]] = False  # an utterance's first label repeats nothing
+    before = np.concatenate([[0], np.cumsum(repeat, dtype=np.int64)])
+    return lengths.astype(np.int64) + before[offsets[1:]] - before[offsets[:-1]]
 
 
 def _round_up(x: int, multiple: int) -> int:
@@ -60,7 +78,7 @@ def _round_up(x: int, multiple: int) -> int:
 class TfdsSource:
     """`input_pipeline.Source` over tfds `librispeech_local` (or a TF-free `librispeech`)."""
 
-    def __init__(self, config, sharding: input_pipeline.Sharding):
+    def __init__(self, config, sharding: batching.Sharding):
         d = config.dataset
         self.seed = config.seed
         self.sharding = sharding
@@ -78,8 +96,6 @@ class TfdsSource:
         self.max_samples = int(d.max_duration_s * self.sample_rate) if d.max_duration_s > 0 else None
         self.sortagrad = d.sortagrad
         self.num_stats_utterances = d.feature_stats_utterances
-        self.num_workers = d.num_workers
-        self._pool = futures.ThreadPoolExecutor(d.num_workers) if d.num_workers > 0 else None
         self.builder = _open_builder(config, sharding)
         self.audio_key = "speech" if "speech" in self.builder.info.features else "audio"
         self._sources: dict[str, object] = {}
@@ -133,9 +149,7 @@ class TfdsSource:
         if os.path.exists(path):
             with np.load(path) as z:
                 if len(z["num_samples"]) == n:
-                    offsets, flat = z["label_offsets"], z["labels"].astype(np.int32)
-                    labels = [flat[offsets[i] : offsets[i + 1]] for i in range(n)]
-                    index = SplitIndex(z["num_samples"], labels, z["bad_text"])
+                    index = SplitIndex.from_flat(z["num_samples"], z["labels"], z["label_offsets"], z["bad_text"])
         if index is None:
             index = self._build_index(split, n)
             lengths = np.array([len(x) for x in index.labels], np.int64)
@@ -169,7 +183,8 @@ class TfdsSource:
                 labels.append(np.zeros(0, np.int32))
             else:
                 labels.append(text.encode(t))
-        return SplitIndex(num_samples, labels, bad)
+        need = np.array([geometry.ctc_min_frames(y) for y in labels], np.int64)  # once per build
+        return SplitIndex(num_samples, labels, bad, need)
 
     def _filtered(self, split: str) -> np.ndarray:
         """Record indices of `split` that pass the duration and CTC filters; logs the counts."""
@@ -178,7 +193,7 @@ class TfdsSource:
         short = n < self.min_samples
         long = n > self.max_samples if self.max_samples is not None else np.zeros(len(n), bool)
         frames = geometry.output_frames(geometry.num_frames(n, self.window, self.hop), self.num_conv_layers)
-        need = np.array([geometry.ctc_min_frames(y) for y in idx.labels], np.int64)
+        need = idx.min_frames
         infeasible = ~short & ~long & ~idx.bad_text & (frames < need)
         keep = ~(short | long | idx.bad_text | infeasible)
         logging.info(
@@ -240,7 +255,7 @@ class TfdsSource:
             self._plans.popitem(last=False)
         return plan
 
-    def train_batch(self, step: int) -> dict[str, np.ndarray]:
+    def train_batch(self, step: int, audio_zeros=np.zeros) -> dict[str, np.ndarray]:
         """This process's rows of global batch `step` (see the module docstring)."""
         epoch, pos = divmod(int(step), self.steps_per_epoch)
         bucket, members = self._plan(epoch)[pos]
@@ -249,12 +264,7 @@ class TfdsSource:
         audio = self._read(self._train_split[rows], self._train_record[rows])
         utts = [{"audio": a, "labels": self._train_labels[i]} for a, i in zip(audio, rows)]
         samples, label_len = self._shapes[bucket]
-        return input_pipeline.pad_batch(utts, samples, label_len, s.local_batch)
-
-    def train_bucket(self, step: int) -> int:
-        """Bucket of global batch `step` (logging and tests)."""
-        epoch, pos = divmod(int(step), self.steps_per_epoch)
-        return self._plan(epoch)[pos][0]
+        return batching.pad_batch(utts, samples, label_len, s.local_batch, audio_zeros)
 
     def _read(self, split_ids: np.ndarray, records: np.ndarray) -> list[np.ndarray]:
         """int16 waveforms of (train split id, record) pairs, in order."""
@@ -263,8 +273,7 @@ class TfdsSource:
             ex = self._source(self.train_splits[split_id])[int(record)]
             return np.asarray(ex[self.audio_key]).astype(np.int16, copy=False)
 
-        pairs = list(zip(split_ids.tolist(), records.tolist()))
-        return list(self._pool.map(one, pairs)) if self._pool else [one(p) for p in pairs]
+        return [one(p) for p in zip(split_ids.tolist(), records.tolist())]
 
     def shapes(self) -> list[tuple[int, int]]:
         return list(self._shapes)
@@ -305,7 +314,7 @@ class TfdsSource:
                      "labels": idx.labels[r]}
                     for r in rows
                 ]
-                yield input_pipeline.pad_batch(utts, num_samples, label_len, s.local_batch)
+                yield batching.pad_batch(utts, num_samples, label_len, s.local_batch)
 
     # --- Feature statistics --------------------------------------------------------------
 
@@ -324,7 +333,7 @@ class TfdsSource:
         rng = np.random.default_rng([self.seed, _FEATURE_STATS_SALT])
         rows = np.sort(rng.choice(len(self._train_record), size=n, replace=False))
         waves = (self._read(self._train_split[[r]], self._train_record[[r]])[0] for r in rows)
-        mean, std = input_pipeline.compute_feature_stats(waves)
+        mean, std = batching.compute_feature_stats(waves)
         logging.info("feature stats from %d utterances (%s) -> %s", n, key, path)
         try:
             np.savez(path + ".tmp.npz", mean=mean, std=std)
@@ -334,7 +343,7 @@ class TfdsSource:
         return mean, std
 
 
-def _open_builder(config, sharding: input_pipeline.Sharding):
+def _open_builder(config, sharding: batching.Sharding):
     """The prepared tfds builder named by config.dataset.name (building librispeech_local)."""
     d = config.dataset
     if d.name == "librispeech_local":

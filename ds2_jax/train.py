@@ -9,6 +9,7 @@ the compiled and the eager design run identical code.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -21,7 +22,7 @@ import numpy as np
 import optax
 from flax.training import train_state
 
-from ds2_jax import checkpoint, ctc, features, input_pipeline, metrics, model, parallel, progress, resilience
+from ds2_jax import checkpoint, ctc, features, input_pipeline, loader, metrics, model, parallel, progress, resilience
 from ds2_jax.config_validation import validate
 
 log = logging.getLogger("ds2_jax")
@@ -227,6 +228,7 @@ def train_and_evaluate(config, workdir: str) -> TrainState:
     from ds2_jax import evaluation  # evaluation builds on this module
 
     validate(config)
+    log.info("compilation cache: %s", parallel.enable_compilation_cache(config.compilation_cache_dir) or "off")
     par = parallel.make(config)
     devices = par.devices
     n_dev = len(devices)
@@ -260,8 +262,9 @@ def train_and_evaluate(config, workdir: str) -> TrainState:
     p_train = par.compile(train_step, step_kwargs(config))
     p_eval = evaluation.compile_eval_step(config)
     state, step_rng = par.put_replicated(state), par.put_replicated(step_rng)
-    host_batches = (source.train_batch(s) for s in range(start, config.num_train_steps))
+    host_batches = loader.train_batches(config, sharding, source, start, config.num_train_steps)
     batches = par.put_batches(host_batches, config.prefetch_batches)
+    input_wait = loader.InputWait(config.input_wait_warn_fraction, loader.resolve_num_workers(config))
 
     def host_state():
         return par.get(state)
@@ -282,15 +285,17 @@ def train_and_evaluate(config, workdir: str) -> TrainState:
     bar = progress.StepProgress(start, config.num_train_steps, is_chief)
     watchdog = resilience.Watchdog(config.step_timeout_s)
     done = start
-    with resilience.Preemption() as preemption:
+    with resilience.Preemption() as preemption, contextlib.closing(batches):  # closing stops the workers
         for step in range(start, config.num_train_steps):
             resilience.maybe_hang(config.faults, step)
             t0 = time.perf_counter()
-            batch = next(batches)
+            batch, idle_s = _next_batch(batches, pending[-1] if pending else None)
+            input_wait.add(idle_s)
             state, step_metrics = _run_step(p_train, state, batch, step_rng, config, first=step == start)
             pending.append(step_metrics)
             if step == start:
                 log.info("first step (compile + run) took %.1f s", time.perf_counter() - t0)
+                input_wait.take(0.0)  # the first batch waits for worker start-up; not an interval
                 last_time, last_step = time.perf_counter(), step + 1
                 watchdog.ping(f"step {step + 1}")
             resilience.maybe_kill(config.faults, "step", step + 1)
@@ -298,7 +303,10 @@ def train_and_evaluate(config, workdir: str) -> TrainState:
             bar.dispatched(step_metrics)
             if done % config.log_every_steps == 0 or done == config.num_train_steps:
                 bar.wait_all()
-                summary = _summarize(jax.device_get(pending), time.perf_counter() - last_time, done - last_step)
+                fetched = jax.device_get(pending)  # waits for the interval's steps to finish
+                interval_s = time.perf_counter() - last_time
+                summary = _summarize(fetched, interval_s, done - last_step)
+                summary["input_wait_s"] = input_wait.take(interval_s)
                 summary["skipped_steps"] = float(_first(state.skipped_steps))
                 writer.write(done, summary)
                 log.info("step %d: %s", done, " ".join(f"{k}={v:.4g}" for k, v in summary.items()))
@@ -327,6 +335,23 @@ def train_and_evaluate(config, workdir: str) -> TrainState:
 def _first(x) -> float:
     """A replicated (or plain) scalar's value on the host."""
     return np.asarray(jax.device_get(x)).reshape(-1)[0]
+
+
+def _next_batch(batches, last_metrics) -> tuple[dict, float]:
+    """The next staged batch, and the seconds the devices sat idle waiting for it.
+
+    Waiting while the last dispatched step still runs costs nothing; only the time
+    after it finished (polled each millisecond) is input-bound.
+    """
+    start = time.perf_counter()
+    idle_since = start if last_metrics is None else None
+    while True:
+        batch = batches.next_within(0.001)
+        now = time.perf_counter()
+        if batch is not None:
+            return batch, (now - idle_since if idle_since is not None else 0.0)
+        if idle_since is None and all(x.is_ready() for x in jax.tree_util.tree_leaves(last_metrics)):
+            idle_since = now
 
 
 def _run_step(p_train, state, batch, rng, config, first: bool):

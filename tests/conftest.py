@@ -1,5 +1,7 @@
-"""Eight fake CPU devices for every test; set before jax is imported."""
+"""Eight fake CPU devices for every test (set before jax is imported), and the shared
+trained demo model."""
 
+import dataclasses
 import os
 import sys
 
@@ -9,3 +11,36 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
+
+import pytest  # noqa: E402
+
+
+@dataclasses.dataclass
+class Trained:
+    config: object
+    workdir: str
+    lm: str  # a trigram LM of the training transcripts (ARPA)
+
+
+@pytest.fixture(scope="session")
+def trained(tmp_path_factory) -> Trained:
+    """The demo model trained briefly on the bundled corpus, once per session."""
+    from configs import demo  # imported here: the GPU numerics run without ml_collections
+    from ds2_jax import train
+    from ds2_jax.tools import build_lm
+    from tests.helpers import CORPUS, TRAIN_STEPS
+
+    root = tmp_path_factory.mktemp("demo")
+    config = demo.get_config()
+    config.dataset.manual_dir = CORPUS
+    config.dataset.data_dir = str(root / "tfds")
+    config.num_devices = 1  # the demo's run on one CPU device: 8 fake devices only add overhead
+    config.num_train_steps = TRAIN_STEPS
+    config.optimizer.decay_steps = TRAIN_STEPS
+    config.eval_every_steps = 0
+    config.checkpoint_every_steps = TRAIN_STEPS
+    workdir = str(root / "w")
+    train.train_and_evaluate(config, workdir)
+    lm = str(root / "lm.arpa")
+    assert build_lm.main(["--manual_dir", CORPUS, "--splits", "train-clean-100", "--order", "3", "--out", lm]) == 0
+    return Trained(config, workdir, lm)

@@ -1,6 +1,14 @@
-"""Small configs shared by the tests."""
+"""Small configs and the launch.py runner shared by the tests."""
+
+import os
+import subprocess
+import sys
 
 from configs import smoke
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CORPUS = os.path.join(ROOT, "data", "tiny_librispeech")  # the bundled tiny LibriSpeech layout
+TRAIN_STEPS = 160  # steps of conftest's `trained` demo model (its eval files are named by them)
 
 
 def tiny_config(**overrides):
@@ -13,3 +21,17 @@ def tiny_config(**overrides):
             node = node[p]
         node[leaf] = value
     return config
+
+
+def launch(*args, devices: int = 8, wait: bool = True, timeout: int = 600):
+    """`python launch.py --config=configs/smoke.py *args` on `devices` fake CPU devices.
+
+    Returns the finished subprocess.CompletedProcess (text stdout/stderr), or with
+    wait=False the running subprocess.Popen. A --config= in args replaces the smoke config.
+    """
+    env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}", JAX_PLATFORMS="cpu")
+    config = [] if any(a.startswith("--config=") for a in args) else ["--config=configs/smoke.py"]
+    cmd = [sys.executable, "launch.py", *config, *args]
+    if wait:
+        return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -198,8 +198,11 @@ def test_kernel_ablation_runs_every_case(tmp_path):
     with open(tmp_path / "kernel_ablation.json") as f:
         rows = json.load(f)["rows"]
     assert [r["case"] for r in rows] == list(kernel_ablation.CASES)
-    assert all(r["us_per_step"] > 0 for r in rows)
-    assert (tmp_path / "kernel_ablation.md").read_text().count("\n") == len(rows) + 2
+    for r in rows:  # --shape=4,16,16: 4 time steps
+        assert r["fwd_ms"] > 0 and r["us_per_step"] == pytest.approx(r["fwd_ms"] * 1e3 / 4, rel=1e-3, abs=0.13), r
+    md = (tmp_path / "kernel_ablation.md").read_text()
+    assert md.count("\n") == len(rows) + 2
+    assert all(f"| {r['case']} | {r['fwd_ms']:.2f} | {r['us_per_step']:.2f} |" in md for r in rows)
 
 
 def test_conv_lowering_benchmark_agrees(tmp_path):

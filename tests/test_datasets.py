@@ -119,3 +119,19 @@ def test_a_local_build_says_nothing_of_downloads(tmp_path, capsys, caplog):
     assert not any("dataset_info.json" in m for m in messages), messages
     assert any("dev_clean: kept 4 of 15" in m for m in messages)
     assert sum("librispeech_local: built" in m for m in messages) == 1
+
+
+def test_records_are_stored_uncompressed(tmp_path):
+    """Brotli-compressed records cost ~4x per random read; the build writes them plain."""
+    import glob
+
+    from array_record.python import array_record_module
+
+    manual = str(tmp_path / "manual")
+    td.write_durations_corpus(manual, "train-clean-100", [0.5, 0.7])
+    builder = build.build(manual, str(tmp_path / "tfds"))
+    files = glob.glob(os.path.join(os.fspath(builder.data_dir), "*.array_record*"))
+    assert files
+    for f in files:
+        options = array_record_module.ArrayRecordReader(f).writer_options_string()
+        assert "uncompressed" in options.split(","), options

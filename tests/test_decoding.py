@@ -1,11 +1,10 @@
 """The n-gram LM builder, beam search with an LM, and --mode=eval with both decoders.
 
-The `trained` fixture (session scope, shared with test_transcribe.py) trains the demo
-model briefly on the bundled corpus and builds a trigram LM of its training transcripts.
+The `trained` fixture (conftest.py, session scope) trains the demo model briefly on the
+bundled corpus and builds a trigram LM of its training transcripts.
 """
 
 import concurrent.futures
-import dataclasses
 import json
 import os
 
@@ -14,51 +13,7 @@ import pytest
 
 from ds2_jax import decoding, text
 from ds2_jax.tools import build_lm
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CORPUS = os.path.join(ROOT, "data", "tiny_librispeech")
-TRAIN_STEPS = 160
-
-
-@dataclasses.dataclass
-class Trained:
-    config: object
-    workdir: str
-    lm: str
-
-
-_TRAINED: dict[str, Trained] = {}
-
-
-def trained_model(tmp_path_factory) -> Trained:
-    """Trains once per session; test_transcribe.py's fixture calls this too (a fixture
-    imported into another module would be a second fixture, trained a second time)."""
-    if "demo" in _TRAINED:
-        return _TRAINED["demo"]
-    from configs import demo
-    from ds2_jax import train
-
-    root = tmp_path_factory.mktemp("demo")
-    config = demo.get_config()
-    config.dataset.manual_dir = CORPUS
-    config.dataset.data_dir = str(root / "tfds")
-    config.num_devices = 1  # the demo's run on one CPU device: 8 fake devices only add overhead
-    config.num_train_steps = TRAIN_STEPS
-    config.optimizer.decay_steps = TRAIN_STEPS
-    config.eval_every_steps = 0
-    config.checkpoint_every_steps = TRAIN_STEPS
-    workdir = str(root / "w")
-    train.train_and_evaluate(config, workdir)
-    lm = str(root / "lm.arpa")
-    assert build_lm.main(["--manual_dir", CORPUS, "--splits", "train-clean-100", "--order", "3", "--out", lm]) == 0
-    _TRAINED["demo"] = Trained(config, workdir, lm)
-    return _TRAINED["demo"]
-
-
-@pytest.fixture(scope="session")
-def trained(tmp_path_factory) -> Trained:
-    return trained_model(tmp_path_factory)
-
+from tests.helpers import CORPUS, TRAIN_STEPS
 
 # ----------------------------------------------------------------------------- LM builder
 

@@ -4,15 +4,15 @@ train like 1 process x 8 devices, and a killed 2-process run resumes."""
 import os
 import signal
 import socket
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 from ds2_jax import metrics
+from tests import helpers
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+pytestmark = pytest.mark.e2e
+
 ARGS = ["--config=configs/smoke.py", "--config.num_train_steps=6", "--config.log_every_steps=1",
         "--config.eval_every_steps=6", "--config.eval.max_utterances=32", "--config.checkpoint_every_steps=3",
         "--config.per_device_batch_size=2"]
@@ -25,14 +25,13 @@ def free_port() -> int:
 
 
 def run_processes(workdir, num_processes, devices_per_process, *extra):
-    env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices_per_process}", JAX_PLATFORMS="cpu")
     port = free_port()
     procs = []
     for pid in range(num_processes):
         dist = [] if num_processes == 1 else [f"--coordinator_address=localhost:{port}",
                                               f"--num_processes={num_processes}", f"--process_id={pid}"]
-        procs.append(subprocess.Popen([sys.executable, "launch.py", f"--workdir={workdir}", *ARGS, *dist, *extra],
-                                      cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        procs.append(helpers.launch(f"--workdir={workdir}", *ARGS, *dist, *extra, devices=devices_per_process,
+                                    wait=False))
     results = [p.communicate(timeout=600) for p in procs]
     return [p.returncode for p in procs], [err for _, err in results]
 

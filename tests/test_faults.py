@@ -8,7 +8,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import jax
@@ -16,21 +15,17 @@ import numpy as np
 import pytest
 
 from ds2_jax import checkpoint, input_pipeline, resilience, train
+from tests import helpers
 from tests.helpers import tiny_config
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMMON = ["--config.num_train_steps=8", "--config.log_every_steps=2", "--config.checkpoint_every_steps=3",
           "--config.eval_every_steps=4", "--config.eval.max_utterances=8"]
 
 
 def launch(workdir, *extra, wait=True):
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
-    cmd = [sys.executable, "launch.py", "--config=configs/smoke.py", f"--workdir={workdir}", *COMMON, *extra]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    if not wait:
-        return proc
-    out, err = proc.communicate(timeout=600)
-    return proc.returncode, err
+    """launch.py with COMMON: (exit status, stderr), or the running process with wait=False."""
+    proc = helpers.launch(f"--workdir={workdir}", *COMMON, *extra, wait=wait)
+    return (proc.returncode, proc.stderr) if wait else proc
 
 
 def final_params(workdir):
@@ -50,6 +45,7 @@ def uninterrupted(tmp_path_factory):
 
 
 @pytest.mark.slow
+@pytest.mark.e2e
 @pytest.mark.parametrize("kill_at", ["step:5", "checkpoint:6", "eval:4"])
 def test_kill_9_then_rerun_matches_uninterrupted_bit_for_bit(tmp_path, uninterrupted, kill_at):
     rc, _ = launch(tmp_path, f"--config.faults.kill_at={kill_at}")
@@ -65,6 +61,7 @@ def test_kill_9_then_rerun_matches_uninterrupted_bit_for_bit(tmp_path, uninterru
 
 
 @pytest.mark.slow
+@pytest.mark.e2e
 def test_sigterm_checkpoints_and_exits_zero_then_resumes(tmp_path):
     proc = launch(tmp_path, "--config.num_train_steps=100000", "--config.log_every_steps=1",
                   "--config.checkpoint_every_steps=100000", "--config.eval_every_steps=0", wait=False)
@@ -121,6 +118,7 @@ def test_non_finite_steps_skipped_counted_and_bounded(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.e2e
 def test_hung_step_ends_with_an_error_instead_of_hanging(tmp_path):
     start = time.time()
     rc, err = launch(tmp_path, "--config.faults.hang_at_step=3", "--config.step_timeout_s=5", "--config.eval_every_steps=0")
@@ -166,5 +164,5 @@ def test_out_of_memory_names_the_settings_to_lower():
 def test_missing_dataset_is_a_clear_error(tmp_path):
     config = tiny_config(**{"dataset.name": "librispeech_local", "dataset.manual_dir": str(tmp_path / "nowhere"),
                             "dataset.data_dir": str(tmp_path / "tfds")})
-    with pytest.raises((FileNotFoundError, ValueError), match="manual_dir"):
+    with pytest.raises(FileNotFoundError, match="manual_dir.*is missing or empty"):
         train.train_and_evaluate(config, str(tmp_path / "w"))

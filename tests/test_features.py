@@ -55,3 +55,28 @@ def test_spec_augment_masks_only_within_limits():
     per_frame = masked.sum(-1)
     assert np.all((per_frame <= 20) | (per_frame == 161))
     assert np.all(features.spec_augment(feats, lengths, jax.random.PRNGKey(0), 0, 10, 0, 0.1) == 1)
+
+
+def test_spec_augment_time_masks_stay_inside_each_utterance_and_within_their_width():
+    """Up to 3 masks of at most floor(0.2 * length) frames each, never on padded frames."""
+    lengths = np.array([60, 45, 30, 12, 5, 0])
+    feats = jnp.ones((6, 60, 8))  # padded frames hold ones too, so a mask there would show
+    augment = jax.jit(lambda rng: features.spec_augment(feats, jnp.asarray(lengths), rng, 0, 0, 3, 0.2))
+    masked_frames = np.zeros(6)
+    for seed in range(20):
+        out = np.asarray(augment(jax.random.PRNGKey(seed)))
+        masked = np.all(out == 0, axis=-1)  # [B, T] frames a time mask covers
+        assert np.all((out == 0) == masked[..., None])  # time masks cover every bin of a frame
+        for b, n in enumerate(lengths):
+            assert not masked[b, n:].any(), (seed, b)
+            assert masked[b].sum() <= 3 * int(0.2 * n)
+        masked_frames += masked.sum(1)
+    assert np.all(masked_frames[:4] > 0) and masked_frames[5] == 0, masked_frames
+
+
+def test_spec_augment_frequency_masks_cover_the_same_bins_in_every_frame():
+    feats = jnp.ones((3, 20, 161))
+    out = np.asarray(features.spec_augment(feats, jnp.array([20, 15, 9]), jax.random.PRNGKey(2), 2, 10, 0, 0.1))
+    masked = out == 0
+    assert np.all(masked == masked[:, :1])  # one set of bins per utterance, all frames
+    assert np.all(masked[:, 0].sum(-1) <= 20) and masked.any()

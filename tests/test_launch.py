@@ -2,18 +2,16 @@
 
 import json
 import os
-import subprocess
-import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+import pytest
+
+from tests import helpers
+
+pytestmark = pytest.mark.e2e
 
 
 def launch(*args, check=True):
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
-    proc = subprocess.run(
-        [sys.executable, "launch.py", "--config=configs/smoke.py", *args],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
-    )
+    proc = helpers.launch(*args)
     if check and proc.returncode != 0:
         raise AssertionError(proc.stderr[-3000:])
     return proc
@@ -26,13 +24,17 @@ def test_train_resume_and_eval(tmp_path):
     assert [r["step"] for r in records] == [2, 4, 6]
     assert {"loss", "grad_norm", "learning_rate", "skipped_steps", "step_time_s", "utterances_per_s"} <= set(records[0])
     assert os.listdir(os.path.join(w, "tensorboard"))
-    proc = launch(f"--workdir={w}", "--config.num_train_steps=8", "--config.log_every_steps=2", "--config.eval_every_steps=0")
+    proc = launch(f"--workdir={w}", "--config.num_train_steps=8", "--config.log_every_steps=2", "--config.eval_every_steps=8")
     assert "restored checkpoint at step 6" in proc.stderr
-    steps = [json.loads(l)["step"] for l in open(os.path.join(w, "metrics.jsonl"))]
-    assert steps == [2, 4, 6, 8]
+    records = [json.loads(l) for l in open(os.path.join(w, "metrics.jsonl"))]
+    assert [r["step"] for r in records if "loss" in r] == [2, 4, 6, 8]
+    (in_training,) = [r for r in records if "eval_cer" in r]
     launch(f"--workdir={w}", "--mode=eval")
     result = json.load(open(os.path.join(w, "eval-dev-clean-8.json")))
-    assert result["utterances"] == 16 and 0 <= result["cer"]
+    # --mode=eval restores the step-8 checkpoint and scores it as the training run's eval did
+    assert result["utterances"] == 16 and in_training["step"] == 8
+    for key in ("loss", "wer", "cer"):
+        assert result[key] == pytest.approx(in_training[f"eval_{key}"], rel=1e-5), key
 
 
 def test_unknown_key_and_bad_values_fail_clearly(tmp_path):

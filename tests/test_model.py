@@ -101,3 +101,57 @@ def test_rejects_bad_settings():
         model.ModelConfig(dtype="float16")
     with pytest.raises(ValueError, match="bfloat16"):
         model.ModelConfig(rnn_impl="mosaic", dtype="float32")
+
+
+def masked_moments(x, mask):
+    """numpy mean and (population) variance per channel over the valid frames of x [B, T, ..., C]."""
+    rows = np.asarray(x, np.float64)[np.asarray(mask)]  # [valid frames, ..., C]
+    rows = rows.reshape(-1, rows.shape[-1])
+    return rows.mean(0), rows.var(0)
+
+
+def bn_input(seed=0):
+    """x <float32>[4, 7, 5, 3] (a conv block's [B, T, F, C]) with mean 3 and large padded frames, mask [4, 7]."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((4, 7, 5, 3)).astype(np.float32) * np.array([1.0, 2.0, 0.5], np.float32) + 3.0
+    mask = np.arange(7)[None, :] < np.array([7, 4, 1, 0])[:, None]
+    x[~mask] = 50.0
+    return x, mask
+
+
+def test_batch_norm_normalizes_with_masked_moments_and_updates_running_stats_by_momentum():
+    x, mask = bn_input()
+    bn = model.MaskedBatchNorm(momentum=0.9, epsilon=1e-5)
+    v = {"params": {"scale": jnp.array([1.0, 2.0, 0.5]), "bias": jnp.array([0.0, 1.0, -1.0])},
+         "batch_stats": {"mean": jnp.array([0.5, -1.0, 2.0]), "var": jnp.array([1.0, 4.0, 0.25])}}
+    y, upd = bn.apply(v, x, mask, train=True, mutable=["batch_stats"])
+    mean, var = masked_moments(x, mask)
+    np.testing.assert_allclose(upd["batch_stats"]["mean"], 0.9 * np.array([0.5, -1.0, 2.0]) + 0.1 * mean, rtol=1e-5)
+    np.testing.assert_allclose(upd["batch_stats"]["var"], 0.9 * np.array([1.0, 4.0, 0.25]) + 0.1 * var, rtol=1e-5)
+    want = (x - mean) / np.sqrt(var + 1e-5) * np.array([1.0, 2.0, 0.5]) + np.array([0.0, 1.0, -1.0])
+    np.testing.assert_allclose(np.asarray(y)[mask], want[mask], rtol=1e-4, atol=1e-4)
+    # eval mode normalizes with the running statistics, whatever the batch holds
+    y_eval = bn.apply({"params": v["params"], "batch_stats": upd["batch_stats"]}, x, mask, train=False)
+    ra_mean, ra_var = (np.asarray(upd["batch_stats"][k]) for k in ("mean", "var"))
+    want = (x - ra_mean) / np.sqrt(ra_var + 1e-5) * np.array([1.0, 2.0, 0.5]) + np.array([0.0, 1.0, -1.0])
+    np.testing.assert_allclose(np.asarray(y_eval), want, rtol=1e-4, atol=1e-4)
+
+
+def test_synchronized_batch_norm_over_devices_equals_one_device():
+    """Four devices, one row each (7, 4, 1 and 0 valid frames): the statistics of the whole batch."""
+    x, mask = bn_input(1)
+    bn = model.MaskedBatchNorm(axis_name="batch")
+    v = model.MaskedBatchNorm().init(jax.random.PRNGKey(0), x, mask, train=True)
+    apply = lambda x, m: bn.apply(v, x, m, train=True, mutable=["batch_stats"])  # noqa: E731
+    y, upd = jax.pmap(apply, axis_name="batch", devices=jax.devices()[:4])(x[:, None], mask[:, None])
+    y_one, upd_one = model.MaskedBatchNorm().apply(v, x, mask, train=True, mutable=["batch_stats"])
+    np.testing.assert_allclose(np.asarray(y)[:, 0][mask], np.asarray(y_one)[mask], rtol=1e-5, atol=1e-5)
+    for k in ("mean", "var"):
+        for d in range(4):
+            np.testing.assert_allclose(upd["batch_stats"][k][d], upd_one["batch_stats"][k], rtol=1e-5)
+
+
+def test_clipped_relu_clips_at_0_and_20_and_passes_gradient_only_between():
+    x = jnp.array([-3.0, 0.5, 19.5, 25.0])
+    np.testing.assert_array_equal(model.clipped_relu(x), [0.0, 0.5, 19.5, 20.0])
+    np.testing.assert_array_equal(jax.grad(lambda x: jnp.sum(model.clipped_relu(x)))(x), [0.0, 1.0, 1.0, 0.0])

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import pytest
 
 from ds2_jax import progress, train
-from tests.test_decoding import TRAIN_STEPS, trained_model
+from tests.helpers import TRAIN_STEPS
 
 
 @jax.jit
@@ -74,8 +74,8 @@ def test_log_lines_clear_the_bar_and_it_comes_back(capsys, make_handler):
 
 
 @pytest.mark.slow
-def test_a_finished_workdir_has_nothing_to_train(tmp_path_factory, caplog):
-    trained = trained_model(tmp_path_factory)  # the demo model of test_decoding, trained once
+def test_a_finished_workdir_has_nothing_to_train(trained, caplog):
+    """`trained` (conftest.py): the demo model, trained once per session."""
     caplog.set_level(logging.INFO, logger="ds2_jax")
     state = train.train_and_evaluate(trained.config, trained.workdir)
     assert int(state.step) == TRAIN_STEPS

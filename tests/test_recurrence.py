@@ -7,6 +7,8 @@ import pytest
 
 from ds2_jax import mosaic_rnn, persistent_rnn, recurrence
 
+pytestmark = pytest.mark.gpu  # kernel numerics: make test-gpu runs them on a GPU
+
 
 def problem(dtype, t=23, d=2, b=3, h=16, seed=0, shared=False):
     """Projections [B, T, 1 if shared else D, H], recurrent [D, H, H], cotangents [B, T, D, H]."""
@@ -196,3 +198,40 @@ def test_mosaic_impl_refuses_other_gpus():
         pytest.skip("this GPU runs the Mosaic kernels")
     with pytest.raises(ValueError, match="Hopper"):
         recurrence.IMPLS["mosaic"](jnp.zeros((16, 3, 1, 128), jnp.bfloat16), jnp.zeros((2, 128, 128)), "simple")
+
+
+def numpy_simple_rnn(xs, w):
+    """float64 reference: h_t = min(max(x_t + h_{t-1} W_d, 0), 20); direction 1 in reverse time.
+
+    xs [B, T, D, H], w [D, H, H] -> [B, T, D, H].
+    """
+    xs, w = np.asarray(xs, np.float64), np.asarray(w, np.float64)
+    b, t, d, h = xs.shape
+    ys = np.zeros_like(xs)
+    for k in range(d):
+        state = np.zeros((b, h))
+        for step in range(t):
+            i = step if k == 0 else t - 1 - step
+            state = np.clip(xs[:, i, k] + state @ w[k], 0.0, 20.0)
+            ys[:, i, k] = state
+    return ys
+
+
+def saturating_problem(t=9, b=16, h=16, d=2):
+    """Projections large enough that about a third of the states sit at the clip (20)."""
+    xs, w, dys = problem(jnp.float32, t=t, b=b, h=h, d=d, seed=3)
+    return xs * 6.0 + 6.0, w, dys
+
+
+@pytest.mark.parametrize("impl", ["scan", "scan_vjp", "pallas"])
+def test_saturated_recurrence_matches_numpy_and_its_gradient_stops_at_the_clip(impl):
+    xs, w, dys = saturating_problem()
+    ys, dxs, dw = outputs_and_grads(impl, xs, w, dys)
+    want = numpy_simple_rnn(xs, w)
+    at_clip, inside = np.mean(want == 20.0), np.mean((want > 0) & (want < 20.0))
+    assert at_clip > 0.2 and inside > 0.2 and np.mean(want == 0) > 0.05, (at_clip, inside)
+    np.testing.assert_allclose(ys, want, rtol=1e-5, atol=1e-4)
+    _, dxs_ref, dw_ref = outputs_and_grads("scan", xs, w, dys)
+    assert np.all(dxs_ref[want == 20.0] == 0)  # lax.scan's autodiff of jnp.clip stops at 0 and 20
+    np.testing.assert_allclose(dxs, dxs_ref, rtol=1e-5, atol=1e-5 * np.abs(dxs_ref).max())
+    np.testing.assert_allclose(dw, dw_ref, rtol=1e-5, atol=1e-5 * np.abs(dw_ref).max())

@@ -8,6 +8,8 @@ import pytest
 from ds2_jax import geometry, model, space_to_depth
 from tests.test_model import run, small_cfg
 
+pytestmark = pytest.mark.gpu  # kernel numerics: make test-gpu runs them on a GPU
+
 NHWC = ("NHWC", "HWIO", "NHWC")
 
 

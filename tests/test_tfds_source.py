@@ -98,7 +98,6 @@ def test_sortagrad_epoch_zero_ascending_after_the_longest_first(corpus):
 @pytest.mark.parametrize("sortagrad", [True, False])
 def test_step_zero_is_the_longest_bucket(corpus, sortagrad):
     src = TfdsSource(make_config(corpus, sortagrad=sortagrad), Sharding(BATCH))
-    assert src.train_bucket(0) == len(src.shapes()) - 1
     assert src.train_batch(0)["audio"].shape[1] == max(s for s, _ in src.shapes())
 
 
@@ -222,10 +221,23 @@ def test_official_layout_reads_without_tensorflow(corpus, tmp_path):
     """A prepared array_record dir named `librispeech` is read by files, not by tfds's builder."""
     import shutil
 
-    TfdsSource(make_config(corpus), Sharding(BATCH))  # make sure it is built
-    version_dir = os.path.join(corpus["data_dir"], "librispeech_local", "1.0.0")
-    shutil.copytree(version_dir, tmp_path / "tfds" / "librispeech" / "1.0.0")
+    built = TfdsSource(make_config(corpus), Sharding(BATCH)).builder  # make sure it is built
+    shutil.copytree(os.fspath(built.data_dir), tmp_path / "tfds" / "librispeech" / str(built.version))
     c = make_config(corpus, name="librispeech", data_dir=str(tmp_path / "tfds"))
     c.dataset.train_splits = "train_clean100"  # the official spelling resolves too
     src = TfdsSource(c, Sharding(BATCH))
     assert src.train_batch(0)["audio"].shape[1] == max(s for s, _ in src.shapes())
+
+
+def test_vectorized_min_frames_match_the_per_sequence_rule():
+    """The index's CTC need, computed over all labels at once, is geometry.ctc_min_frames per row."""
+    from ds2_jax import geometry
+    from ds2_jax.tfds_source import min_frames_of
+
+    rng = np.random.default_rng(0)
+    seqs = [rng.integers(1, 4, size=n).astype(np.int32) for n in [0, 1, 5, 0, 7, 2, 3, 9]]
+    seqs[2][:] = 2  # repeats inside one row
+    seqs[5][:] = seqs[4][-1]  # a row starting with the previous row's last label: no repeat across rows
+    offsets = np.concatenate([[0], np.cumsum([len(x) for x in seqs])])
+    got = min_frames_of(np.concatenate(seqs), offsets)
+    np.testing.assert_array_equal(got, [geometry.ctc_min_frames(x) for x in seqs])

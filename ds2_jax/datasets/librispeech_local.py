@@ -268,8 +268,11 @@ class LibrispeechLocal(tfds.core.GeneratorBasedBuilder):
     """LibriSpeech from a local tree or local .tar.gz archives (16 kHz int16, no TF)."""
 
     name = "librispeech_local"
-    VERSION = tfds.core.Version("1.0.0")
-    RELEASE_NOTES = {"1.0.0": "Raw int16 audio, normalized text, skipped-utterance reports."}
+    VERSION = tfds.core.Version("1.1.0")
+    RELEASE_NOTES = {
+        "1.0.0": "Raw int16 audio, normalized text, skipped-utterance reports.",
+        "1.1.0": "Records stored uncompressed (ds2_jax.datasets.build): ~4x faster random reads.",
+    }
     MANUAL_DOWNLOAD_INSTRUCTIONS = (
         "Put LibriSpeech/<split>/... (extracted) or <split>.tar.gz archives from "
         "https://www.openslr.org/12 in the manual dir (config.dataset.manual_dir)."

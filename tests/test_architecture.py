@@ -1,0 +1,72 @@
+"""The package's imports flow one way: no module imports one that imports it back."""
+
+import ast
+import os
+
+PACKAGE = "ds2_jax"
+ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), PACKAGE)
+
+
+def module_imports() -> dict[str, set[str]]:
+    """ds2_jax module -> the ds2_jax modules it imports anywhere (top level or inside functions)."""
+    modules = {}
+    for folder, _, files in os.walk(ROOT):
+        for name in files:
+            if name.endswith(".py"):
+                rel = os.path.relpath(os.path.join(folder, name), os.path.dirname(ROOT))
+                modules[rel[:-3].replace(os.sep, ".").removesuffix(".__init__")] = os.path.join(folder, name)
+    graph = {}
+    for mod, path in modules.items():
+        with open(path) as f:
+            tree = ast.parse(f.read())
+        deps = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                deps |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                deps |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+        graph[mod] = {d for d in deps if d in modules and d != mod}
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle as [a, b, ..., a], or None."""
+    state: dict[str, int] = {}  # 1 = on the current path, 2 = done
+    path: list[str] = []
+
+    def visit(node):
+        state[node] = 1
+        path.append(node)
+        for dep in sorted(graph[node]):
+            if state.get(dep) == 1:
+                return path[path.index(dep):] + [dep]
+            if dep not in state and (cycle := visit(dep)):
+                return cycle
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def test_cycle_finder_finds_a_planted_cycle():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_the_package_has_no_import_cycle():
+    graph = module_imports()
+    assert "ds2_jax.train" in graph and "ds2_jax.model" in graph["ds2_jax.train"]  # the walk sees imports
+    assert find_cycle(graph) is None, " -> ".join(find_cycle(graph))
+
+
+def test_library_never_imports_benchmarks_torch_or_tensorflow():
+    for path in (os.path.join(d, f) for d, _, fs in os.walk(ROOT) for f in fs if f.endswith(".py")):
+        with open(path) as f:
+            tree = ast.parse(f.read())
+        names = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        names |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+        assert not names & {"benchmarks", "torch", "tensorflow"}, (path, names & {"benchmarks", "torch", "tensorflow"})
