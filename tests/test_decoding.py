@@ -5,6 +5,7 @@ bundled corpus and builds a trigram LM of its training transcripts.
 """
 
 import concurrent.futures
+import dataclasses
 import json
 import os
 
@@ -133,6 +134,28 @@ def test_lm_corrects_an_acoustically_ambiguous_word(tmp_path):
     assert decoding.BeamSearchDecoder(decoding.DecoderConfig(beam_width=16)).decode(lp) == "the kat sat"
     lm_beam.set_weights(alpha=2.0, beta=0.5)
     assert (lm_beam.alpha, lm_beam.beta) == (2.0, 0.5) and lm_beam.decode(lp) == "the cat sat"
+
+
+def test_alpha_weighs_the_natural_log_lm_score(tmp_path):
+    """score = log P_ctc + alpha * ln P_lm + beta * words: with alpha set between the
+    values where 'the cat sat' (LM) and 'the kat sat' (acoustics) win under ln and under
+    log10, only the documented ln scale picks 'cat'."""
+    import math
+
+    pytest.importorskip("flashlight.lib.text")
+    path = str(tmp_path / "lm.arpa")
+    build_lm.write_arpa(*build_lm.estimate(build_lm.sentences(SENTENCES), 3), path)
+    lexicon = tmp_path / "words.txt"
+    lexicon.write_text("the\ncat\nkat\nsat\n")  # 'kat' is out of the LM: scored as <unk>
+    q = 0.9  # the model hears 'kat': acoustic margin ln(0.9 / 0.1) for it
+    lm = build_lm.ArpaModel(path)
+    lm_margin = lm.sentence_log10_prob("the cat sat".split()) - lm.sentence_log10_prob("the kat sat".split())
+    alpha = math.log(q / (1 - q)) / (lm_margin * math.sqrt(math.log(10)))  # ln scale: LM wins by 1.5x
+    lp = _log_probs("the cat sat", confusion={4: ("k", q)})
+    cfg = decoding.DecoderConfig(beam_width=16, lm_path=path, lexicon_path=str(lexicon), alpha=alpha, beta=0.0)
+    assert decoding.BeamSearchDecoder(cfg).decode(lp) == "the cat sat"
+    weaker = decoding.BeamSearchDecoder(dataclasses.replace(cfg, alpha=alpha / math.log(10)))
+    assert weaker.decode(lp) == "the kat sat"  # the same alpha on the log10 score: acoustics win
 
 
 def test_lexicon_file_limits_the_words_of_the_lm_search(tmp_path):
