@@ -20,7 +20,7 @@ PANELS = [
     ("loss", "CTC loss", [("loss", "train"), ("eval_loss", "eval")], True),
     ("gradient norm", "global norm", [("grad_norm", "train")], True),
     ("error rates (eval, greedy)", "rate", [("eval_wer", "WER"), ("eval_cer", "CER")], False),
-    ("input wait", "seconds", [("input_wait_s", "input wait")], False),
+    ("input wait", "s the devices waited, per log interval", [("input_wait_s", "input wait")], False),
 ]
 
 
