@@ -1,16 +1,16 @@
 """The batch mesh axis, and running per-utterance computations on each device's shard of it.
 
 Under parallelism='jit' the step sees the global batch, sharded over the mesh axis AXIS,
-and XLA partitions its ops. It cannot partition the Pallas/Mosaic kernels' custom calls
-(nor, it turns out, the batched FFT of the featurizer): left to itself it gathers the
-batch onto every device around each one and computes all of it everywhere. `traced_on`
-makes the mesh visible while the step is traced, and `map_batch` runs a per-utterance
-computation (the spectrogram, the recurrence, the CTC loss) on each device's rows under
-`jax.shard_map`.
-That is exact, because no utterance reads another's rows; the gradients of the
-replicated arguments (the recurrent weights) are summed over the devices by
-shard_map's transpose. Under pmap the axis is already manual (each program holds one
-shard), and eager or one-device steps have nothing to split: there `map_batch` just calls.
+and XLA partitions its ops. It cannot partition the Pallas/Mosaic kernels' custom calls,
+and it does not split the featurizer's batched FFT: around each it gathers the whole
+batch onto every device and computes all of it everywhere. `traced_on` makes the mesh
+visible while the step is traced, and `map_batch` runs a per-utterance computation (the
+spectrogram, the recurrence, the CTC loss) on each device's rows under `jax.shard_map`.
+That is exact, because no utterance reads another's rows; the gradients of replicated
+arguments (the recurrent weights) are summed over the devices by shard_map's transpose.
+A one-device mesh takes the same path (no collectives remain), so one GPU runs the code
+that eight run. Under pmap the axis is already manual (each program holds one shard) and
+an eager step has no mesh: there `map_batch` just calls fn.
 """
 
 from __future__ import annotations
@@ -35,12 +35,11 @@ def traced_on(fn: Callable, mesh: jax.sharding.Mesh) -> Callable:
     return traced
 
 
-def shards() -> int:
-    """How many devices the batch is split over that XLA, not the program, partitions (1: none)."""
+def sharded() -> bool:
+    """Whether the step being traced holds the global batch over a mesh axis AXIS that XLA
+    partitions (parallelism='jit'); under pmap the axis is manual, eagerly there is none."""
     mesh = jax.sharding.get_abstract_mesh()
-    if mesh.empty or AXIS not in mesh.axis_names or AXIS in mesh.manual_axes:
-        return 1
-    return mesh.shape[AXIS]
+    return not mesh.empty and AXIS in mesh.axis_names and AXIS not in mesh.manual_axes
 
 
 def map_batch(fn: Callable, batched: Sequence[jax.Array], replicated: Sequence[jax.Array] = ()):
@@ -52,11 +51,11 @@ def map_batch(fn: Callable, batched: Sequence[jax.Array], replicated: Sequence[j
       batched: arrays with the batch as their leading axis.
       replicated: arrays every device reads whole (weights).
     """
-    if shards() == 1:
+    if not sharded():
         return fn(*batched, *replicated)
     specs = (PartitionSpec(AXIS),) * len(batched) + (PartitionSpec(),) * len(replicated)
-    # check_vma=False: pallas_call's outputs carry no varying-axes types; without them the
-    # transpose psums the replicated arguments' cotangents.
+    # check_vma=False: under the check pallas_call wants a varying-axes type on every
+    # out_shape. Unchecked, shard_map's transpose psums the replicated arguments' cotangents.
     per_device = jax.shard_map(fn, in_specs=specs, out_specs=PartitionSpec(AXIS), axis_names={AXIS},
                                check_vma=False)
     return per_device(*batched, *replicated)

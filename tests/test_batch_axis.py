@@ -3,7 +3,8 @@ Pallas kernels on each device's rows: same numbers as one device and as pmap, an
 all-gather of the batch in the compiled step. Kernels run in Pallas interpret mode off
 the GPU, where XLA partitions them like any op and gathers the batch around them (on
 GPUs their custom calls can only be replicated): without batch_axis.map_batch these
-tests see the all-gathers."""
+tests see the all-gathers. On a GPU machine the same tests run the native kernels on
+its GPUs (one GPU: a one-device mesh, the same shard_map path)."""
 
 import re
 
@@ -13,11 +14,13 @@ import numpy as np
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec
 
-from ds2_jax import batch_axis, ctc, input_pipeline, parallel, recurrence, train
+from ds2_jax import batch_axis, ctc, input_pipeline, mosaic_rnn, parallel, recurrence, train
 from tests.helpers import tiny_config
 
 KERNELS = {"model.rnn_impl": "pallas", "loss.ctc_impl": "pallas"}
-DEVICES, PER_DEVICE = 8, 2
+# Hopper only: the Mosaic GPU recurrence (bfloat16, width a multiple of 128).
+MOSAIC = {"model.rnn_impl": "mosaic", "loss.ctc_impl": "pallas", "model.dtype": "bfloat16", "model.rnn_size": 128}
+DEVICES, PER_DEVICE = min(8, jax.device_count()), 2  # 8 fake CPU devices; on a GPU machine its GPUs
 
 
 def mesh():
@@ -83,9 +86,9 @@ def all_gathers(hlo: str) -> list[str]:
     return [line.strip()[:200] for line in hlo.splitlines() if re.search(r"\ball-gather(-start)?\(", line)]
 
 
-def _two_steps(kind: str):
+def _two_steps(kind: str, kernels: dict):
     """Losses and final state of two steps with the kernels; for jit also the compiled HLO."""
-    config = _kernel_config(kind, **KERNELS)
+    config = _kernel_config(kind, **kernels)
     par, step, source = _compiled(config)
     state = par.put_replicated(train.initial_state(config, source, jax.random.PRNGKey(0)))
     rng = par.put_replicated(jax.random.PRNGKey(1))
@@ -102,12 +105,15 @@ def _two_steps(kind: str):
     return losses, par.get(state), hlo
 
 
-def test_jit_with_the_kernels_trains_like_pmap_and_gathers_no_batch():
-    pmap_losses, pmap_state, _ = _two_steps("pmap")
-    jit_losses, jit_state, hlo = _two_steps("jit")
-    np.testing.assert_allclose(jit_losses, pmap_losses, rtol=1e-5)
+@pytest.mark.parametrize("kernels, rtol", [(KERNELS, 1e-5), (MOSAIC, 1e-3)], ids=["pallas", "mosaic"])
+def test_jit_with_the_kernels_trains_like_pmap_and_gathers_no_batch(kernels, rtol):
+    if kernels is MOSAIC and not mosaic_rnn.supported():
+        pytest.skip("the Mosaic GPU recurrence runs on Hopper GPUs only")
+    pmap_losses, pmap_state, _ = _two_steps("pmap", kernels)
+    jit_losses, jit_state, hlo = _two_steps("jit", kernels)
+    np.testing.assert_allclose(jit_losses, pmap_losses, rtol=rtol)
     for a, b in zip(jax.tree_util.tree_leaves(jit_state.params), jax.tree_util.tree_leaves(pmap_state.params)):
-        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=10 * rtol, atol=rtol / 10)
     assert "all-reduce" in hlo
     assert all_gathers(hlo) == []
 
