@@ -28,7 +28,7 @@ def mesh():
 
 
 def on_mesh(fn, *args):
-    """jit(fn) traced on the 8-device mesh, the leading axis of every argument sharded."""
+    """jit(fn) traced on the DEVICES-device mesh, the leading axis of every argument sharded."""
     m = mesh()
     args = [jax.device_put(a, NamedSharding(m, PartitionSpec(batch_axis.AXIS))) for a in args]
     return jax.jit(batch_axis.traced_on(fn, m))(*args)
@@ -125,6 +125,7 @@ def test_compiled_jit_step_with_the_default_impls_gathers_no_batch():
     config = _kernel_config("jit")
     par, step, source = _compiled(config)
     state = par.put_replicated(train.initial_state(config, source, jax.random.PRNGKey(0)))
-    hlo = step.lower(state, par.put_batch(source.train_batch(0)), par.put_replicated(jax.random.PRNGKey(1))).compile().as_text()
+    rng = par.put_replicated(jax.random.PRNGKey(1))
+    hlo = step.lower(state, par.put_batch(source.train_batch(0)), rng).compile().as_text()
     assert "all-reduce" in hlo
     assert all_gathers(hlo) == []
