@@ -114,7 +114,7 @@ def test_jit_with_the_kernels_trains_like_pmap_and_gathers_no_batch(kernels, rto
     np.testing.assert_allclose(jit_losses, pmap_losses, rtol=rtol)
     for a, b in zip(jax.tree_util.tree_leaves(jit_state.params), jax.tree_util.tree_leaves(pmap_state.params)):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=10 * rtol, atol=rtol / 10)
-    assert "all-reduce" in hlo
+    assert "all-reduce" in hlo or DEVICES == 1  # one device: XLA drops the all-reduces
     assert all_gathers(hlo) == []
 
 
@@ -127,5 +127,5 @@ def test_compiled_jit_step_with_the_default_impls_gathers_no_batch():
     state = par.put_replicated(train.initial_state(config, source, jax.random.PRNGKey(0)))
     rng = par.put_replicated(jax.random.PRNGKey(1))
     hlo = step.lower(state, par.put_batch(source.train_batch(0)), rng).compile().as_text()
-    assert "all-reduce" in hlo
+    assert "all-reduce" in hlo or DEVICES == 1  # one device: XLA drops the all-reduces
     assert all_gathers(hlo) == []
