@@ -6,7 +6,8 @@ All three run the same pure `train.train_step`:
 - 'jit': one SPMD program over a 1-D mesh; the batch is sharded along 'batch', the state
   replicated, and XLA inserts the all-reduces (the step runs with axis_name=None on the
   global batch, so batch norm is always global). The step is traced on the mesh, so the
-  recurrence and the CTC loss, with their kernels, run on each device's rows (batch_axis).
+  spectrogram, the recurrence and the CTC loss, with their kernels, run on each device's
+  rows (batch_axis) instead of on a gathered batch.
 - 'eager': config.compile=False, op by op on one device.
 """
 
