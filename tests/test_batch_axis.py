@@ -69,6 +69,20 @@ def test_map_batch_runs_on_each_devices_rows_only_under_a_mesh():
     np.testing.assert_array_equal(pm(shards), PER_DEVICE)
 
 
+def test_auto_decides_on_the_per_device_batch_as_under_pmap(monkeypatch):
+    """'auto' keeps the RNN kernels to <= 16 rows per device: under jit it must see a device's
+    rows, not the global batch; and the CTC choice no longer depends on the parallelism."""
+    seen = []
+    choose = recurrence._impl_for
+    monkeypatch.setattr(recurrence, "_impl_for",
+                        lambda impl, cell, xs, w: seen.append(xs.shape[0]) or choose(impl, cell, xs, w))
+    xs, lengths = jnp.ones((DEVICES * PER_DEVICE, 5, 8)), jnp.full((DEVICES * PER_DEVICE,), 5)
+    on_mesh(lambda xs, lengths: recurrence.bidirectional([xs], jnp.zeros((2, 8, 8)), lengths, impl="auto"), xs, lengths)
+    assert seen == [PER_DEVICE]
+    impls = {kind: train.step_kwargs(tiny_config(parallelism=kind))["ctc_impl"] for kind in parallel.KINDS}
+    assert impls == {"pmap": "auto", "jit": "auto"}
+
+
 def _kernel_config(kind: str, **overrides):
     return tiny_config(parallelism=kind, per_device_batch_size=PER_DEVICE, num_devices=DEVICES, **{
         "dataset.synthetic_min_duration_s": 0.3, "dataset.synthetic_max_duration_s": 0.5,
