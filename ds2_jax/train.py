@@ -161,10 +161,8 @@ def train_step(
 
 
 def ctc_impl_for(config) -> str:
-    """config.loss.ctc_impl; 'auto' means optax under parallelism='jit', where the step sees
-    the global batch and XLA could only replicate the kernels' custom calls."""
-    impl = config.loss.get("ctc_impl", "auto")  # workdirs saved before the knob existed
-    return "optax" if impl == "auto" and config.parallelism == "jit" else impl
+    """config.loss.ctc_impl ('auto' in workdirs saved before the knob existed)."""
+    return config.loss.get("ctc_impl", "auto")
 
 
 def step_kwargs(config) -> dict:
