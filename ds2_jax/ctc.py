@@ -69,6 +69,7 @@ def per_utterance_loss(
       (<float32>[B] loss, 0 where infeasible; <bool>[B] feasible).
     """
     ok = feasible(logit_lengths, labels, label_lengths)
+    pallas_common.log_choice("ctc", impl, resolve_impl(impl), f"{logits.shape[0]} rows")
     loss = batch_axis.map_batch(_IMPLS[resolve_impl(impl)], [logits.astype(jnp.float32), logit_lengths, labels,
                                                              label_lengths])
     if norm_by_times:

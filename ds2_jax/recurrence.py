@@ -254,7 +254,9 @@ def bidirectional(
     xs = jnp.where(valid, jnp.stack(projections, axis=2), jnp.zeros((), projections[0].dtype))
 
     def run(xs, recurrent):  # on one device's rows: the kernels and their policy see the local batch
-        return IMPLS[_impl_for(impl, cell, xs, recurrent)](xs, recurrent, cell, unroll)
+        chosen = _impl_for(impl, cell, xs, recurrent)
+        pallas_common.log_choice("recurrence", impl, chosen, f"{cell}, {xs.shape[0]} rows per device, {xs.dtype}")
+        return IMPLS[chosen](xs, recurrent, cell, unroll)
 
     ys = batch_axis.map_batch(run, [xs], [recurrent])  # [B, T, D, H]
     return ys.reshape(ys.shape[:2] + (-1,))
