@@ -59,3 +59,8 @@ def map_batch(fn: Callable, batched: Sequence[jax.Array], replicated: Sequence[j
     per_device = jax.shard_map(fn, in_specs=specs, out_specs=PartitionSpec(AXIS), axis_names={AXIS},
                                check_vma=False)
     return per_device(*batched, *replicated)
+
+
+def psum(x, axis_name: str | None):
+    """Sum over the pmap axis `axis_name`; the identity when the step sees the whole batch."""
+    return x if axis_name is None else jax.lax.psum(x, axis_name)
