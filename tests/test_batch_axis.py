@@ -17,6 +17,8 @@ from jax.sharding import NamedSharding, PartitionSpec
 from ds2_jax import batch_axis, ctc, input_pipeline, mosaic_rnn, parallel, recurrence, train
 from tests.helpers import tiny_config
 
+pytestmark = pytest.mark.gpu  # kernel numerics under jit: make test-gpu runs them on a GPU
+
 KERNELS = {"model.rnn_impl": "pallas", "loss.ctc_impl": "pallas"}
 # Hopper only: the Mosaic GPU recurrence (bfloat16, width a multiple of 128).
 MOSAIC = {"model.rnn_impl": "mosaic", "loss.ctc_impl": "pallas", "model.dtype": "bfloat16", "model.rnn_size": 128}
