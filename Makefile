@@ -40,7 +40,7 @@ test-fast: $(VENV)/.stamp-test
 # a python whose jax has CUDA (e.g. pip install -U "jax[cuda12]"), pytest and torch. The files
 # are named so that collection imports neither tfds nor ml_collections.
 GPU_PYTHON ?= $(PY)
-GPU_TESTS := tests/test_recurrence.py tests/test_ctc.py tests/test_space_to_depth.py
+GPU_TESTS := tests/test_recurrence.py tests/test_ctc.py tests/test_space_to_depth.py tests/test_batch_axis.py
 test-gpu:
 	JAX_PLATFORMS=cuda JAX_DEFAULT_MATMUL_PRECISION=highest $(GPU_PYTHON) -m pytest -q -m gpu $(GPU_TESTS) $(PYTEST_ARGS)
 

@@ -1,4 +1,5 @@
-"""The JAX variants: 'jax' (the project's pmap'd step) and 'jax_eager' (config.compile=False)."""
+"""The JAX variants: 'jax' (the project's pmap'd step), 'jax_jit' (the same step under
+parallelism='jit': one program over a device mesh) and 'jax_eager' (config.compile=False)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,12 @@ import os
 import tempfile
 
 import jax
-from flax import jax_utils
 
 from benchmarks import profile, timing
 from ds2_jax import input_pipeline, model, parallel, train
 
-VARIANTS = ("jax", "jax_eager")
+VARIANTS = ("jax", "jax_jit", "jax_eager")
+PARALLELISM = {"jax": "pmap", "jax_jit": "jit", "jax_eager": "pmap"}  # jax_eager: compile=False
 
 
 def device_description() -> str:
@@ -21,24 +22,28 @@ def device_description() -> str:
 
 
 def run(config, variant: str, n_devices: int, steps: int, warmup: int, profile_steps: int, num_batches: int) -> dict:
-    """Times the train step of ds2_jax.train on n_devices; returns a result row's fields."""
+    """Times the train step of ds2_jax.train on n_devices; returns a result row's fields.
+
+    Every variant compiles and stages through ds2_jax.parallel, as the training loop does.
+    """
     config = copy.deepcopy(config)
-    config.compile = variant == "jax"
-    devices = jax.local_devices()[:n_devices]
+    config.compile = variant != "jax_eager"
+    config.parallelism = PARALLELISM[variant]
+    config.num_devices = n_devices
+    par = parallel.make(config)
+    devices = par.devices
     global_batch = config.per_device_batch_size * n_devices
     source = input_pipeline.SyntheticSource(config, input_pipeline.Sharding(global_batch))
     host_batches = [source.train_batch(i) for i in range(num_batches)]
     mean, std = source.feature_stats()
     state = train.create_state(config, jax.random.PRNGKey(config.seed), mean, std)
     params = model.count_params(state.params)
-    step_fn = train.compile_train_step(config)
-    rng = jax.random.PRNGKey(config.seed + 1)
-    if config.compile:
-        state = jax_utils.replicate(state, devices, axis_name=train.AXIS)
-        rng = jax_utils.replicate(rng, devices, axis_name=train.AXIS)
-        batches = list(parallel.Parallel("pmap", devices).put_batches(iter(host_batches), num_batches))
-    else:
+    step_fn = par.compile(train.train_step, train.step_kwargs(config))
+    state, rng = par.put_replicated(state), par.put_replicated(jax.random.PRNGKey(config.seed + 1))
+    if par.kind == "eager":
         batches = [jax.device_put(b, devices[0]) for b in host_batches]
+    else:  # staged on the devices as the training loop stages them
+        batches = list(par.put_batches(iter(host_batches), num_batches))
     holder = {"state": state}
 
     def dispatch(i):

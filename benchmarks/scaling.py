@@ -1,13 +1,13 @@
 """Step time, throughput and multi-device scaling of the JAX and PyTorch DS2 variants.
 
     python -m benchmarks.scaling --config=configs/ds2_8gpu.py --devices=1,2,4,8 \
-        --variants=jax,jax_eager,torch_loop,torch_cudnn,torch_compile \
+        --variants=jax,jax_jit,jax_eager,torch_loop,torch_cudnn,torch_compile \
         --dtype=float32,bfloat16 --out=DIR [--steps=20 --warmup=3 --config.x=y ...]
 
 On the CPU, with fake devices and the tiny config (seconds):
 
     XLA_FLAGS=--xla_force_host_platform_device_count=8 python -m benchmarks.scaling \
-        --config=configs/smoke.py --devices=1,2 --variants=jax,jax_eager,torch_loop,torch_cudnn \
+        --config=configs/smoke.py --devices=1,2 --variants=jax,jax_jit,jax_eager,torch_loop,torch_cudnn \
         --steps=3 --warmup=1 --out=/tmp/b
 
 Data is always the synthetic source (config.dataset.synthetic_*: 6-8 s by default),
@@ -20,7 +20,8 @@ utterances/s, the seed's epoch columns, speedup and efficiency over one device, 
 a profile summary. Writes DIR/results.{json,csv,md}, DIR/speedup.png and
 DIR/ms_per_step.png after every measurement, so an interrupted run keeps what it has.
 
-jax_eager runs on one device only. With CUDA, every PyTorch measurement runs in its own
+jax is the pmap'd step (config.parallelism='pmap'), jax_jit the same step under
+parallelism='jit'; jax_eager runs on one device only. With CUDA, every PyTorch measurement runs in its own
 processes, one per GPU (DistributedDataParallel through torch.distributed.run; rank 0
 reports), so its CUDA libraries never meet this process's JAX; on the CPU it runs here,
 on one device.

@@ -110,7 +110,7 @@ def get_config() -> ml_collections.ConfigDict:
     config.loss = ml_collections.ConfigDict()
     config.loss.norm_by_times = False  # Divide each utterance's CTC loss by its frames.
     # CTC: 'optax' (lax.scan), 'pallas' (forward-backward kernels, GPU; interpreted
-    # elsewhere) or 'auto' (pallas on GPUs with parallelism='pmap', optax elsewhere).
+    # elsewhere) or 'auto' (pallas on GPUs, optax elsewhere; with either parallelism).
     config.loss.ctc_impl = "auto"
 
     # --- Optimizer -------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 
@@ -60,3 +61,21 @@ def save_or_explain(mgr: ocp.CheckpointManager, step: int, state) -> None:
             f"writing checkpoint {step} to {mgr.directory} failed ({e}); earlier checkpoints are intact. "
             "Free disk space or choose another --workdir, then rerun the same command."
         ) from e
+
+
+def save_config(config, workdir: str) -> None:
+    """Writes workdir/config.json, so eval and transcription rebuild the same model."""
+    os.makedirs(workdir, exist_ok=True)
+    with open(os.path.join(workdir, "config.json"), "w") as f:
+        f.write(config.to_json(indent=2))
+
+
+def load_config(workdir: str):
+    """The config a workdir was trained with (see save_config)."""
+    import ml_collections
+
+    path = os.path.join(workdir, "config.json")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path} not found: is {workdir} a ds2_jax training workdir?")
+    with open(path) as f:
+        return ml_collections.ConfigDict(json.load(f))

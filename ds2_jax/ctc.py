@@ -13,14 +13,13 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from ds2_jax import ctc_kernel, geometry, pallas_common, text
+from ds2_jax import batch_axis, ctc_kernel, geometry, pallas_common, text
 
 IMPLS = ("auto", "optax", "pallas")
 
 
 def resolve_impl(impl: str) -> str:
-    """'auto' -> the Pallas forward-backward kernels on GPUs, optax elsewhere (see also
-    train.ctc_impl_for, which keeps optax under parallelism='jit')."""
+    """'auto' -> the Pallas forward-backward kernels on GPUs, optax elsewhere."""
     if impl not in IMPLS:
         raise ValueError(f"loss.ctc_impl={impl!r}: expected one of {IMPLS}")
     if impl == "auto":
@@ -38,6 +37,18 @@ def feasible(logit_lengths, labels, label_lengths) -> jax.Array:
     return (label_lengths > 0) & (geometry.ctc_min_frames(labels, label_lengths) <= logit_lengths)
 
 
+def _optax_loss(logits, logit_lengths, labels, label_lengths):
+    return optax.ctc_loss(logits, paddings(logit_lengths, logits.shape[1]), labels,
+                          paddings(label_lengths, labels.shape[1]), blank_id=text.BLANK)
+
+
+def _pallas_loss(logits, logit_lengths, labels, label_lengths):
+    return ctc_kernel.ctc_loss(jax.nn.log_softmax(logits), logit_lengths, labels, label_lengths, text.BLANK)
+
+
+_IMPLS = {"optax": _optax_loss, "pallas": _pallas_loss}
+
+
 def per_utterance_loss(
     logits: jax.Array,
     logit_lengths: jax.Array,
@@ -52,22 +63,15 @@ def per_utterance_loss(
       logits: <float32>[B, T, V] unnormalized, blank = 0.
       logit_lengths, label_lengths: <int32>[B].
       labels: <int32>[B, L].
-      impl: 'optax' (lax.scan), 'pallas' (ds2_jax.ctc_kernel) or 'auto'.
+      impl: 'optax' (lax.scan), 'pallas' (ds2_jax.ctc_kernel) or 'auto'. Under
+        parallelism='jit' each device computes the losses of its own rows (batch_axis).
     Returns:
       (<float32>[B] loss, 0 where infeasible; <bool>[B] feasible).
     """
     ok = feasible(logit_lengths, labels, label_lengths)
-    logits = logits.astype(jnp.float32)
-    if resolve_impl(impl) == "pallas":
-        loss = ctc_kernel.ctc_loss(jax.nn.log_softmax(logits), logit_lengths, labels, label_lengths, text.BLANK)
-    else:
-        loss = optax.ctc_loss(
-            logits,
-            paddings(logit_lengths, logits.shape[1]),
-            labels,
-            paddings(label_lengths, labels.shape[1]),
-            blank_id=text.BLANK,
-        )
+    pallas_common.log_choice("ctc", impl, resolve_impl(impl), f"{logits.shape[0]} rows")
+    loss = batch_axis.map_batch(_IMPLS[resolve_impl(impl)], [logits.astype(jnp.float32), logit_lengths, labels,
+                                                             label_lengths])
     if norm_by_times:
         loss = loss / jnp.maximum(logit_lengths, 1).astype(jnp.float32)
     # jnp.where also blocks the gradient of the masked entries.

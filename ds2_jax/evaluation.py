@@ -25,14 +25,16 @@ import jax.numpy as jnp
 import numpy as np
 from flax import jax_utils
 
-from ds2_jax import checkpoint, ctc, decoding, features, input_pipeline, metrics, model, parallel, text, train
+from ds2_jax import checkpoint, ctc, decoding, features, input_pipeline, metrics, model, parallel, text
+from ds2_jax.batch_axis import AXIS, psum
+from ds2_jax.state import TrainState, create_state, step_kwargs
 from ds2_jax.config_validation import validate
 
 log = logging.getLogger("ds2_jax")
 NUM_WORST = 10  # Worst utterances (by CER) kept in the eval json.
 
 
-def forward(state: train.TrainState, audio, audio_lengths, *, model_cfg, feature_cfg, axis_name: str | None = None):
+def forward(state: TrainState, audio, audio_lengths, *, model_cfg, feature_cfg, axis_name: str | None = None):
     """Inference forward pass with running batch-norm statistics.
 
     Args:
@@ -47,7 +49,7 @@ def forward(state: train.TrainState, audio, audio_lengths, *, model_cfg, feature
 
 
 def eval_step(
-    state: train.TrainState,
+    state: TrainState,
     batch,
     *,
     model_cfg,
@@ -68,7 +70,7 @@ def eval_step(
     loss, ok = ctc.per_utterance_loss(logits, out_lengths, batch["labels"], batch["label_lengths"], norm_by_times,
                                       ctc_impl)
     used = ok.astype(jnp.float32) * batch["weights"]
-    sums = {"loss_sum": train.psum(jnp.sum(loss * used), axis_name), "loss_count": train.psum(jnp.sum(used), axis_name)}
+    sums = {"loss_sum": psum(jnp.sum(loss * used), axis_name), "loss_count": psum(jnp.sum(used), axis_name)}
     outputs = {"ids": ctc.greedy_ids(logits), "lengths": out_lengths}
     if log_probs:
         outputs["log_probs"] = jax.nn.log_softmax(logits, axis=-1)
@@ -77,11 +79,11 @@ def eval_step(
 
 def compile_eval_step(config, log_probs: bool = False) -> Callable:
     """pmap'd eval step (or eager with config.compile=False); log_probs for beam search."""
-    kw = train.step_kwargs(config)
+    kw = step_kwargs(config)
     kwargs = {"model_cfg": kw["model_cfg"], "feature_cfg": kw["feature_cfg"], "norm_by_times": kw["norm_by_times"],
               "ctc_impl": kw["ctc_impl"], "log_probs": log_probs}
     if config.compile:
-        return jax.pmap(functools.partial(eval_step, **kwargs, axis_name=train.AXIS), axis_name=train.AXIS)
+        return jax.pmap(functools.partial(eval_step, **kwargs, axis_name=AXIS), axis_name=AXIS)
     return functools.partial(eval_step, **kwargs, axis_name=None)
 
 
@@ -162,7 +164,7 @@ def gather_texts(texts: list[str]) -> list[str]:
     if jax.process_count() == 1:
         return texts
     n_local = jax.local_device_count()
-    gather = jax.pmap(lambda x: jax.lax.all_gather(x, train.AXIS), axis_name=train.AXIS)
+    gather = jax.pmap(lambda x: jax.lax.all_gather(x, AXIS), axis_name=AXIS)
 
     def all_rows(row: np.ndarray) -> np.ndarray:
         local = np.zeros((n_local,) + row.shape, row.dtype)
@@ -177,14 +179,14 @@ def gather_texts(texts: list[str]) -> list[str]:
     return [t for b, n in zip(blobs, sizes) if n for t in json.loads(bytes(b[:n]).decode())]
 
 
-def restore_state(config, workdir: str, step: int | None = None) -> tuple[train.TrainState, int]:
+def restore_state(config, workdir: str, step: int | None = None) -> tuple[TrainState, int]:
     """(unreplicated state, step) of checkpoint `step` (default: latest) of `workdir`.
 
     The template's feature statistics are placeholders: the checkpoint's replace them,
     so no dataset is needed.
     """
     num_bins = features.FeatureConfig.from_config(config.features).num_bins
-    template = train.create_state(config, jax.random.PRNGKey(0), np.zeros(num_bins, np.float32), np.ones(num_bins, np.float32))
+    template = create_state(config, jax.random.PRNGKey(0), np.zeros(num_bins, np.float32), np.ones(num_bins, np.float32))
     mgr = checkpoint.manager(workdir, config.keep_checkpoints)
     if step is None:
         state, step = checkpoint.restore_latest(mgr, template)  # skips a damaged newest one
@@ -199,7 +201,7 @@ def restore_state(config, workdir: str, step: int | None = None) -> tuple[train.
 
 def replicate_for_eval(config, state, devices):
     """A host state in the layout of compile_eval_step: replicated for pmap, as is for eager."""
-    return jax_utils.replicate(state, devices, axis_name=train.AXIS) if config.compile else state
+    return jax_utils.replicate(state, devices, axis_name=AXIS) if config.compile else state
 
 
 @dataclasses.dataclass
@@ -207,7 +209,7 @@ class EvalRun:
     """A restored checkpoint, ready for run_split / evaluate."""
 
     p_eval: Callable
-    state: "train.TrainState"
+    state: "TrainState"
     source: input_pipeline.Source
     devices: list
     step: int
@@ -215,7 +217,7 @@ class EvalRun:
 
 def prepare(config, workdir: str, step: int | None = None, log_probs: bool = False) -> EvalRun:
     """Restores checkpoint `step` (default: latest), builds the source and the eval step."""
-    devices = train.local_devices(config)
+    devices = parallel.make(config).devices
     source = input_pipeline.make_source(config, input_pipeline.Sharding(config.per_device_batch_size * len(devices)))
     state, step = restore_state(config, workdir, step)
     p_eval = compile_eval_step(config, log_probs=log_probs)

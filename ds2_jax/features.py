@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ds2_jax import geometry
+from ds2_jax import batch_axis, geometry
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,7 +84,9 @@ def featurize(
     Returns:
       (<float32>[B, T, num_bins] with padded frames zeroed, <int32>[B] frame counts).
     """
-    feats = (log_spectrogram(audio, fc) - mean) / std
+    # Per device under parallelism='jit': XLA would gather the batch around the FFT.
+    spectrogram = batch_axis.map_batch(lambda a: log_spectrogram(a, fc), [audio])
+    feats = (spectrogram - mean) / std
     lengths = geometry.num_frames(audio_lengths.astype(jnp.int32), fc.window, fc.hop)
     mask = jnp.arange(feats.shape[1])[None, :] < lengths[:, None]
     return jnp.where(mask[..., None], feats, 0.0), lengths

@@ -41,8 +41,8 @@ class SyntheticSource:
 
     Durations are uniform in [min_s, max_s]; all batches are padded to the maximum,
     so there is one compiled shape. Transcripts fit their frames (CTC feasible).
-    Index i is utterance i % synthetic_pool_size of a pool made once on first use, so
-    a batch costs a copy, not random generation: the source never limits the step.
+    Index i is utterance i % synthetic_pool_size of a pool made once at construction,
+    so a batch costs a copy, not random generation: the source never limits the step.
     """
 
     def __init__(self, config, sharding: Sharding):
@@ -62,7 +62,8 @@ class SyntheticSource:
         self.num_utterances = d.synthetic_num_utterances
         max_out = geometry.output_frames(geometry.num_frames(self.max_samples), self.num_conv_layers)
         self.max_label_len = max(1, min(int(self.chars_per_second * d.synthetic_max_duration_s), max_out // 2))
-        self._pool: dict[int, dict[str, np.ndarray]] = {}
+        # Made up front: filling it lazily would hold the first pool_size / batch steps back.
+        self._pool = {key: self.generate(key) for key in range(self.pool_size)}
 
     def generate(self, key: int) -> dict[str, np.ndarray]:
         """Utterance `key` drawn from rng([seed, key])."""

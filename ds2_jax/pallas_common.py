@@ -3,10 +3,22 @@ block sizes and the barrier among one program's threads."""
 
 from __future__ import annotations
 
+import logging
+
 import jax
 from jax.experimental.pallas import triton as plt
 
+_LOGGED: set = set()
+
 MIN_BLOCK = 16  # Triton's smallest MMA tile side
+
+
+def log_choice(what: str, asked: str, chosen: str, detail: str) -> None:
+    """Logs once per distinct choice which implementation 'auto' (or the config) ran."""
+    key = (what, asked, chosen, detail)
+    if key not in _LOGGED:
+        _LOGGED.add(key)
+        logging.getLogger("ds2_jax").info("%s: %s -> %s (%s, %s)", what, asked, chosen, detail, jax.default_backend())
 
 
 def interpret_mode() -> bool:

@@ -5,7 +5,9 @@ All three run the same pure `train.train_step`:
   batch-norm statistics itself. State replicated with a leading device axis.
 - 'jit': one SPMD program over a 1-D mesh; the batch is sharded along 'batch', the state
   replicated, and XLA inserts the all-reduces (the step runs with axis_name=None on the
-  global batch, so batch norm is always global).
+  global batch, so batch norm is always global). The step is traced on the mesh, so the
+  spectrogram, the recurrence and the CTC loss, with their kernels, run on each device's
+  rows (batch_axis) instead of on a gathered batch.
 - 'eager': config.compile=False, op by op on one device.
 """
 
@@ -23,9 +25,9 @@ import jax
 import numpy as np
 from flax import jax_utils
 
-from ds2_jax import batching
+from ds2_jax import batch_axis, batching
 
-AXIS = "batch"
+AXIS = batch_axis.AXIS
 KINDS = ("pmap", "jit")
 
 
@@ -50,7 +52,7 @@ class Parallel:
             return jax.pmap(fn, axis_name=AXIS, donate_argnums=(0,) if donate else ())
         fn = functools.partial(step_fn, **kwargs, axis_name=None)
         if self.kind == "jit":
-            return jax.jit(fn, donate_argnums=(0,) if donate else ())
+            return jax.jit(batch_axis.traced_on(fn, self.mesh), donate_argnums=(0,) if donate else ())
 
         def eager(*args):
             with jax.disable_jit():

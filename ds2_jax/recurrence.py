@@ -21,7 +21,7 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 
-from ds2_jax import mosaic_rnn, pallas_common, persistent_rnn
+from ds2_jax import batch_axis, mosaic_rnn, pallas_common, persistent_rnn
 from ds2_jax.activation import clipped_relu
 
 
@@ -247,8 +247,16 @@ def bidirectional(
       lengths: <int32>[B] valid frames.
     Returns:
       [B, T, D*H], directions concatenated (forward first); padded frames hold garbage.
+
+    Under parallelism='jit' each device runs the recurrence on its own rows (batch_axis).
     """
     valid = (jnp.arange(projections[0].shape[1])[None, :] < lengths[:, None])[:, :, None, None]
     xs = jnp.where(valid, jnp.stack(projections, axis=2), jnp.zeros((), projections[0].dtype))
-    ys = IMPLS[_impl_for(impl, cell, xs, recurrent)](xs, recurrent, cell, unroll)  # [B, T, D, H]
+
+    def run(xs, recurrent):  # on one device's rows: the kernels and their policy see the local batch
+        chosen = _impl_for(impl, cell, xs, recurrent)
+        pallas_common.log_choice("recurrence", impl, chosen, f"{cell}, {xs.shape[0]} rows per device, {xs.dtype}")
+        return IMPLS[chosen](xs, recurrent, cell, unroll)
+
+    ys = batch_axis.map_batch(run, [xs], [recurrent])  # [B, T, D, H]
     return ys.reshape(ys.shape[:2] + (-1,))

@@ -10,77 +10,31 @@ the compiled and the eager design run identical code.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
-import os
 import time
-from typing import Any, Callable
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from flax.training import train_state
 
 from ds2_jax import checkpoint, ctc, features, input_pipeline, loader, metrics, model, parallel, progress, resilience
+from ds2_jax.batch_axis import psum
+from ds2_jax.checkpoint import load_config, save_config  # noqa: F401 - the loop's config I/O, re-exported
 from ds2_jax.config_validation import validate
+from ds2_jax.state import (  # noqa: F401 - re-exported: the step's state and static arguments
+    TrainState,
+    create_state,
+    ctc_impl_for,
+    initial_state,
+    learning_rate_schedule,
+    make_optimizer,
+    step_kwargs,
+)
 
 log = logging.getLogger("ds2_jax")
 AXIS = parallel.AXIS
-
-
-class TrainState(train_state.TrainState):
-    batch_stats: Any = None
-    feature_mean: jax.Array | None = None
-    feature_std: jax.Array | None = None
-    skipped_steps: jax.Array | None = None  # non-finite steps skipped in total
-    consecutive_skips: jax.Array | None = None
-
-
-def learning_rate_schedule(opt) -> optax.Schedule:
-    """Optional linear warm-up, then constant, cosine or exponential decay."""
-    if opt.schedule == "constant":
-        after = optax.constant_schedule(opt.learning_rate)
-    elif opt.schedule == "cosine":
-        after = optax.cosine_decay_schedule(opt.learning_rate, max(opt.decay_steps, 1))
-    elif opt.schedule == "exponential":
-        after = optax.exponential_decay(opt.learning_rate, max(opt.decay_steps, 1), opt.decay_rate)
-    else:
-        raise ValueError(f"optimizer.schedule={opt.schedule!r}: expected constant, cosine or exponential")
-    if opt.warmup_steps <= 0:
-        return after
-    warmup = optax.linear_schedule(0.0, opt.learning_rate, opt.warmup_steps)
-    return optax.join_schedules([warmup, after], [opt.warmup_steps])
-
-
-def make_optimizer(opt) -> optax.GradientTransformation:
-    """Adam after clipping by global norm (Paddle's gradient_clipping_threshold)."""
-    return optax.chain(
-        optax.clip_by_global_norm(opt.clip_global_norm),
-        optax.adam(learning_rate_schedule(opt), b1=opt.b1, b2=opt.b2, eps=opt.eps),
-    )
-
-
-def create_state(config, rng: jax.Array, feature_mean: np.ndarray, feature_std: np.ndarray) -> TrainState:
-    """Initial (unreplicated) state: parameters, batch-norm statistics, optimizer state."""
-    cfg = model.ModelConfig.from_config(config.model, num_bins=len(feature_mean))
-    net = model.DeepSpeech2(cfg)
-    frames = 64
-    variables = jax.jit(lambda r: net.init(r, jnp.zeros((1, frames, cfg.num_bins)), jnp.array([frames]), train=False))(rng)
-    return TrainState.create(
-        apply_fn=net.apply,
-        params=variables["params"],
-        tx=make_optimizer(config.optimizer),
-        batch_stats=variables["batch_stats"],
-        feature_mean=jnp.asarray(feature_mean, jnp.float32),
-        feature_std=jnp.asarray(feature_std, jnp.float32),
-        skipped_steps=jnp.zeros((), jnp.int32),
-        consecutive_skips=jnp.zeros((), jnp.int32),
-    )
-
-
-def psum(x, axis_name):
-    return x if axis_name is None else jax.lax.psum(x, axis_name)
 
 
 def features_of(state, batch, fc):
@@ -160,61 +114,12 @@ def train_step(
     return new_state, step_metrics
 
 
-def ctc_impl_for(config) -> str:
-    """config.loss.ctc_impl; 'auto' means optax under parallelism='jit', where the step sees
-    the global batch and XLA could only replicate the kernels' custom calls."""
-    impl = config.loss.get("ctc_impl", "auto")  # workdirs saved before the knob existed
-    return "optax" if impl == "auto" and config.parallelism == "jit" else impl
-
-
-def step_kwargs(config) -> dict:
-    """The fixed (static) arguments of train_step, derived from the config."""
-    f = config.features
-    return dict(
-        model_cfg=model.ModelConfig.from_config(config.model),
-        feature_cfg=features.FeatureConfig.from_config(f),
-        config_aug=(f.freq_masks, f.freq_mask_width, f.time_masks, f.time_mask_max_fraction),
-        norm_by_times=config.loss.norm_by_times,
-        ctc_impl=ctc_impl_for(config),
-        learning_rate_fn=learning_rate_schedule(config.optimizer),
-        nan_steps=resilience.parse_steps(config.faults.nan_at_steps),
-    )
-
-
 def compile_train_step(config) -> Callable:
     """The train step compiled for config.parallelism, or eager with config.compile=False."""
     return parallel.make(config).compile(train_step, step_kwargs(config))
 
 
 # ----------------------------------------------------------------------------- loop
-
-
-def local_devices(config) -> list:
-    """This process's devices that the step uses."""
-    return parallel.make(config).devices
-
-
-def save_config(config, workdir: str) -> None:
-    """Writes workdir/config.json, so eval and transcription rebuild the same model."""
-    os.makedirs(workdir, exist_ok=True)
-    with open(os.path.join(workdir, "config.json"), "w") as f:
-        f.write(config.to_json(indent=2))
-
-
-def load_config(workdir: str):
-    """The config a workdir was trained with (see save_config)."""
-    import ml_collections
-
-    path = os.path.join(workdir, "config.json")
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"{path} not found: is {workdir} a ds2_jax training workdir?")
-    with open(path) as f:
-        return ml_collections.ConfigDict(json.load(f))
-
-
-def initial_state(config, source, rng):
-    mean, std = source.feature_stats()
-    return create_state(config, rng, mean, std)
 
 
 def train_and_evaluate(config, workdir: str) -> TrainState:

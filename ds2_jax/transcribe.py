@@ -61,14 +61,14 @@ class Transcriber:
     def __init__(self, workdir: str, decoder_cfg: decoding.DecoderConfig | None = None, step: int | None = None, batch_size: int = 8):
         import jax
 
-        from ds2_jax import evaluation, train
+        from ds2_jax import checkpoint, evaluation, state
 
-        self.config = train.load_config(workdir)
+        self.config = checkpoint.load_config(workdir)
         self.beam = decoding.make_beam_decoder(decoder_cfg or decoding.DecoderConfig())
         self.state, self.step = evaluation.restore_state(self.config, workdir, step)
         self.sample_rate = self.config.features.sample_rate
         self.batch_size = batch_size
-        kw = train.step_kwargs(self.config)
+        kw = state.step_kwargs(self.config)
         self._infer = jax.jit(functools.partial(
             _infer, model_cfg=kw["model_cfg"], feature_cfg=kw["feature_cfg"], log_probs=self.beam is not None
         ))
@@ -113,9 +113,9 @@ def main(argv: list[str] | None = None) -> int:
     from absl import logging as absl_logging
 
     absl_logging.set_verbosity(absl_logging.WARNING)  # orbax's restore chatter
-    from ds2_jax import train
+    from ds2_jax import checkpoint
 
-    base = decoding.DecoderConfig.from_config(train.load_config(args.workdir).get("decoding"))
+    base = decoding.DecoderConfig.from_config(checkpoint.load_config(args.workdir).get("decoding"))
     beam_width = args.beam_width if args.beam_width is not None else (DEFAULT_LM_BEAM_WIDTH if args.lm else base.beam_width)
     try:
         cfg = decoding.DecoderConfig(

@@ -32,15 +32,15 @@ def test_scaling_command_writes_every_report(tmp_path):
     out = tmp_path / "b"
     # jax_eager is left out: its first step alone takes ~35 s on the CPU (op-by-op
     # compiles); tests/test_train.py checks that the eager step equals the compiled one.
-    proc = scaling(*TINY, "--devices=1,2", "--variants=jax,torch_loop,torch_cudnn", "--steps=2",
-                   "--warmup=1", "--profile_steps=1", "--num_batches=2", f"--out={out}")
+    proc = scaling(*TINY, "--devices=1,2", "--variants=jax,jax_jit,torch_loop,torch_cudnn", "--steps=2",
+                   "--warmup=1", "--profile_steps=1", "--num_batches=2", f"--out={out}", timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     for name in ("results.json", "results.csv", "results.md", "speedup.png", "ms_per_step.png"):
         assert (out / name).stat().st_size > 0, name
     for name in ("speedup.png", "ms_per_step.png"):
         assert (out / name).read_bytes()[:4] == b"\x89PNG"
     rows = {(r["variant"], r["devices"]): r for r in json.loads((out / "results.json").read_text())["results"]}
-    for key in [("jax", 1), ("jax", 2), ("torch_loop", 1), ("torch_cudnn", 1)]:
+    for key in [("jax", 1), ("jax", 2), ("jax_jit", 1), ("jax_jit", 2), ("torch_loop", 1), ("torch_cudnn", 1)]:
         r = rows[key]
         assert r["status"] == "ok", r
         assert r["steps_timed"] == 2
@@ -51,12 +51,18 @@ def test_scaling_command_writes_every_report(tmp_path):
         assert r["epoch_time_s"] == pytest.approx(r["minibatches_per_epoch"] * r["step_ms_median"] / 1e3)
         assert "error" not in r["profile"], r["profile"]
         assert r["profile"]["kernels_per_step"] == "n/a (cpu)"
-    assert rows[("jax", 1)]["speedup"] == 1.0
-    assert rows[("jax", 2)]["speedup"] > 0 and rows[("jax", 2)]["efficiency"] == pytest.approx(rows[("jax", 2)]["speedup"] / 2)
+    for variant in ("jax", "jax_jit"):
+        assert rows[(variant, 1)]["speedup"] == 1.0
+        two = rows[(variant, 2)]
+        assert two["speedup"] > 0 and two["efficiency"] == pytest.approx(two["speedup"] / 2)
     assert rows[("torch_loop", 2)]["status"] == "skipped"  # several torch processes need GPUs
-    assert rows[("jax", 1)]["params"] == rows[("torch_loop", 1)]["params"] == rows[("torch_cudnn", 1)]["params"]
+    assert (rows[("jax", 1)]["params"] == rows[("jax_jit", 1)]["params"] == rows[("torch_loop", 1)]["params"]
+            == rows[("torch_cudnn", 1)]["params"])
     md = (out / "results.md").read_text()
-    assert "| jax | float32 | 2 |" in md and "Paddle DS2 on 1080 Ti" in md and "## Profile" in md
+    assert "| jax | float32 | 2 |" in md and "| jax_jit | float32 | 2 |" in md
+    assert "Paddle DS2 on 1080 Ti" in md and "## Profile" in md
+    with open(out / "results.csv") as f:
+        assert {"jax", "jax_jit"} <= {line.split(",")[0] for line in f}
 
 
 def test_more_devices_than_present_is_a_clear_error(tmp_path):

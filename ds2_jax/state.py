@@ -1,0 +1,93 @@
+"""The train state, its optimizer, and the step's static arguments from the config.
+
+What the training loop (train.py) and evaluation (evaluation.py) share, below both, so
+neither imports the other.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax.training import train_state
+
+from ds2_jax import features, model, resilience
+
+INIT_FRAMES = 64  # Frames of the dummy input that shapes the parameters at init.
+
+
+class TrainState(train_state.TrainState):
+    batch_stats: Any = None
+    feature_mean: jax.Array | None = None
+    feature_std: jax.Array | None = None
+    skipped_steps: jax.Array | None = None  # non-finite steps skipped in total
+    consecutive_skips: jax.Array | None = None
+
+
+def learning_rate_schedule(opt) -> optax.Schedule:
+    """Optional linear warm-up, then constant, cosine or exponential decay."""
+    if opt.schedule == "constant":
+        after = optax.constant_schedule(opt.learning_rate)
+    elif opt.schedule == "cosine":
+        after = optax.cosine_decay_schedule(opt.learning_rate, max(opt.decay_steps, 1))
+    elif opt.schedule == "exponential":
+        after = optax.exponential_decay(opt.learning_rate, max(opt.decay_steps, 1), opt.decay_rate)
+    else:
+        raise ValueError(f"optimizer.schedule={opt.schedule!r}: expected constant, cosine or exponential")
+    if opt.warmup_steps <= 0:
+        return after
+    warmup = optax.linear_schedule(0.0, opt.learning_rate, opt.warmup_steps)
+    return optax.join_schedules([warmup, after], [opt.warmup_steps])
+
+
+def make_optimizer(opt) -> optax.GradientTransformation:
+    """Adam after clipping by global norm (Paddle's gradient_clipping_threshold)."""
+    return optax.chain(
+        optax.clip_by_global_norm(opt.clip_global_norm),
+        optax.adam(learning_rate_schedule(opt), b1=opt.b1, b2=opt.b2, eps=opt.eps),
+    )
+
+
+def create_state(config, rng: jax.Array, feature_mean: np.ndarray, feature_std: np.ndarray) -> TrainState:
+    """Initial (unreplicated) state: parameters, batch-norm statistics, optimizer state."""
+    cfg = model.ModelConfig.from_config(config.model, num_bins=len(feature_mean))
+    net = model.DeepSpeech2(cfg)
+    frames = INIT_FRAMES
+    variables = jax.jit(lambda r: net.init(r, jnp.zeros((1, frames, cfg.num_bins)), jnp.array([frames]), train=False))(rng)
+    return TrainState.create(
+        apply_fn=net.apply,
+        params=variables["params"],
+        tx=make_optimizer(config.optimizer),
+        batch_stats=variables["batch_stats"],
+        feature_mean=jnp.asarray(feature_mean, jnp.float32),
+        feature_std=jnp.asarray(feature_std, jnp.float32),
+        skipped_steps=jnp.zeros((), jnp.int32),
+        consecutive_skips=jnp.zeros((), jnp.int32),
+    )
+
+
+def initial_state(config, source, rng):
+    mean, std = source.feature_stats()
+    return create_state(config, rng, mean, std)
+
+
+def ctc_impl_for(config) -> str:
+    """config.loss.ctc_impl ('auto' in workdirs saved before the knob existed)."""
+    return config.loss.get("ctc_impl", "auto")
+
+
+def step_kwargs(config) -> dict:
+    """The fixed (static) arguments of train_step, derived from the config."""
+    f = config.features
+    return dict(
+        model_cfg=model.ModelConfig.from_config(config.model),
+        feature_cfg=features.FeatureConfig.from_config(f),
+        config_aug=(f.freq_masks, f.freq_mask_width, f.time_masks, f.time_mask_max_fraction),
+        norm_by_times=config.loss.norm_by_times,
+        ctc_impl=ctc_impl_for(config),
+        learning_rate_fn=learning_rate_schedule(config.optimizer),
+        nan_steps=resilience.parse_steps(config.faults.nan_at_steps),
+    )
