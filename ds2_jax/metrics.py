@@ -74,5 +74,19 @@ def _drop_records_after(path: str, step: int) -> None:
 
 
 def read_jsonl(path: str) -> list[dict]:
+    """The records of a .jsonl file. A torn last line (the writer was killed mid-line) is
+    dropped with a warning; a bad line before it is an error naming file and line."""
     with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+        lines = [(i + 1, line) for i, line in enumerate(f) if line.strip()]
+    records = []
+    for n, (number, line) in enumerate(lines):
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            if n == len(lines) - 1:
+                log.warning("%s: dropping its torn last line %d (%r), written by a run that was killed mid-write",
+                            path, number, line[:80])
+                break
+            raise ValueError(f"{path} line {number} is not JSON ({e}); fix or delete that line, "
+                             "or move the file away (its records are then lost)") from e
+    return records
