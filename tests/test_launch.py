@@ -31,7 +31,7 @@ def test_train_resume_and_eval(tmp_path):
     steps = [json.loads(l)["step"] for l in open(os.path.join(w, "metrics.jsonl"))]
     assert steps == [2, 4, 6, 8]
     launch(f"--workdir={w}", "--mode=eval")
-    result = json.load(open(os.path.join(w, "eval-dev-clean-8.json")))
+    result = json.load(open(os.path.join(w, "eval-dev-clean-8-greedy.json")))
     assert result["utterances"] == 16 and 0 <= result["cer"]
 
 
