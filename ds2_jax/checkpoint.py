@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import errno
 import logging
 import os
-import shutil
 
 import orbax.checkpoint as ocp
 
@@ -93,26 +91,15 @@ def restore_latest(mgr: ocp.CheckpointManager, target, move_damaged: bool = Fals
     )
 
 
-def is_disk_full(err: BaseException) -> bool:
-    if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
-        return True
-    text = str(err)
-    return "RESOURCE_EXHAUSTED" in text or "No space left" in text or "ENOSPC" in text
-
-
 def explain_save_error(mgr: ocp.CheckpointManager, step: int | None, err: BaseException) -> errors.Ds2Error:
     """A short error naming the checkpoint directory, its free space and the way out."""
     directory = os.fspath(mgr.directory)
-    try:
-        free = f"{shutil.disk_usage(directory).free / 2**20:.0f} MiB free"
-    except OSError:
-        free = "free space unknown"
     what = f"writing checkpoint {step}" if step is not None else "finishing the last checkpoint"
-    cause = "disk full" if is_disk_full(err) else f"{type(err).__name__}: {' '.join(str(err).split())[:200]}"
-    cls = errors.DiskFull if is_disk_full(err) else errors.CheckpointError
-    return cls(
-        f"{what} to {directory} failed ({cause}; {free} there); earlier checkpoints are intact. "
-        "Free disk space or choose another --workdir, then rerun the same command"
+    full = errors.is_disk_full(err)
+    cause = "disk full" if full else f"{type(err).__name__}: {' '.join(str(err).split())[:200]}"
+    return (errors.DiskFull if full else errors.CheckpointError)(
+        f"{what} to {directory} failed ({cause}; {errors.free_space(directory)} there); earlier checkpoints are "
+        "intact. Free disk space or choose another --workdir, then rerun the same command"
     )
 
 

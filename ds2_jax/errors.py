@@ -9,7 +9,9 @@ Anything else (a bug) keeps its full traceback.
 from __future__ import annotations
 
 import datetime
+import errno
 import os
+import shutil
 import sys
 import traceback
 from typing import Callable
@@ -36,6 +38,24 @@ class DiskFull(Ds2Error, OSError):
 
 class DatasetMismatch(Ds2Error, ValueError):
     """A prepared dataset was built from other files than dataset.manual_dir holds."""
+
+
+def is_disk_full(err: BaseException) -> bool:
+    """ENOSPC/EDQUOT, or orbax/tensorstore's RESOURCE_EXHAUSTED wrapping of it."""
+    if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    text = str(err)
+    return "RESOURCE_EXHAUSTED" in text or "No space left" in text
+
+
+def free_space(path: str) -> str:
+    """'123 MiB free' on the file system of path (or of its nearest existing parent)."""
+    while path and not os.path.exists(path):
+        path = os.path.dirname(path)
+    try:
+        return f"{shutil.disk_usage(path or '.').free / 2**20:.0f} MiB free"
+    except OSError:
+        return "free space unknown"
 
 
 # Errors whose message is the whole story: the project's own, and the built-in types

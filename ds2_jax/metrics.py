@@ -10,6 +10,8 @@ from typing import Mapping
 import jiwer
 import numpy as np
 
+from ds2_jax import errors
+
 log = logging.getLogger("ds2_jax")
 
 
@@ -53,8 +55,16 @@ class MetricWriter:
         if not self.enabled:
             return
         record = {"step": int(step), **{f"{prefix}{k}": float(v) for k, v in scalars.items()}}
-        with open(self._path, "a") as f:
-            f.write(json.dumps(record) + "\n")
+        try:
+            with open(self._path, "a") as f:
+                f.write(json.dumps(record) + "\n")
+        except OSError as e:
+            if not errors.is_disk_full(e):
+                raise
+            raise errors.DiskFull(
+                f"writing {self._path} failed (disk full; {errors.free_space(self._path)} there); the checkpoints "
+                "already written are intact. Free disk space or choose another --workdir, then rerun the same command"
+            ) from e
         for k, v in scalars.items():
             self._tb.add_scalar(f"{prefix}{k}", float(v), int(step))
         self._tb.flush()
