@@ -90,6 +90,33 @@ def test_sigterm_checkpoints_and_exits_zero_then_resumes(tmp_path):
     assert saved is not None and saved >= 2
     rc, err = launch(tmp_path, f"--config.num_train_steps={saved + 2}", "--config.eval_every_steps=0")
     assert rc == 0 and f"restored checkpoint at step {saved}" in err
+    full = train.train_and_evaluate(tiny_config(num_train_steps=saved + 2, log_every_steps=1, eval_every_steps=0,
+                                                checkpoint_every_steps=100000), str(tmp_path / "full"))
+    step, params = final_params(tmp_path)
+    assert step == saved + 2
+    for a, b in zip(params, leaves((full.params, full.opt_state, full.batch_stats))):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.slow
+def test_two_runs_on_one_workdir_the_second_is_refused_and_nothing_mixes(tmp_path, uninterrupted):
+    first = launch(tmp_path, wait=False)
+    lock = tmp_path / resilience.LOCK_FILE
+    deadline = time.time() + 300
+    while not lock.exists():
+        assert time.time() < deadline and first.poll() is None, first.stderr.read()[-2000:]
+        time.sleep(0.2)
+    rc, err = launch(tmp_path, "--config.model.rnn_size=64")  # different settings, started later
+    assert rc == 1
+    assert f"is in use by another run (host {socket.gethostname()}, pid {first.pid}" in err.strip().splitlines()[-1]
+    _, first_err = first.communicate(timeout=600)
+    assert first.returncode == 0, first_err[-2000:]
+    assert json.load(open(tmp_path / "config.json"))["model"]["rnn_size"] == 32
+    steps = [json.loads(l)["step"] for l in open(tmp_path / "metrics.jsonl") if "eval" not in l]
+    assert steps == [2, 4, 6, 8]
+    step, params = final_params(tmp_path)
+    for a, b in zip(params, uninterrupted[1]):
+        np.testing.assert_array_equal(a, b)
 
 
 def _corrupt(directory, how):
@@ -399,3 +426,33 @@ def test_missing_dataset_is_a_clear_error(tmp_path):
                             "dataset.data_dir": str(tmp_path / "tfds")})
     with pytest.raises((FileNotFoundError, ValueError), match="manual_dir"):
         train.train_and_evaluate(config, str(tmp_path / "w"))
+
+
+def test_prepared_dataset_refuses_a_different_manual_dir_naming_both(tmp_path, caplog):
+    from ds2_jax import tfds_source
+    from ds2_jax.datasets import build
+    from tests import librispeech_testdata as td
+
+    first, copy, other = tmp_path / "first", tmp_path / "copy", tmp_path / "other"
+    td.write_bad_inputs(str(first / "LibriSpeech" / "dev-clean"))
+    shutil.copytree(first, copy)  # the same files elsewhere: fine
+    td.write_bad_inputs(str(other / "LibriSpeech" / "dev-clean"))
+    os.remove(other / "LibriSpeech" / "dev-clean" / "1" / "10" / "1-10-0003.flac")  # one file fewer
+    data_dir = str(tmp_path / "tfds")
+    builder = build.build(str(first), data_dir)
+    recorded = build.recorded_source(builder)
+    assert recorded["manual_dir"] == str(first) and recorded["splits"] == ["dev-clean"]
+    with caplog.at_level("INFO"):
+        build.build(str(copy), data_dir)
+    assert f"built from {first}" in caplog.text and "holds the same files" in caplog.text
+    for manual in (other, tmp_path / "bogus"):
+        with pytest.raises(errors.DatasetMismatch) as err:
+            build.build(str(manual), data_dir)
+        message = str(err.value)
+        assert f"built from {first}" in message and f"dataset.manual_dir={str(manual)!r}" in message
+        assert "dataset.data_dir to a fresh directory" in message
+        assert os.path.dirname(os.fspath(builder.data_dir)) in message  # delete this to rebuild
+    config = tiny_config(**{"dataset.name": "librispeech_local", "dataset.manual_dir": str(other),
+                            "dataset.data_dir": data_dir})
+    with pytest.raises(errors.DatasetMismatch, match="holds other files"):  # the training path too
+        tfds_source._open_builder(config, input_pipeline.Sharding(16))
