@@ -92,19 +92,20 @@ def log_traceback(workdir: str | None, err: BaseException) -> str | None:
 
 
 def run_explained(fn: Callable[[], object], workdir: str | None, show_traceback: bool = False) -> int:
-    """Runs fn(); an explained error becomes `error: ...` as the last line of stderr, exit code 1.
+    """fn()'s exit code (0 unless it returns an int); an explained error becomes `error: ...`
+    as the last line of stderr, and exit code 1.
 
     The process then ends at once (os._exit): orbax's and tensorstore's background
     threads otherwise print `Event loop is closed` tracebacks after the message.
     """
     try:
-        fn()
-        return 0
+        result = fn()
+        return result if isinstance(result, int) else 0
     except EXPLAINED as e:
         log_path = log_traceback(workdir, e)
         if show_traceback:
             traceback.print_exc()
-        hint = f"traceback: {log_path}" if log_path else f"traceback: rerun with --traceback or {TRACEBACK_ENV}=1"
+        hint = f"traceback: {log_path}" if log_path else f"traceback: rerun with {TRACEBACK_ENV}=1"
         sys.stdout.flush()
         print(f"error: {one_line(e)} [{hint}]", file=sys.stderr, flush=True)
         os._exit(1)

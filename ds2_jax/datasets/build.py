@@ -192,4 +192,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(errors.run_explained(main, None, errors.traceback_wanted()))
