@@ -251,10 +251,17 @@ def _flat(d: dict, prefix: str = "") -> dict:
 
 
 def differing_keys(trained: dict, given: dict) -> list[tuple[str, object, object]]:
-    """(dotted key, trained value, given value) of the training settings that differ."""
+    """(dotted key, trained value, given value) of the training settings both have that differ."""
     a, b = _flat(trained), _flat(given)
-    return [(k, a.get(k), b.get(k)) for k in sorted(set(a) | set(b))
-            if k.split(".")[0] not in EVAL_SETTINGS and a.get(k) != b.get(k)]
+    return [(k, a[k], b[k]) for k in sorted(set(a) & set(b)) if k.split(".")[0] not in EVAL_SETTINGS and a[k] != b[k]]
+
+
+def _overlay(base: dict, top: dict) -> dict:
+    """base with top's values, section by section (keys only base has are kept)."""
+    out = dict(base)
+    for k, v in top.items():
+        out[k] = _overlay(base[k], v) if isinstance(v, dict) and isinstance(base.get(k), dict) else v
+    return out
 
 
 def config_for_eval(config, workdir: str):
@@ -273,8 +280,8 @@ def config_for_eval(config, workdir: str):
         more = f" and {len(diff) - 12} more" if len(diff) > 12 else ""
         log.warning("eval restores with %s: %d setting(s) of --config differ and are taken from it: %s%s",
                     os.path.join(workdir, "config.json"), len(diff), shown, more)
-    merged = {**given, **{k: v for k, v in trained.items() if k not in EVAL_SETTINGS}}
-    return ml_collections.ConfigDict(merged)
+    # Knobs newer than the workdir keep --config's value (their default when it was trained).
+    return ml_collections.ConfigDict(_overlay(given, {k: v for k, v in trained.items() if k not in EVAL_SETTINGS}))
 
 
 def decoding_tag(beam: decoding.BeamSearchDecoder | None) -> str:
@@ -316,8 +323,10 @@ def evaluate_splits(config, workdir: str, split: str = "", step: int | None = No
             unwritten.append(f"{path} ({e.strerror or e})")
         results[name] = result
     if unwritten:
-        raise OSError(f"could not write {'; '.join(unwritten)}: the results are in the log above. Make {workdir} "
+        err = OSError(f"could not write {'; '.join(unwritten)}: the results are in the log above. Make {workdir} "
                       "writable (or copy it somewhere writable) and rerun --mode=eval to keep them")
+        err.results = results  # for callers of the Python API
+        raise err
     return results
 
 

@@ -299,6 +299,17 @@ def test_eval_restores_with_the_workdirs_config_and_names_what_differs(trained, 
     assert os.path.exists(os.path.join(w, "eval-dev-clean-6-beam4.json"))
 
 
+def test_eval_config_takes_training_settings_from_the_workdir_and_eval_settings_from_the_flags(tmp_path):
+    trained = run_config(**{"model.rnn_size": 48, "eval.max_utterances": 4})
+    old = trained.to_dict()
+    del old["model"]["rnn_impl"]  # a workdir from before that knob existed
+    (tmp_path / "config.json").write_text(json.dumps(old))
+    given = run_config(**{"model.rnn_size": 64, "eval.max_utterances": 16, "model.rnn_impl": "pallas"})
+    merged = evaluation.config_for_eval(given, str(tmp_path))
+    assert merged.model.rnn_size == 48 and merged.eval.max_utterances == 16 and merged.model.rnn_impl == "pallas"
+    assert evaluation.differing_keys(old, given.to_dict()) == [("model.rnn_size", 48, 64)]
+
+
 @pytest.fixture
 def read_only(tmp_path):
     """A read-only bind mount of a directory (needs root), or skip."""
@@ -323,6 +334,7 @@ def test_eval_into_a_read_only_workdir_logs_the_result_then_fails_clearly(traine
         evaluation.evaluate_checkpoint(run_config(), w)
     assert "eval dev-clean at step 6: greedy WER" in caplog.text  # the result is not lost
     assert "Make " + w + " writable" in str(err.value) and "eval-dev-clean-6-greedy.json" in str(err.value)
+    assert err.value.results["dev-clean"]["step"] == 6
 
 
 @pytest.fixture
