@@ -164,7 +164,8 @@ class WorkdirLock:
         log.warning("taking over the stale lock %s of a run that is gone (host %s, pid %s, started %s)",
                     self.path, host, pid, owner.get("start"))
         try:
-            os.remove(self.path)
+            if self.owner() == owner:  # not a lock another run took over meanwhile
+                os.remove(self.path)
         except FileNotFoundError:
             pass
 
