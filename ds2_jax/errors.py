@@ -106,6 +106,11 @@ def run_explained(fn: Callable[[], object], workdir: str | None, show_traceback:
         if show_traceback:
             traceback.print_exc()
         hint = f"traceback: {log_path}" if log_path else f"traceback: rerun with {TRACEBACK_ENV}=1"
+        message = one_line(e)
+        if is_disk_full(e) and not isinstance(e, Ds2Error):  # a write this code did not expect to fail
+            where = workdir or os.getcwd()
+            message = (f"disk full ({free_space(where)} in {where}): {message}; free disk space or choose another "
+                       "--workdir, then rerun the same command")
         sys.stdout.flush()
-        print(f"error: {one_line(e)} [{hint}]", file=sys.stderr, flush=True)
+        print(f"error: {message} [{hint}]", file=sys.stderr, flush=True)
         os._exit(1)

@@ -58,16 +58,17 @@ class MetricWriter:
         try:
             with open(self._path, "a") as f:
                 f.write(json.dumps(record) + "\n")
+            for k, v in scalars.items():
+                self._tb.add_scalar(f"{prefix}{k}", float(v), int(step))
+            self._tb.flush()
         except OSError as e:
             if not errors.is_disk_full(e):
                 raise
             raise errors.DiskFull(
-                f"writing {self._path} failed (disk full; {errors.free_space(self._path)} there); the checkpoints "
-                "already written are intact. Free disk space or choose another --workdir, then rerun the same command"
+                f"writing metrics to {os.path.dirname(self._path)} failed (disk full; "
+                f"{errors.free_space(self._path)} there); earlier checkpoints are intact. Free disk "
+                "space or choose another --workdir, then rerun the same command"
             ) from e
-        for k, v in scalars.items():
-            self._tb.add_scalar(f"{prefix}{k}", float(v), int(step))
-        self._tb.flush()
 
     def close(self) -> None:
         if self._tb is not None:
