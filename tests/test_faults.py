@@ -381,12 +381,13 @@ def test_a_checkpoint_write_failure_of_any_type_is_explained(tmp_path):
 
 def test_non_finite_steps_skipped_counted_and_bounded(tmp_path):
     common = {"log_every_steps": 1, "eval_every_steps": 0, "checkpoint_every_steps": 100}
-    train.train_and_evaluate(tiny_config(num_train_steps=6, **common, **{"faults.nan_at_steps": "2,3"}), str(tmp_path / "a"))
+    # Both runs compile the same step (same fault steps); only the host-side bound differs.
+    train.train_and_evaluate(tiny_config(num_train_steps=6, **common, **{"faults.nan_at_steps": "2-4"}), str(tmp_path / "a"))
     records = [json.loads(l) for l in open(tmp_path / "a" / "metrics.jsonl")]
-    assert [r["skipped_steps"] for r in records] == [0, 0, 1, 2, 2, 2]
+    assert [r["skipped_steps"] for r in records] == [0, 0, 1, 2, 3, 3]
     assert all(np.isfinite(r["loss"]) for r in records)
-    bad = tiny_config(num_train_steps=20, **common, **{"faults.nan_at_steps": "1-20", "optimizer.max_consecutive_skips": 3})
-    with pytest.raises(FloatingPointError, match="3 consecutive steps"):
+    bad = tiny_config(num_train_steps=6, **common, **{"faults.nan_at_steps": "2-4", "optimizer.max_consecutive_skips": 3})
+    with pytest.raises(FloatingPointError, match="3 consecutive steps had a non-finite loss or gradient \\(up to step 5\\)"):
         train.train_and_evaluate(bad, str(tmp_path / "b"))
 
 
@@ -417,7 +418,7 @@ def small_disk(tmp_path):
 
 def test_full_disk_is_a_clear_error_before_training(small_disk):
     with pytest.raises(OSError, match="MiB free but a checkpoint needs"):
-        train.train_and_evaluate(tiny_config(**{"model.rnn_size": 256}), str(small_disk / "run"))
+        train.train_and_evaluate(tiny_config(), str(small_disk / "run"))  # ~175 KiB per checkpoint
 
 
 def test_out_of_memory_names_the_settings_to_lower():
