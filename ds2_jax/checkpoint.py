@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import datetime
 import json
 import logging
 import os
 
 import orbax.checkpoint as ocp
+
+from ds2_jax import errors
 
 log = logging.getLogger("ds2_jax")
 
@@ -18,6 +22,21 @@ def manager(workdir: str, keep: int = 3) -> ocp.CheckpointManager:
     return ocp.CheckpointManager(directory, options=options)
 
 
+@contextlib.contextmanager
+def managed(workdir: str, keep: int = 3):
+    """manager(), closed on the way out: an in-flight save finishes even when an error ends the run."""
+    mgr = manager(workdir, keep)
+    try:
+        yield mgr
+    except BaseException:
+        try:
+            mgr.close()
+        except Exception as e:  # noqa: BLE001  (the error already propagating is the one to report)
+            log.warning("while stopping after an error, the checkpoint manager failed too: %s", str(e)[:300])
+        raise
+    mgr.close()
+
+
 def save(mgr: ocp.CheckpointManager, step: int, state, wait: bool = False) -> None:
     """Saves `state` (a host or single-device pytree) as checkpoint `step` (asynchronously)."""
     mgr.save(step, args=ocp.args.StandardSave(state))
@@ -25,12 +44,26 @@ def save(mgr: ocp.CheckpointManager, step: int, state, wait: bool = False) -> No
         mgr.wait_until_finished()
 
 
-def restore_latest(mgr: ocp.CheckpointManager, target):
+def damaged_name(step: int) -> str:
+    """Where a damaged checkpoint is moved: <step>.damaged-<UTC time> (orbax ignores the name)."""
+    return f"{step}.damaged-{datetime.datetime.now(datetime.timezone.utc).strftime('%Y%m%dT%H%M%S')}"
+
+
+def _move_aside(mgr: ocp.CheckpointManager, step: int) -> str:
+    src = os.path.join(os.fspath(mgr.directory), str(step))
+    dst = os.path.join(os.fspath(mgr.directory), damaged_name(step))
+    os.rename(src, dst)
+    return dst
+
+
+def restore_latest(mgr: ocp.CheckpointManager, target, move_damaged: bool = False):
     """(state, step) from the newest checkpoint that restores, shaped like `target`.
 
     A damaged newest checkpoint (truncated or missing files) is skipped with a warning
-    naming what failed, and the previous one is used. (None, None) when there are no
-    checkpoints; an error, never a silent fresh start, when none of them restores.
+    naming what failed, and the previous one is used; with `move_damaged` (training) the
+    damaged ones are renamed aside (damaged_name), so their steps are trained and saved
+    again. (None, None) when there are no checkpoints; a CheckpointError, never a silent
+    fresh start, when none of them restores.
     """
     steps = sorted(mgr.all_steps(), reverse=True)
     if not steps:
@@ -40,27 +73,53 @@ def restore_latest(mgr: ocp.CheckpointManager, target):
         try:
             state = mgr.restore(step, args=ocp.args.StandardRestore(target))
         except Exception as e:  # orbax raises many types for damaged files
-            failures.append(f"step {step}: {type(e).__name__}: {str(e)[:300]}")
-            log.warning("checkpoint %d in %s is damaged, trying the previous one (%s)", step, mgr.directory, failures[-1])
+            failures.append((step, f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"))
+            log.warning("checkpoint %d in %s is damaged, trying the previous one (%s)", step, mgr.directory, failures[-1][1])
             continue
         log.info("restored checkpoint at step %d from %s", step, mgr.directory)
+        if move_damaged and failures:
+            for bad, _ in failures:
+                log.warning("moved damaged checkpoint %d aside to %s; steps %d-%d are trained again",
+                            bad, _move_aside(mgr, bad), step + 1, bad)
+            mgr.reload()
         return state, step
-    raise RuntimeError(
-        f"none of the checkpoints in {mgr.directory} could be restored; move that directory away to start "
-        "over. " + "; ".join(failures)
+    newest, reason = failures[0]
+    raise errors.CheckpointError(
+        f"none of the {len(steps)} checkpoints in {mgr.directory} restores into this model (newest, step {newest}: "
+        f"{reason[:200]}). If the model or optimizer settings differ from the run that wrote them, use its "
+        f"config ({os.path.join(os.path.dirname(os.fspath(mgr.directory)), 'config.json')}); if the files are "
+        f"damaged, move {mgr.directory} away to start over"
+    )
+
+
+def explain_save_error(mgr: ocp.CheckpointManager, step: int | None, err: BaseException) -> errors.Ds2Error:
+    """A short error naming the checkpoint directory, its free space and the way out."""
+    directory = os.fspath(mgr.directory)
+    what = f"writing checkpoint {step}" if step is not None else "finishing the last checkpoint"
+    full = errors.is_disk_full(err)
+    cause = "disk full" if full else f"{type(err).__name__}: {' '.join(str(err).split())[:200]}"
+    return (errors.DiskFull if full else errors.CheckpointError)(
+        f"{what} to {directory} failed ({cause}; {errors.free_space(directory)} there); earlier checkpoints are "
+        "intact. Free disk space or choose another --workdir, then rerun the same command"
     )
 
 
 def save_or_explain(mgr: ocp.CheckpointManager, step: int, state) -> None:
-    """save(), turning an I/O failure (disk full, permissions) into a clear error."""
+    """save(), turning a failure (disk full, permissions, an orbax error) into a clear error."""
     try:
         save(mgr, step, state)
         mgr.check_for_errors()
-    except OSError as e:
-        raise OSError(
-            f"writing checkpoint {step} to {mgr.directory} failed ({e}); earlier checkpoints are intact. "
-            "Free disk space or choose another --workdir, then rerun the same command."
-        ) from e
+    except Exception as e:  # noqa: BLE001  (orbax and tensorstore raise many types)
+        raise explain_save_error(mgr, step, e) from e
+
+
+def finish_or_explain(mgr: ocp.CheckpointManager) -> None:
+    """wait_until_finished(): an asynchronous save's failure surfaces here, explained."""
+    try:
+        mgr.wait_until_finished()
+        mgr.check_for_errors()
+    except Exception as e:  # noqa: BLE001
+        raise explain_save_error(mgr, None, e) from e
 
 
 def save_config(config, workdir: str) -> None:

@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import jax_utils
 
-from ds2_jax import checkpoint, ctc, decoding, features, input_pipeline, metrics, model, parallel, text
+from ds2_jax import checkpoint, ctc, decoding, errors, features, input_pipeline, metrics, model, parallel, text
 from ds2_jax.batch_axis import AXIS, psum
 from ds2_jax.state import TrainState, create_state, step_kwargs
 from ds2_jax.config_validation import validate
@@ -193,7 +193,14 @@ def restore_state(config, workdir: str, step: int | None = None) -> tuple[TrainS
         if state is None:
             raise FileNotFoundError(f"no checkpoint in {os.path.join(workdir, 'checkpoints')}: train first")
     elif step in mgr.all_steps():
-        state = mgr.restore(step, args=checkpoint.ocp.args.StandardRestore(template))
+        try:
+            state = mgr.restore(step, args=checkpoint.ocp.args.StandardRestore(template))
+        except Exception as e:  # noqa: BLE001  (orbax raises many types)
+            raise errors.CheckpointError(
+                f"checkpoint {step} in {mgr.directory} does not restore into this model "
+                f"({type(e).__name__}: {' '.join(str(e).split())[:200]}); if the model settings differ from "
+                f"{os.path.join(workdir, 'config.json')}, use those, or choose another step"
+            ) from e
     else:
         raise FileNotFoundError(f"no checkpoint at step {step} in {mgr.directory} (it has {sorted(mgr.all_steps())})")
     return state.replace(apply_fn=template.apply_fn, tx=template.tx), int(step)
@@ -232,27 +239,99 @@ def split_list(spec: str) -> list[str]:
     return splits
 
 
+# What an evaluation sets itself; every other setting (model, features, loss, optimizer,
+# ...) comes from the workdir's config.json, so the restored model is the one trained.
+EVAL_SETTINGS = ("eval", "decoding", "dataset", "per_device_batch_size", "num_devices", "compile", "parallelism",
+                 "keep_checkpoints", "prefetch_batches")
+
+
+def _flat(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[prefix + k] = json.loads(json.dumps(v))  # tuples and lists compare equal
+    return out
+
+
+def differing_keys(trained: dict, given: dict) -> list[tuple[str, object, object]]:
+    """(dotted key, trained value, given value) of the training settings both have that differ."""
+    a, b = _flat(trained), _flat(given)
+    return [(k, a[k], b[k]) for k in sorted(set(a) & set(b)) if k.split(".")[0] not in EVAL_SETTINGS and a[k] != b[k]]
+
+
+def _overlay(base: dict, top: dict) -> dict:
+    """base with top's values, section by section (keys only base has are kept)."""
+    out = dict(base)
+    for k, v in top.items():
+        out[k] = _overlay(base[k], v) if isinstance(v, dict) and isinstance(base.get(k), dict) else v
+    return out
+
+
+def config_for_eval(config, workdir: str):
+    """The workdir's config.json with `config`'s EVAL_SETTINGS; warns naming every training
+    setting of `config` that differs from the one the checkpoints were trained with."""
+    import ml_collections
+
+    if not os.path.exists(os.path.join(workdir, "config.json")):
+        log.warning("%s has no config.json: evaluating with --config as given", workdir)
+        return config
+    trained = checkpoint.load_config(workdir).to_dict()
+    given = config.to_dict()
+    diff = differing_keys(trained, given)
+    if diff:
+        shown = ", ".join(f"{k} (trained {a!r}, --config {b!r})" for k, a, b in diff[:12])
+        more = f" and {len(diff) - 12} more" if len(diff) > 12 else ""
+        log.warning("eval restores with %s: %d setting(s) of --config differ and are taken from it: %s%s",
+                    os.path.join(workdir, "config.json"), len(diff), shown, more)
+    # Knobs newer than the workdir keep --config's value (their default when it was trained).
+    return ml_collections.ConfigDict(_overlay(given, {k: v for k, v in trained.items() if k not in EVAL_SETTINGS}))
+
+
+def decoding_tag(beam: decoding.BeamSearchDecoder | None) -> str:
+    """'greedy', 'beam32' or 'beam32-lm': eval results of different decoders never share a file."""
+    if beam is None:
+        return "greedy"
+    return f"beam{beam.cfg.beam_width}" + ("-lm" if beam.cfg.lm_path else "")
+
+
+def result_path(workdir: str, split: str, step: int, beam: decoding.BeamSearchDecoder | None) -> str:
+    return os.path.join(workdir, f"eval-{split}-{step}-{decoding_tag(beam)}.json")
+
+
 def evaluate_splits(config, workdir: str, split: str = "", step: int | None = None) -> dict[str, dict]:
-    """Restores a checkpoint once, scores each comma-listed split on its own and writes
-    workdir/eval-<split>-<step>.json for each; returns {split: result}."""
+    """Restores a checkpoint once (with the workdir's config.json, see config_for_eval),
+    scores each comma-listed split on its own, logs each result, then writes it to
+    workdir/eval-<split>-<step>-<decoder>.json (result_path); returns {split: result}.
+    An unwritable workdir is an error after every result has been logged."""
+    config = config_for_eval(config, workdir)
     validate(config)
     dec_cfg = decoding.DecoderConfig.from_config(config.get("decoding"))
     beam = decoding.make_beam_decoder(dec_cfg)  # before compiling: a missing LM fails fast
     run = prepare(config, workdir, step, log_probs=beam is not None)
     step = run.step
-    results = {}
+    results, unwritten = {}, []
     for name in split_list(split or config.eval.split or config.dataset.eval_split):
         result = evaluate(run.p_eval, run.state, run.source, name, config.eval.max_utterances,
                           len(run.devices), config.compile, beam)
         result.update(split=name, step=step)
-        path = os.path.join(workdir, f"eval-{name}-{step}.json")
-        with open(path, "w") as f:
-            json.dump(result, f, indent=2)
+        path = result_path(workdir, name, step, beam)
         line = f"eval {name} at step {step}: greedy WER {result['wer']:.4f} CER {result['cer']:.4f}"
         if beam is not None:
             line += f"; beam WER {result['beam']['wer']:.4f} CER {result['beam']['cer']:.4f}"
         log.info("%s over %d utterances -> %s", line, result["utterances"], path)
+        try:
+            with open(path, "w") as f:
+                json.dump(result, f, indent=2)
+        except OSError as e:
+            unwritten.append(f"{path} ({e.strerror or e})")
         results[name] = result
+    if unwritten:
+        err = OSError(f"could not write {'; '.join(unwritten)}: the results are in the log above. Make {workdir} "
+                      "writable (or copy it somewhere writable) and rerun --mode=eval to keep them")
+        err.results = results  # for callers of the Python API
+        raise err
     return results
 
 

@@ -10,6 +10,8 @@ from typing import Mapping
 import jiwer
 import numpy as np
 
+from ds2_jax import errors
+
 log = logging.getLogger("ds2_jax")
 
 
@@ -53,11 +55,20 @@ class MetricWriter:
         if not self.enabled:
             return
         record = {"step": int(step), **{f"{prefix}{k}": float(v) for k, v in scalars.items()}}
-        with open(self._path, "a") as f:
-            f.write(json.dumps(record) + "\n")
-        for k, v in scalars.items():
-            self._tb.add_scalar(f"{prefix}{k}", float(v), int(step))
-        self._tb.flush()
+        try:
+            with open(self._path, "a") as f:
+                f.write(json.dumps(record) + "\n")
+            for k, v in scalars.items():
+                self._tb.add_scalar(f"{prefix}{k}", float(v), int(step))
+            self._tb.flush()
+        except OSError as e:
+            if not errors.is_disk_full(e):
+                raise
+            raise errors.DiskFull(
+                f"writing metrics to {os.path.dirname(self._path)} failed (disk full; "
+                f"{errors.free_space(self._path)} there); earlier checkpoints are intact. Free disk "
+                "space or choose another --workdir, then rerun the same command"
+            ) from e
 
     def close(self) -> None:
         if self._tb is not None:
@@ -74,5 +85,19 @@ def _drop_records_after(path: str, step: int) -> None:
 
 
 def read_jsonl(path: str) -> list[dict]:
+    """The records of a .jsonl file. A torn last line (the writer was killed mid-line) is
+    dropped with a warning; a bad line before it is an error naming file and line."""
     with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+        lines = [(i + 1, line) for i, line in enumerate(f) if line.strip()]
+    records = []
+    for n, (number, line) in enumerate(lines):
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            if n == len(lines) - 1:
+                log.warning("%s: dropping its torn last line %d (%r), written by a run that was killed mid-write",
+                            path, number, line[:80])
+                break
+            raise ValueError(f"{path} line {number} is not JSON ({e}); fix or delete that line, "
+                             "or move the file away (its records are then lost)") from e
+    return records

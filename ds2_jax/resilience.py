@@ -1,19 +1,24 @@
 """What keeps a long run alive or stops it cleanly: preemption signals, a watchdog
-for hung steps or collectives, workdir checks, readable out-of-memory errors, and the
-fault-injection hooks (config.faults) that the tests use to prove all of it.
+for hung steps or collectives, workdir checks and lock, readable out-of-memory errors,
+and the fault-injection hooks (config.faults) that the tests use to prove all of it.
 """
 
 from __future__ import annotations
 
+import datetime
+import json
 import logging
 import os
 import shutil
 import signal
+import socket
 import sys
 import threading
 import time
 
 import numpy as np
+
+from ds2_jax import errors
 
 log = logging.getLogger("ds2_jax")
 
@@ -77,6 +82,101 @@ class Watchdog:
 
     def close(self):
         self._stop.set()
+
+
+LOCK_FILE = "run.lock"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+class WorkdirLock:
+    """workdir/run.lock ({host, pid, start}) held for a training run.
+
+    A second run on the same workdir is refused, naming the first one's host and pid; a
+    lock whose process is gone (same host, pid not running: killed with -9, machine
+    crashed) is taken over with a warning. Only process 0 of a multi-process run locks.
+    """
+
+    def __init__(self, workdir: str, enabled: bool = True):
+        self.path = os.path.join(workdir, LOCK_FILE)
+        self.workdir = workdir
+        self.enabled = enabled
+        self._held = False
+
+    def __enter__(self):
+        if self.enabled:
+            self.acquire()
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+        return False
+
+    def owner(self) -> dict | None:
+        try:
+            with open(self.path) as f:
+                return json.load(f)
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError):
+            return {}  # torn or unreadable: written by a run that died while writing it
+
+    def acquire(self) -> None:
+        me = {"host": socket.gethostname(), "pid": os.getpid(),
+              "start": datetime.datetime.now().isoformat(timespec="seconds")}
+        try:
+            os.makedirs(self.workdir, exist_ok=True)
+        except OSError as e:
+            raise OSError(f"workdir {self.workdir!r} is not writable ({e}); choose another --workdir") from e
+        for _ in range(3):  # create, or take over a stale lock, without racing another run
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                self._refuse_or_clear(self.owner(), me)
+                continue
+            except OSError as e:
+                raise OSError(f"workdir {self.workdir!r} is not writable ({e}); choose another --workdir") from e
+            with os.fdopen(fd, "w") as f:
+                json.dump(me, f)
+            self._held = True
+            return
+        raise errors.WorkdirLocked(f"could not take {self.path}: another run keeps creating it")
+
+    def _refuse_or_clear(self, owner: dict | None, me: dict) -> None:
+        if owner is None:
+            return  # removed meanwhile: try again
+        host, pid = owner.get("host"), owner.get("pid")
+        stale = owner == {} or (host == me["host"] and isinstance(pid, int) and not _pid_alive(pid))
+        if not stale:
+            raise errors.WorkdirLocked(
+                f"workdir {self.workdir!r} is in use by another run (host {host}, pid {pid}, started "
+                f"{owner.get('start')}); wait for it to finish, stop it, or choose another --workdir. If that "
+                f"run is gone (e.g. its machine died), delete {self.path}"
+            )
+        log.warning("taking over the stale lock %s of a run that is gone (host %s, pid %s, started %s)",
+                    self.path, host, pid, owner.get("start"))
+        try:
+            if self.owner() == owner:  # not a lock another run took over meanwhile
+                os.remove(self.path)
+        except FileNotFoundError:
+            pass
+
+    def release(self) -> None:
+        if self._held:
+            self._held = False
+            try:
+                if (self.owner() or {}).get("pid") == os.getpid():
+                    os.remove(self.path)
+            except OSError as e:
+                log.warning("could not remove %s (%s); the next run will take it over", self.path, e)
 
 
 def tree_bytes(tree) -> int:

@@ -361,6 +361,8 @@ def _open_builder(config, sharding: batching.Sharding):
             builder = build.build(d.manual_dir, d.data_dir)
             for report in build.reports(builder).values():
                 logging.info("%s", build.summary(report))
+        else:
+            build.check_source(builder, d.manual_dir)  # the files it was built from, or a DatasetMismatch
         return builder
     if d.name == "librispeech":
         # tfds's own `librispeech` builder class imports TensorFlow, so open the prepared

@@ -128,11 +128,34 @@ def train_and_evaluate(config, workdir: str) -> TrainState:
 
     SIGTERM/SIGINT checkpoint at the next step boundary and return; a step with a
     non-finite loss is skipped (config.optimizer.max_consecutive_skips in a row stop
-    the run); no progress for config.step_timeout_s ends the process (exit 3).
+    the run); no progress for config.step_timeout_s ends the process (exit 3). A second
+    run on the same workdir is refused while this one holds its lock (workdir/run.lock).
     """
+    validate(config)
+    with resilience.WorkdirLock(workdir, enabled=jax.process_index() == 0), \
+            checkpoint.managed(workdir, config.keep_checkpoints) as mgr:
+        return _train(config, workdir, mgr)
+
+
+def _nothing_to_train(start: int, config, workdir: str) -> bool:
+    """True (after saying so) when the workdir's checkpoint is at or past num_train_steps."""
+    if start < config.num_train_steps:
+        return False
+    where = f"the checkpoint in {workdir} is at step {start}"
+    if start == config.num_train_steps:
+        log.info("nothing to train: workdir already at step %d of %d (%s). Raise --config.num_train_steps "
+                 "to train on, or evaluate it with --mode=eval", start, config.num_train_steps, workdir)
+    else:
+        log.warning("%s, past num_train_steps=%d: nothing to train (steps are never undone). Raise "
+                    "--config.num_train_steps above %d to train on, evaluate it with --mode=eval, or choose "
+                    "another --workdir to start over", where, config.num_train_steps, start)
+    return True
+
+
+def _train(config, workdir: str, mgr) -> TrainState:
+    """train_and_evaluate's loop, with the workdir locked and the checkpoint manager `mgr` open."""
     from ds2_jax import evaluation  # evaluation builds on this module
 
-    validate(config)
     log.info("compilation cache: %s", parallel.enable_compilation_cache(config.compilation_cache_dir) or "off")
     par = parallel.make(config)
     devices = par.devices
@@ -152,16 +175,14 @@ def train_and_evaluate(config, workdir: str) -> TrainState:
     state = initial_state(config, source, init_rng)
     log.info("model parameters: %s", f"{model.count_params(state.params):,}")
     resilience.check_workdir(workdir, resilience.tree_bytes(state))
-    if is_chief:
-        save_config(config, workdir)
-    mgr = checkpoint.manager(workdir, config.keep_checkpoints)
-    restored, _ = checkpoint.restore_latest(mgr, state)
+    restored, _ = checkpoint.restore_latest(mgr, state, move_damaged=is_chief)
     if restored is not None:
         state = restored.replace(apply_fn=state.apply_fn, tx=state.tx)
     start = int(state.step)
-    if start >= config.num_train_steps:
-        log.info("nothing to train: workdir already at step %d of %d", start, config.num_train_steps)
+    if _nothing_to_train(start, config, workdir):
         return state
+    if is_chief:  # after the restore: a config its checkpoints don't fit never replaces the one they do
+        save_config(config, workdir)
     writer = metrics.MetricWriter(workdir, enabled=is_chief, resume_step=start)
 
     p_train = par.compile(train_step, step_kwargs(config))
@@ -231,7 +252,7 @@ def train_and_evaluate(config, workdir: str) -> TrainState:
     final = host_state()
     if done > start and mgr.latest_step() != done:
         save(done)
-    mgr.wait_until_finished()
+    checkpoint.finish_or_explain(mgr)
     watchdog.close()
     writer.close()
     return final

@@ -7,7 +7,8 @@
 Restores the latest (or --step) checkpoint of W with the config W was trained with
 (W/config.json) and the feature statistics stored in its state. Reads anything
 libsndfile reads (WAV, FLAC, OGG, ...) at any sample rate and channel count: channels
-are averaged, other rates resampled to 16 kHz with soxr. A file that cannot be read gets
+are averaged, other rates resampled to 16 kHz with soxr (a lower rate with a warning:
+the model was trained on 16 kHz). A missing, empty or undecodable file gets
 an 'error: <path>: <reason>' line on stderr and the rest still run; the exit code is 1
 if any file failed.
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import functools
 import logging
+import os
 import sys
 
 import numpy as np
@@ -28,12 +30,39 @@ DEFAULT_LM_BEAM_WIDTH = 64  # --lm without --beam_width
 PAD_SECONDS = 4.0  # Files are padded to a multiple of this: each multiple is one compiled shape.
 
 
-def load_audio(path: str, sample_rate: int = 16_000) -> np.ndarray:
-    """<int16>[S] mono waveform at `sample_rate` (downmixed, resampled with soxr)."""
+class AudioError(ValueError):
+    """A file that gives no audio: missing, empty, or not decodable; the message names it."""
+
+
+def read_audio(path: str) -> tuple[np.ndarray, int]:
+    """(<float32>[S, C], rate) of a file; an AudioError that says what is wrong with it."""
     import soundfile
 
-    audio, rate = soundfile.read(path, dtype="float32", always_2d=True)
+    if not os.path.exists(path):
+        raise AudioError("no such file")
+    if os.path.isdir(path):
+        raise AudioError("a directory, not an audio file")
+    if os.path.getsize(path) == 0:
+        raise AudioError("empty file (0 bytes)")
+    try:
+        audio, rate = soundfile.read(path, dtype="float32", always_2d=True)
+    except (soundfile.LibsndfileError, RuntimeError, TypeError) as e:
+        raise AudioError(f"not audio that libsndfile reads (WAV, FLAC, OGG, ...): {e}") from e
+    if audio.shape[0] == 0:
+        raise AudioError("no samples (0 frames)")
+    return audio, rate
+
+
+def load_audio(path: str, sample_rate: int = 16_000) -> np.ndarray:
+    """<int16>[S] mono waveform at `sample_rate` (downmixed, resampled with soxr).
+
+    Audio below `sample_rate` is upsampled with a warning: the model never saw it, and
+    nothing above half the file's rate is in it."""
+    audio, rate = read_audio(path)
     audio = audio.mean(axis=1)
+    if rate < sample_rate:
+        log.warning("%s: %d Hz audio resampled to %d Hz; the model was trained on %d Hz audio, and nothing "
+                    "above %d Hz is in this file, so expect more errors", path, rate, sample_rate, sample_rate, rate // 2)
     if rate != sample_rate:
         try:
             import soxr
@@ -136,6 +165,9 @@ def main(argv: list[str] | None = None) -> int:
         try:
             waveforms.append(load_audio(path, transcriber.sample_rate))
             paths.append(path)
+        except AudioError as e:
+            failed += 1
+            print(f"error: {path}: {e}", file=sys.stderr, flush=True)
         except Exception as e:  # noqa: BLE001  (any unreadable file: report it, go on)
             failed += 1
             print(f"error: {path}: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
@@ -145,4 +177,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from ds2_jax import errors
+
+    sys.exit(errors.run_explained(main, None, errors.traceback_wanted()))

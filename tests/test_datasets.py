@@ -74,8 +74,8 @@ def test_cli_prints_the_summary(built, tmp_path, capsys):
     td.write_bad_inputs(str(manual / "LibriSpeech" / "dev-clean"))
     assert build.main([f"--manual_dir={manual}", f"--data_dir={tmp_path / 'tfds'}"]) == 0
     out = capsys.readouterr().out
-    assert "dev-clean: kept 4 of 15 utterances" in out
-    assert "missing_transcript=3" in out and "ctc_infeasible=1" in out
+    assert "dev-clean: kept 4 of 16 utterances" in out
+    assert "missing_transcript=3" in out and "ctc_infeasible=1" in out and "missing_audio=1" in out
 
 
 @pytest.mark.parametrize("make", [lambda p: None, lambda p: p.mkdir()])

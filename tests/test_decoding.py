@@ -227,7 +227,7 @@ def test_eval_beam_with_lm_is_no_worse_than_greedy_on_each_split(trained):
     results = evaluation.evaluate_splits(config, trained.workdir, split="test-clean, dev-clean")
     assert list(results) == ["test-clean", "dev-clean"]
     for split, result in results.items():
-        saved = json.load(open(os.path.join(trained.workdir, f"eval-{split}-{TRAIN_STEPS}.json")))
+        saved = json.load(open(os.path.join(trained.workdir, f"eval-{split}-{TRAIN_STEPS}-beam32-lm.json")))
         assert saved["split"] == split and saved["utterances"] == result["utterances"] > 0
         assert saved["beam"]["beam_width"] == 32 and saved["beam"]["lm"] == trained.lm
         assert len(saved["worst"]) == len(saved["beam"]["worst"]) == min(10, saved["utterances"])

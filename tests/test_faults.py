@@ -1,12 +1,18 @@
-"""Fault injection: every failure a long run meets, and what is kept.
+"""Fault injection: every failure a long run meets, what is kept, and what the user sees.
 
-kill -9 at three points, SIGTERM, a damaged newest checkpoint, non-finite steps, a
-hung step, an unwritable or full workdir, out-of-memory, bad configs.
+kill -9 at three points, SIGTERM, a damaged newest (or every) checkpoint, a busy or
+stale workdir lock, a torn metrics line, a full disk before and during a save,
+non-finite steps, a hung step, an unwritable workdir, out-of-memory, a changed manual
+dir, eval with a different config or into a read-only workdir, num_train_steps below
+the checkpoint, bad configs. Where training continues, the final state is compared bit
+for bit with an uninterrupted run. The slow drills run launch.py in a subprocess.
 """
 
 import json
 import os
+import shutil
 import signal
+import socket
 import subprocess
 import time
 
@@ -14,7 +20,7 @@ import jax
 import numpy as np
 import pytest
 
-from ds2_jax import checkpoint, input_pipeline, resilience, train
+from ds2_jax import checkpoint, errors, evaluation, input_pipeline, metrics, resilience, train
 from tests import helpers
 from tests.helpers import tiny_config
 
@@ -50,8 +56,11 @@ def uninterrupted(tmp_path_factory):
 def test_kill_9_then_rerun_matches_uninterrupted_bit_for_bit(tmp_path, uninterrupted, kill_at):
     rc, _ = launch(tmp_path, f"--config.faults.kill_at={kill_at}")
     assert rc == -signal.SIGKILL
+    assert (tmp_path / resilience.LOCK_FILE).exists()  # left behind by the killed run
     rc, err = launch(tmp_path)
     assert rc == 0, err[-2000:]
+    assert "taking over the stale lock" in err
+    assert not (tmp_path / resilience.LOCK_FILE).exists()
     step, params = final_params(tmp_path)
     assert step == uninterrupted[0] == 8
     for a, b in zip(params, uninterrupted[1]):
@@ -78,6 +87,33 @@ def test_sigterm_checkpoints_and_exits_zero_then_resumes(tmp_path):
     assert saved is not None and saved >= 2
     rc, err = launch(tmp_path, f"--config.num_train_steps={saved + 2}", "--config.eval_every_steps=0")
     assert rc == 0 and f"restored checkpoint at step {saved}" in err
+    full = train.train_and_evaluate(tiny_config(num_train_steps=saved + 2, log_every_steps=1, eval_every_steps=0,
+                                                checkpoint_every_steps=100000), str(tmp_path / "full"))
+    step, params = final_params(tmp_path)
+    assert step == saved + 2
+    for a, b in zip(params, leaves((full.params, full.opt_state, full.batch_stats))):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.slow
+def test_two_runs_on_one_workdir_the_second_is_refused_and_nothing_mixes(tmp_path, uninterrupted):
+    first = launch(tmp_path, wait=False)
+    lock = tmp_path / resilience.LOCK_FILE
+    deadline = time.time() + 300
+    while not lock.exists():
+        assert time.time() < deadline and first.poll() is None, first.stderr.read()[-2000:]
+        time.sleep(0.2)
+    rc, err = launch(tmp_path, "--config.model.rnn_size=64")  # different settings, started later
+    assert rc == 1
+    assert f"is in use by another run (host {socket.gethostname()}, pid {first.pid}" in err.strip().splitlines()[-1]
+    _, first_err = first.communicate(timeout=600)
+    assert first.returncode == 0, first_err[-2000:]
+    assert json.load(open(tmp_path / "config.json"))["model"]["rnn_size"] == 32
+    steps = [json.loads(l)["step"] for l in open(tmp_path / "metrics.jsonl") if "eval" not in l]
+    assert steps == [2, 4, 6, 8]
+    step, params = final_params(tmp_path)
+    for a, b in zip(params, uninterrupted[1]):
+        np.testing.assert_array_equal(a, b)
 
 
 def _corrupt(directory, how):
@@ -91,29 +127,264 @@ def _corrupt(directory, how):
                 os.remove(path)
 
 
-@pytest.mark.parametrize("how", ["truncate", "delete"])
-def test_damaged_latest_checkpoint_falls_back_with_warning(tmp_path, how, caplog):
-    common = {"log_every_steps": 3, "eval_every_steps": 0, "checkpoint_every_steps": 3}
-    train.train_and_evaluate(tiny_config(num_train_steps=6, **common), str(tmp_path))
-    _corrupt(tmp_path / "checkpoints" / "6", how)
+# ----------------------------------------------------------------------------- in process
+
+RUN = {"num_train_steps": 6, "log_every_steps": 3, "eval_every_steps": 0, "checkpoint_every_steps": 3,
+       "eval.max_utterances": 8}
+
+
+def run_config(**overrides):
+    return tiny_config(**{**RUN, **overrides})
+
+
+def leaves(state):
+    return [np.asarray(x) for x in jax.tree_util.tree_leaves(state)]
+
+
+def assert_same_state(a, b):
+    assert int(a.step) == int(b.step)
+    for x, y in zip(leaves(a), leaves(b)):
+        np.testing.assert_array_equal(x, y)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """An uninterrupted 6-step run (checkpoints 3 and 6): (workdir, final state)."""
+    w = tmp_path_factory.mktemp("trained")
+    return str(w), jax.device_get(train.train_and_evaluate(run_config(), str(w)))
+
+
+def copy_of(trained, tmp_path) -> str:
+    w = str(tmp_path / "w")
+    shutil.copytree(trained[0], w)
+    return w
+
+
+def restored_latest(workdir):
+    return evaluation.restore_state(run_config(), workdir)
+
+
+@pytest.mark.parametrize("how", ["truncate", pytest.param("delete", marks=pytest.mark.slow)])
+def test_damaged_newest_checkpoint_is_moved_aside_retrained_and_saved(trained, tmp_path, how, caplog):
+    w = copy_of(trained, tmp_path)
+    _corrupt(os.path.join(w, "checkpoints", "6"), how)
     with caplog.at_level("INFO", logger="ds2_jax"):
-        state = train.train_and_evaluate(tiny_config(num_train_steps=7, **common), str(tmp_path))
+        state = train.train_and_evaluate(run_config(), w)  # the same command again
     assert "checkpoint 6" in caplog.text and "damaged" in caplog.text
     assert "restored checkpoint at step 3" in caplog.text
-    assert int(state.step) == 7
-    _corrupt(tmp_path / "checkpoints", how)
-    with pytest.raises(RuntimeError, match="none of the checkpoints"):
-        train.train_and_evaluate(tiny_config(num_train_steps=9, **common), str(tmp_path))
+    assert "moved damaged checkpoint 6 aside" in caplog.text
+    names = os.listdir(os.path.join(w, "checkpoints"))
+    assert sorted(n for n in names if n.isdigit()) == ["3", "6"]
+    assert len([n for n in names if n.startswith("6.damaged-")]) == 1
+    assert_same_state(state, trained[1])
+    saved, step = restored_latest(w)  # what --mode=eval now evaluates
+    assert step == 6
+    assert_same_state(saved, trained[1])
+    caplog.clear()
+    with caplog.at_level("INFO", logger="ds2_jax"):  # and the rerun after that redoes nothing
+        train.train_and_evaluate(run_config(), w)
+    assert "restored checkpoint at step 6" in caplog.text and "already trained" in caplog.text
+
+
+def test_all_checkpoints_damaged_is_an_error_naming_the_way_out(trained, tmp_path):
+    w = copy_of(trained, tmp_path)
+    _corrupt(os.path.join(w, "checkpoints"), "truncate")
+    before = open(os.path.join(w, "config.json")).read()
+    with pytest.raises(errors.CheckpointError, match="none of the 2 checkpoints") as err:
+        train.train_and_evaluate(run_config(num_train_steps=9), w)
+    assert "config.json" in str(err.value) and "move" in str(err.value)
+    assert open(os.path.join(w, "config.json")).read() == before  # the trained config is kept
+
+
+def test_all_checkpoints_damaged_message_is_the_last_line(trained, tmp_path):
+    w = copy_of(trained, tmp_path)
+    for root, _, files in os.walk(os.path.join(w, "checkpoints")):
+        for name in files:  # keep the json metadata: orbax then fails inside tensorstore's event loop
+            if name.endswith(".ocdbt") or os.path.basename(root) == "d":
+                with open(os.path.join(root, name), "r+b") as f:
+                    f.truncate(10)
+    rc, err = launch(w, "--config.eval_every_steps=0")
+    assert rc == 1
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("error: none of the 2 checkpoints in") and "error.log" in last, err[-3000:]
+    assert "Traceback" not in err.split("error: none of")[-1]
+    assert "CheckpointError" in open(os.path.join(w, "error.log")).read()  # the traceback is kept
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def test_busy_workdir_is_refused_naming_the_first_run(tmp_path):
+    w = tmp_path / "w"
+    w.mkdir()
+    first = subprocess.Popen(["sleep", "60"])  # stands in for the running first run
+    try:
+        lock = w / resilience.LOCK_FILE
+        host = socket.gethostname()
+        lock.write_text(json.dumps({"host": host, "pid": first.pid, "start": "2026-12-03T10:00:00"}))
+        with pytest.raises(errors.WorkdirLocked, match=f"in use by another run \\(host {host}, pid {first.pid}"):
+            train.train_and_evaluate(run_config(), str(w))
+        # Another host's run can't be checked from here, so it is never taken over.
+        lock.write_text(json.dumps({"host": "other-host", "pid": _dead_pid(), "start": "2026-12-03T10:00:00"}))
+        with pytest.raises(errors.WorkdirLocked, match="host other-host") as err:
+            train.train_and_evaluate(run_config(), str(w))
+        assert str(lock) in str(err.value)  # the way out when that machine is gone
+        assert sorted(os.listdir(w)) == [resilience.LOCK_FILE]  # nothing written, nothing mixed
+    finally:
+        first.kill()
+        first.wait()
+
+
+def test_killed_mid_write_stale_lock_and_torn_metrics_line_resume_bit_for_bit(trained, tmp_path, caplog):
+    """What kill -9 during step 6's bookkeeping leaves: its lock, half a metrics line, no
+    checkpoint 6. The rerun takes the lock over, drops the torn line, and ends where the
+    uninterrupted run did."""
+    w = copy_of(trained, tmp_path)
+    shutil.rmtree(os.path.join(w, "checkpoints", "6"))
+    path = os.path.join(w, "metrics.jsonl")
+    text = open(path).read()
+    open(path, "w").write(text[: len(text) - 25])  # step 6's record, cut mid-line
+    pid = _dead_pid()
+    lock = os.path.join(w, resilience.LOCK_FILE)
+    open(lock, "w").write(json.dumps({"host": socket.gethostname(), "pid": pid, "start": "2026-12-03T10:00:00"}))
+    with caplog.at_level("INFO", logger="ds2_jax"):
+        state = train.train_and_evaluate(run_config(), w)
+    assert f"taking over the stale lock {lock}" in caplog.text and f"pid {pid}" in caplog.text
+    assert f"{path}: dropping its torn last line" in caplog.text
+    assert_same_state(state, trained[1])
+    assert [r["step"] for r in metrics.read_jsonl(path)] == [3, 6]
+    assert not os.path.exists(lock)
+
+
+def test_torn_line_before_the_last_is_an_error_naming_file_and_line(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 1}\n{"step": 2, "lo\n{"step": 3}\n')
+    with pytest.raises(ValueError, match=f"{path} line 2 is not JSON"):
+        metrics.read_jsonl(str(path))
+
+
+def test_num_train_steps_below_the_checkpoint_says_so_and_changes_nothing(trained, tmp_path, caplog):
+    w = copy_of(trained, tmp_path)
+    before = {n: open(os.path.join(w, n)).read() for n in ("metrics.jsonl", "config.json")}
+    with caplog.at_level("INFO", logger="ds2_jax"):
+        state = train.train_and_evaluate(run_config(num_train_steps=4), w)
+    assert int(state.step) == 6
+    assert "at step 6, past num_train_steps=4: nothing to train" in caplog.text
+    assert "--config.num_train_steps above 6" in caplog.text and "--mode=eval" in caplog.text
+    assert before == {n: open(os.path.join(w, n)).read() for n in before}
+    assert sorted(os.listdir(os.path.join(w, "checkpoints"))) == ["3", "6"]
+
+
+def test_eval_restores_with_the_workdirs_config_and_names_what_differs(trained, tmp_path, caplog):
+    w = copy_of(trained, tmp_path)
+    other = run_config(**{"model.rnn_size": 64, "optimizer.learning_rate": 1.0})
+    with caplog.at_level("INFO", logger="ds2_jax"):
+        result = evaluation.evaluate_checkpoint(other, w)
+    assert "model.rnn_size (trained 32, --config 64)" in caplog.text
+    assert "optimizer.learning_rate" in caplog.text and "damaged" not in caplog.text
+    assert result["step"] == 6 and result["utterances"] == 8 and np.isfinite(result["loss"])
+    greedy = json.load(open(os.path.join(w, "eval-dev-clean-6-greedy.json")))
+    assert greedy["wer"] == result["wer"] and "beam" not in greedy
+
+    pytest.importorskip("pyctcdecode")
+    beam = evaluation.evaluate_checkpoint(run_config(**{"decoding.beam_width": 4}), w)
+    assert json.load(open(os.path.join(w, "eval-dev-clean-6-beam4.json")))["beam"]["wer"] == beam["beam"]["wer"]
+    evaluation.evaluate_checkpoint(run_config(), w)  # greedy again: the beam results stay
+    assert os.path.exists(os.path.join(w, "eval-dev-clean-6-beam4.json"))
+
+
+def test_eval_config_takes_training_settings_from_the_workdir_and_eval_settings_from_the_flags(tmp_path):
+    trained = run_config(**{"model.rnn_size": 48, "eval.max_utterances": 4})
+    old = trained.to_dict()
+    del old["model"]["rnn_impl"]  # a workdir from before that knob existed
+    (tmp_path / "config.json").write_text(json.dumps(old))
+    given = run_config(**{"model.rnn_size": 64, "eval.max_utterances": 16, "model.rnn_impl": "pallas"})
+    merged = evaluation.config_for_eval(given, str(tmp_path))
+    assert merged.model.rnn_size == 48 and merged.eval.max_utterances == 16 and merged.model.rnn_impl == "pallas"
+    assert evaluation.differing_keys(old, given.to_dict()) == [("model.rnn_size", 48, 64)]
+
+
+@pytest.fixture
+def read_only(tmp_path):
+    """A read-only bind mount of a directory (needs root), or skip."""
+    src, ro = tmp_path / "src", tmp_path / "ro"
+    src.mkdir()
+    ro.mkdir()
+    if subprocess.run(["mount", "--bind", str(src), str(ro)], capture_output=True).returncode:
+        pytest.skip("cannot bind-mount here (needs root)")
+    try:
+        if subprocess.run(["mount", "-o", "remount,ro,bind", str(ro)], capture_output=True).returncode:
+            pytest.skip("cannot remount read-only here")
+        yield src, ro
+    finally:
+        subprocess.run(["umount", str(ro)])
+
+
+def test_eval_into_a_read_only_workdir_logs_the_result_then_fails_clearly(trained, read_only, caplog):
+    src, ro = read_only
+    shutil.copytree(trained[0], src / "w")
+    w = str(ro / "w")
+    with caplog.at_level("INFO", logger="ds2_jax"), pytest.raises(OSError, match="could not write") as err:
+        evaluation.evaluate_checkpoint(run_config(), w)
+    assert "eval dev-clean at step 6: greedy WER" in caplog.text  # the result is not lost
+    assert "Make " + w + " writable" in str(err.value) and "eval-dev-clean-6-greedy.json" in str(err.value)
+    assert err.value.results["dev-clean"]["step"] == 6
+
+
+@pytest.fixture
+def tmpfs(tmp_path):
+    def mount(size: str):
+        path = tmp_path / f"disk-{size}"
+        path.mkdir()
+        if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                          capture_output=True).returncode:
+            pytest.skip("cannot mount a tmpfs here (needs root)")
+        mounted.append(path)
+        return path
+
+    mounted = []
+    yield mount
+    for path in mounted:
+        subprocess.run(["umount", "-l", str(path)])
+
+
+def test_disk_full_during_a_save_names_the_workdir_and_free_space(tmpfs):
+    """Room for the pre-flight check (two checkpoints' worth of arrays) but not for two
+    checkpoints with orbax's metadata: the second save fails inside orbax/tensorstore."""
+    w = str(tmpfs("420k") / "run")
+    config = run_config(checkpoint_every_steps=1, keep_checkpoints=5)
+    with pytest.raises(errors.DiskFull) as err:
+        train.train_and_evaluate(config, w)
+    message = str(err.value)
+    # The save fills the disk; whichever write comes next (the save, or a metrics line) says so.
+    assert "disk full" in message and "MiB free" in message and w in message
+    assert "earlier checkpoints are intact" in message
+    assert len(message) < 600
+    state, step = restored_latest(w)  # what was saved before the disk filled restores
+    assert step is not None and step >= 1
+
+
+def test_a_checkpoint_write_failure_of_any_type_is_explained(tmp_path):
+    mgr = checkpoint.manager(str(tmp_path))
+    err = checkpoint.explain_save_error(mgr, 7, ValueError("RESOURCE_EXHAUSTED: " + "x" * 5000))
+    assert isinstance(err, errors.DiskFull) and isinstance(err, OSError)
+    assert str(err).startswith(f"writing checkpoint 7 to {tmp_path / 'checkpoints'} failed (disk full; ")
+    other = checkpoint.explain_save_error(mgr, 7, RuntimeError("permission denied"))
+    assert isinstance(other, errors.CheckpointError) and "permission denied" in str(other)
 
 
 def test_non_finite_steps_skipped_counted_and_bounded(tmp_path):
     common = {"log_every_steps": 1, "eval_every_steps": 0, "checkpoint_every_steps": 100}
-    train.train_and_evaluate(tiny_config(num_train_steps=6, **common, **{"faults.nan_at_steps": "2,3"}), str(tmp_path / "a"))
+    # Both runs compile the same step (same fault steps); only the host-side bound differs.
+    train.train_and_evaluate(tiny_config(num_train_steps=6, **common, **{"faults.nan_at_steps": "2-4"}), str(tmp_path / "a"))
     records = [json.loads(l) for l in open(tmp_path / "a" / "metrics.jsonl")]
-    assert [r["skipped_steps"] for r in records] == [0, 0, 1, 2, 2, 2]
+    assert [r["skipped_steps"] for r in records] == [0, 0, 1, 2, 3, 3]
     assert all(np.isfinite(r["loss"]) for r in records)
-    bad = tiny_config(num_train_steps=20, **common, **{"faults.nan_at_steps": "1-20", "optimizer.max_consecutive_skips": 3})
-    with pytest.raises(FloatingPointError, match="3 consecutive steps"):
+    bad = tiny_config(num_train_steps=6, **common, **{"faults.nan_at_steps": "2-4", "optimizer.max_consecutive_skips": 3})
+    with pytest.raises(FloatingPointError, match="3 consecutive steps had a non-finite loss or gradient \\(up to step 5\\)"):
         train.train_and_evaluate(bad, str(tmp_path / "b"))
 
 
@@ -145,7 +416,7 @@ def small_disk(tmp_path):
 
 def test_full_disk_is_a_clear_error_before_training(small_disk):
     with pytest.raises(OSError, match="MiB free but a checkpoint needs"):
-        train.train_and_evaluate(tiny_config(**{"model.rnn_size": 256}), str(small_disk / "run"))
+        train.train_and_evaluate(tiny_config(), str(small_disk / "run"))  # ~175 KiB per checkpoint
 
 
 def test_out_of_memory_names_the_settings_to_lower():
@@ -166,3 +437,33 @@ def test_missing_dataset_is_a_clear_error(tmp_path):
                             "dataset.data_dir": str(tmp_path / "tfds")})
     with pytest.raises(FileNotFoundError, match="manual_dir.*is missing or empty"):
         train.train_and_evaluate(config, str(tmp_path / "w"))
+
+
+def test_prepared_dataset_refuses_a_different_manual_dir_naming_both(tmp_path, caplog):
+    from ds2_jax import tfds_source
+    from ds2_jax.datasets import build
+    from tests import librispeech_testdata as td
+
+    first, copy, other = tmp_path / "first", tmp_path / "copy", tmp_path / "other"
+    td.write_bad_inputs(str(first / "LibriSpeech" / "dev-clean"))
+    shutil.copytree(first, copy)  # the same files elsewhere: fine
+    td.write_bad_inputs(str(other / "LibriSpeech" / "dev-clean"))
+    os.remove(other / "LibriSpeech" / "dev-clean" / "1" / "10" / "1-10-0003.flac")  # one file fewer
+    data_dir = str(tmp_path / "tfds")
+    builder = build.build(str(first), data_dir)
+    recorded = build.recorded_source(builder)
+    assert recorded["manual_dir"] == str(first) and recorded["splits"] == ["dev-clean"]
+    with caplog.at_level("INFO"):
+        build.build(str(copy), data_dir)
+    assert f"built from {first}" in caplog.text and "holds the same files" in caplog.text
+    for manual in (other, tmp_path / "bogus"):
+        with pytest.raises(errors.DatasetMismatch) as err:
+            build.build(str(manual), data_dir)
+        message = str(err.value)
+        assert f"built from {first}" in message and f"dataset.manual_dir={str(manual)!r}" in message
+        assert "dataset.data_dir to a fresh directory" in message
+        assert os.path.dirname(os.fspath(builder.data_dir)) in message  # delete this to rebuild
+    config = tiny_config(**{"dataset.name": "librispeech_local", "dataset.manual_dir": str(other),
+                            "dataset.data_dir": data_dir})
+    with pytest.raises(errors.DatasetMismatch, match="holds other files"):  # the training path too
+        tfds_source._open_builder(config, input_pipeline.Sharding(16))

@@ -30,7 +30,7 @@ def test_train_resume_and_eval(tmp_path):
     assert [r["step"] for r in records if "loss" in r] == [2, 4, 6, 8]
     (in_training,) = [r for r in records if "eval_cer" in r]
     launch(f"--workdir={w}", "--mode=eval")
-    result = json.load(open(os.path.join(w, "eval-dev-clean-8.json")))
+    result = json.load(open(os.path.join(w, "eval-dev-clean-8-greedy.json")))
     # --mode=eval restores the step-8 checkpoint and scores it as the training run's eval did
     assert result["utterances"] == 16 and in_training["step"] == 8
     for key in ("loss", "wer", "cer"):
@@ -40,5 +40,24 @@ def test_train_resume_and_eval(tmp_path):
 def test_unknown_key_and_bad_values_fail_clearly(tmp_path):
     proc = launch(f"--workdir={tmp_path}", "--config.no_such_key=1", check=False)
     assert proc.returncode != 0 and "no_such_key" in proc.stderr
+    proc = launch(f"--workdir={tmp_path}", "--config.model.rnn_sise=64", check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "error: unknown config key 'model.rnn_sise' (--config.model.rnn_sise=64) in configs/smoke.py: "
+        "did you mean model.rnn_size, model.rnn_impl, model.rnn_cell?"]
     proc = launch(f"--workdir={tmp_path}", "--config.num_devices=9", check=False)
     assert proc.returncode != 0 and "num_devices=9" in proc.stderr
+
+
+def test_an_explained_error_is_one_line_with_the_traceback_in_the_log(tmp_path):
+    w = tmp_path / "w"
+    w.mkdir()
+    (w / "run.lock").write_text('{"host": "elsewhere", "pid": 1, "start": "2026-12-03T10:00:00"}')
+    proc = launch(f"--workdir={w}", check=False)
+    assert proc.returncode == 1
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: workdir {str(w)!r} is in use by another run (host elsewhere, pid 1")
+    assert last.endswith(f"[traceback: {w / 'error.log'}]") and "Traceback" not in proc.stderr
+    assert "WorkdirLocked" in (w / "error.log").read_text()
+    proc = launch(f"--workdir={w}", "--traceback", check=False)
+    assert proc.returncode == 1 and "Traceback (most recent call last)" in proc.stderr

@@ -91,3 +91,32 @@ def test_transcribes_wav_flac_8k_44k_stereo_and_reports_a_bad_file(trained, tmp_
 def test_missing_workdir_fails_clearly(tmp_path):
     with pytest.raises(FileNotFoundError, match="config.json"):
         transcribe.main(["--workdir", str(tmp_path / "nowhere"), "a.wav"])
+
+
+def test_missing_empty_and_undecodable_files_say_what_is_wrong(tmp_path):
+    empty = tmp_path / "empty.wav"
+    empty.write_bytes(b"")
+    junk = tmp_path / "junk.flac"
+    junk.write_bytes(b"not audio at all" * 10)
+    no_frames = str(tmp_path / "no_frames.wav")
+    soundfile.write(no_frames, np.zeros(0, np.int16), 16_000)
+    for path, reason in [(tmp_path / "missing.wav", "no such file"), (empty, "empty file (0 bytes)"),
+                         (junk, "not audio that libsndfile reads"), (no_frames, "no samples")]:
+        with pytest.raises(transcribe.AudioError, match=reason.replace("(", "\\(").replace(")", "\\)")):
+            transcribe.load_audio(str(path))
+
+
+def test_audio_below_16k_is_resampled_with_a_warning(tmp_path, caplog):
+    pytest.importorskip("soxr")
+    low = str(tmp_path / "8k.wav")
+    soundfile.write(low, np.zeros(8000, np.int16), 8_000)
+    with caplog.at_level("WARNING", logger="ds2_jax"):
+        audio = transcribe.load_audio(low)
+    assert len(audio) == 16_000
+    assert f"{low}: 8000 Hz audio resampled to 16000 Hz; the model was trained on 16000 Hz" in caplog.text
+    caplog.clear()
+    high = str(tmp_path / "44k.wav")
+    soundfile.write(high, np.zeros(44_100, np.int16), 44_100)
+    with caplog.at_level("WARNING", logger="ds2_jax"):
+        transcribe.load_audio(high)
+    assert caplog.text == ""  # downsampling loses nothing the model uses

@@ -5,12 +5,19 @@
 DIR holds LibriSpeech/<split>/... or <split>.tar.gz (see librispeech_local.py); D is the
 tfds data dir ('' = tfds default, ~/tensorflow_datasets). Splits already built are kept:
 delete D/librispeech_local to rebuild.
+
+The prepared dataset records the manual dir it was built from and a fingerprint of its
+file list (names and sizes; `SOURCE_RECORD`). Opening it with a manual dir whose files
+differ is refused, naming both dirs: D may be shared by several projects, so it is never
+rebuilt in place behind a user's back; the way out is a fresh D, the old DIR, or
+deleting D/librispeech_local.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -20,7 +27,10 @@ import types
 
 import tensorflow_datasets as tfds
 
+from ds2_jax import errors
 from ds2_jax.datasets import librispeech_local
+
+SOURCE_RECORD = "ds2_source.json"  # in the prepared dataset's dir: manual_dir and its fingerprint
 
 
 def get_builder(data_dir: str = "") -> librispeech_local.LibrispeechLocal:
@@ -85,21 +95,94 @@ def _uncompressed_records():
         adapter.write_examples = old
 
 
+def source_of(manual_dir: str) -> dict:
+    """{manual_dir, splits, files, fingerprint} of the splits a manual dir holds; the
+    fingerprint hashes every file's path (relative to its split) and size."""
+    found = librispeech_local.find_splits(manual_dir) if manual_dir and os.path.isdir(manual_dir) else {}
+    entries = []
+    for split, (kind, path) in sorted(found.items()):
+        if kind == "tar":
+            entries.append((split, os.path.basename(path), os.path.getsize(path)))
+            continue
+        for root, dirs, files in os.walk(path):
+            dirs.sort()
+            for name in sorted(files):
+                full = os.path.join(root, name)
+                entries.append((split, os.path.relpath(full, path), os.path.getsize(full)))
+    digest = hashlib.sha256(json.dumps(entries).encode()).hexdigest()[:16]
+    return {"manual_dir": os.path.abspath(manual_dir) if manual_dir else "", "splits": sorted(found),
+            "files": len(entries), "fingerprint": digest}
+
+
+def _record_path(builder) -> str:
+    return os.path.join(os.fspath(builder.data_dir), SOURCE_RECORD)
+
+
+def recorded_source(builder) -> dict | None:
+    try:
+        with open(_record_path(builder)) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def record_source(builder, source: dict) -> None:
+    try:
+        with open(_record_path(builder), "w") as f:
+            json.dump(source, f, indent=1)
+    except OSError as e:
+        logging.warning("could not record the manual dir in %s (%s)", _record_path(builder), e)
+
+
+def check_source(builder, manual_dir: str) -> None:
+    """Says which manual dir the prepared dataset was built from; a DatasetMismatch when
+    `manual_dir` (if set) holds other files."""
+    where = os.fspath(builder.data_dir)
+    recorded = recorded_source(builder)
+    if recorded is None:
+        if manual_dir:
+            logging.warning("%s has no record of the manual dir it was built from (prepared before ds2_jax "
+                            "kept one); recording dataset.manual_dir=%r, unchecked", where, manual_dir)
+            record_source(builder, source_of(manual_dir))
+        return
+    built_from = (f"{recorded['manual_dir']} ({recorded['files']} files of {', '.join(recorded['splits'])}, "
+                  f"fingerprint {recorded['fingerprint']})")
+    if not manual_dir:
+        logging.info("librispeech_local in %s was built from %s", where, built_from)
+        return
+    current = source_of(manual_dir)
+    if current["fingerprint"] == recorded["fingerprint"]:
+        logging.info("librispeech_local in %s was built from %s; dataset.manual_dir=%r holds the same files",
+                     where, built_from, manual_dir)
+        return
+    has = (f"{current['files']} files of {', '.join(current['splits'])}, fingerprint {current['fingerprint']}"
+           if current["files"] else "no LibriSpeech split")
+    raise errors.DatasetMismatch(
+        f"the prepared librispeech_local in {where} was built from {built_from}, but dataset.manual_dir="
+        f"{manual_dir!r} holds other files ({has}). Set dataset.data_dir to a fresh directory to build from "
+        f"{manual_dir!r}, set dataset.manual_dir back to {recorded['manual_dir']!r}, or delete "
+        f"{os.path.dirname(where)} to rebuild it there"
+    )
+
+
 def build(manual_dir: str, data_dir: str = "") -> librispeech_local.LibrispeechLocal:
-    """Prepares the dataset (no-op if already prepared) and returns its builder."""
+    """Prepares the dataset (only checks check_source if already prepared); returns its builder."""
+    with librispeech_local.quiet_tfds():
+        builder = get_builder(data_dir)
+        prepared = builder.is_prepared()
+    if prepared:
+        check_source(builder, manual_dir)
+        return builder
     if not manual_dir or not os.path.isdir(manual_dir) or not os.listdir(manual_dir):
         raise FileNotFoundError(
             f"dataset.manual_dir={manual_dir!r} is missing or empty: point it at a directory "
             "holding LibriSpeech/<split>/... or <split>.tar.gz archives"
         )
-    with librispeech_local.quiet_tfds():
-        builder = get_builder(data_dir)
-        if builder.is_prepared():
-            return builder
-        with _local_shuffle_files(data_dir), _uncompressed_records():
-            builder.download_and_prepare(
-                download_config=tfds.download.DownloadConfig(manual_dir=os.path.abspath(manual_dir))
-            )
+    with librispeech_local.quiet_tfds(), _local_shuffle_files(data_dir), _uncompressed_records():
+        builder.download_and_prepare(
+            download_config=tfds.download.DownloadConfig(manual_dir=os.path.abspath(manual_dir))
+        )
+    record_source(builder, source_of(manual_dir))
     logging.getLogger("ds2_jax").info("librispeech_local: built %s from %s", builder.data_dir, manual_dir)
     return builder
 
@@ -116,8 +199,9 @@ def reports(builder) -> dict[str, dict]:
 
 
 def summary(report: dict) -> str:
-    skipped = ", ".join(f"{r}={n}" for r, n in report["skipped"].items() if n) or "none"
-    total = report["kept"] + report["skipped_total"]
+    counts = {**report["skipped"], "missing_audio": report.get("transcripts_without_audio", 0)}
+    skipped = ", ".join(f"{r}={n}" for r, n in counts.items() if n) or "none"
+    total = report["kept"] + sum(counts.values())
     return (
         f"{report['split']}: kept {report['kept']} of {total} utterances "
         f"({report['kept_hours']:.2f} h); skipped: {skipped}"
@@ -139,4 +223,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(errors.run_explained(main, None, errors.traceback_wanted()))

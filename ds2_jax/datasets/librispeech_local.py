@@ -79,7 +79,7 @@ class SplitReport:
     kept_samples: int = 0
     skipped: collections.Counter = dataclasses.field(default_factory=collections.Counter)
     examples: dict = dataclasses.field(default_factory=lambda: collections.defaultdict(list))
-    transcripts_without_audio: int = 0  # informational: lines whose .flac is absent
+    transcripts_without_audio: int = 0  # lines whose .flac is absent (summary: missing_audio)
 
     def skip(self, reason: str, utt_id: str, detail: str = "") -> None:
         assert reason in REASONS, reason
@@ -99,8 +99,9 @@ class SplitReport:
         }
 
     def summary(self) -> str:
-        skipped = ", ".join(f"{r}={n}" for r, n in sorted(self.skipped.items()) if n) or "none"
-        total = self.kept + sum(self.skipped.values())
+        counts = {**self.skipped, "missing_audio": self.transcripts_without_audio}
+        skipped = ", ".join(f"{r}={n}" for r, n in sorted(counts.items()) if n) or "none"
+        total = self.kept + sum(counts.values())
         return (
             f"librispeech_local/{tfds_split(self.split)}: kept {self.kept} of {total} utterances "
             f"({self.kept_samples / SAMPLE_RATE / 3600:.2f} h); skipped: {skipped}"
@@ -324,4 +325,5 @@ class LibrispeechLocal(tfds.core.GeneratorBasedBuilder):
         with open(report_path(os.fspath(self.data_dir), split), "w") as f:
             json.dump(report.to_json(), f, indent=1)
         # A warning when anything was dropped, so a skip is never silent.
-        logging.log(logging.WARNING if report.skipped else logging.INFO, "%s", report.summary())
+        dropped = sum(report.skipped.values()) + report.transcripts_without_audio
+        logging.log(logging.WARNING if dropped else logging.INFO, "%s", report.summary())

@@ -1,0 +1,116 @@
+"""The project's error class and the one place a command line turns errors into one line.
+
+An error a user can fix (a setting, a file, a busy workdir, a full disk) is printed as
+`error: <message>`, the message naming the setting or file and the way out; its
+traceback goes to <workdir>/error.log, and to stderr with --traceback or DS2_TRACEBACK=1.
+Anything else (a bug) keeps its full traceback.
+"""
+
+from __future__ import annotations
+
+import datetime
+import errno
+import os
+import shutil
+import sys
+import traceback
+from typing import Callable
+
+TRACEBACK_ENV = "DS2_TRACEBACK"
+MAX_MESSAGE_CHARS = 1500  # longer messages are cut; the log file has the whole text
+
+
+class Ds2Error(Exception):
+    """An error whose message says what to change (raised by ds2_jax, printed by the CLIs)."""
+
+
+class WorkdirLocked(Ds2Error):
+    """Another live run holds the workdir's lock."""
+
+
+class CheckpointError(Ds2Error, RuntimeError):
+    """No checkpoint of the workdir restores, or one could not be written."""
+
+
+class DiskFull(Ds2Error, OSError):
+    """A write failed for want of space."""
+
+
+class DatasetMismatch(Ds2Error, ValueError):
+    """A prepared dataset was built from other files than dataset.manual_dir holds."""
+
+
+def is_disk_full(err: BaseException) -> bool:
+    """ENOSPC/EDQUOT, or orbax/tensorstore's RESOURCE_EXHAUSTED wrapping of it."""
+    if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    text = str(err)
+    return "RESOURCE_EXHAUSTED" in text or "No space left" in text
+
+
+def free_space(path: str) -> str:
+    """'123 MiB free' on the file system of path (or of its nearest existing parent)."""
+    while path and not os.path.exists(path):
+        path = os.path.dirname(path)
+    try:
+        return f"{shutil.disk_usage(path or '.').free / 2**20:.0f} MiB free"
+    except OSError:
+        return "free space unknown"
+
+
+# Errors whose message is the whole story: the project's own, and the built-in types
+# its checks raise (config validation, files, memory, divergence).
+EXPLAINED = (Ds2Error, OSError, ValueError, MemoryError, FloatingPointError, NotImplementedError, ImportError)
+
+
+def traceback_wanted(argv: list[str] | None = None) -> bool:
+    argv = sys.argv if argv is None else argv
+    return os.environ.get(TRACEBACK_ENV, "") not in ("", "0") or any(
+        a in ("--traceback", "--traceback=true", "--traceback=True") for a in argv
+    )
+
+
+def one_line(err: BaseException) -> str:
+    text = " ".join(str(err).split()) or type(err).__name__
+    if len(text) > MAX_MESSAGE_CHARS:
+        text = text[:MAX_MESSAGE_CHARS] + " ..."
+    return text
+
+
+def log_traceback(workdir: str | None, err: BaseException) -> str | None:
+    """Appends err's traceback to workdir/error.log; its path, or None if it can't be written."""
+    if not workdir or not os.path.isdir(workdir):
+        return None
+    path = os.path.join(workdir, "error.log")
+    try:
+        with open(path, "a") as f:
+            f.write(f"--- {datetime.datetime.now().isoformat(timespec='seconds')} pid {os.getpid()}: {sys.argv}\n")
+            f.write("".join(traceback.format_exception(type(err), err, err.__traceback__)))
+        return path
+    except OSError:
+        return None
+
+
+def run_explained(fn: Callable[[], object], workdir: str | None, show_traceback: bool = False) -> int:
+    """fn()'s exit code (0 unless it returns an int); an explained error becomes `error: ...`
+    as the last line of stderr, and exit code 1.
+
+    The process then ends at once (os._exit): orbax's and tensorstore's background
+    threads otherwise print `Event loop is closed` tracebacks after the message.
+    """
+    try:
+        result = fn()
+        return result if isinstance(result, int) else 0
+    except EXPLAINED as e:
+        log_path = log_traceback(workdir, e)
+        if show_traceback:
+            traceback.print_exc()
+        hint = f"traceback: {log_path}" if log_path else f"traceback: rerun with {TRACEBACK_ENV}=1"
+        message = one_line(e)
+        if is_disk_full(e) and not isinstance(e, Ds2Error):  # a write this code did not expect to fail
+            where = workdir or os.getcwd()
+            message = (f"disk full ({free_space(where)} in {where}): {message}; free disk space or choose another "
+                       "--workdir, then rerun the same command")
+        sys.stdout.flush()
+        print(f"error: {message} [{hint}]", file=sys.stderr, flush=True)
+        os._exit(1)
