@@ -33,6 +33,7 @@ from jax.experimental.mosaic.gpu import utils as mgpu_utils
 from jax.experimental.pallas import mosaic_gpu as plgpu
 from jaxlib.mlir.dialects import nvvm
 
+from ds2_jax import pallas_common
 from ds2_jax.activation import clipped_relu
 from ds2_jax.persistent_rnn import input_gradient, passes_gradient, previous_states
 
@@ -229,7 +230,7 @@ def _run(cell: Callable, xs: jax.Array, weights: jax.Array, *, reverse: bool, op
 
 def supported() -> bool:
     """wgmma kernels: Hopper (compute capability 9.0) only."""
-    return jax.default_backend() == "gpu" and getattr(jax.devices()[0], "compute_capability", "") == "9.0"
+    return pallas_common.compute_capability() == pallas_common.HOPPER
 
 
 def unsupported(dtype, batch: int, directions: int, hidden: int) -> str | None:

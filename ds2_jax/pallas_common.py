@@ -21,6 +21,22 @@ def log_choice(what: str, asked: str, chosen: str, detail: str) -> None:
         logging.getLogger("ds2_jax").info("%s: %s -> %s (%s, %s)", what, asked, chosen, detail, jax.default_backend())
 
 
+HOPPER = "9.0"  # compute capability of the H100/H200: wgmma, TMA, clusters (mosaic_rnn)
+# Opt-in shared memory per thread block by compute capability (CUDA programming guide).
+SHARED_MEMORY_BYTES = {"9.0": 232_448, "8.0": 166_912, "8.7": 166_912, "8.6": 101_376, "8.9": 101_376}
+SMALLEST_SHARED_MEMORY = min(SHARED_MEMORY_BYTES.values())  # unknown GPUs: the safe guess
+
+
+def compute_capability() -> str:
+    """The first device's compute capability ('9.0'), or '' off NVIDIA GPUs."""
+    return str(getattr(jax.devices()[0], "compute_capability", "")) if jax.default_backend() == "gpu" else ""
+
+
+def shared_memory_bytes() -> int:
+    """Shared memory one block may use on this GPU (the smallest known value if unknown)."""
+    return SHARED_MEMORY_BYTES.get(compute_capability(), SMALLEST_SHARED_MEMORY)
+
+
 def interpret_mode() -> bool:
     """Triton kernels run natively on GPUs only; elsewhere Pallas interprets them."""
     return jax.default_backend() != "gpu"

@@ -31,11 +31,9 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plt
 
 from ds2_jax.activation import CLIP, clipped_relu
-from ds2_jax.pallas_common import MIN_BLOCK, block_size, interpret_mode, sync_threads
+from ds2_jax.pallas_common import MIN_BLOCK, block_size, interpret_mode, shared_memory_bytes, sync_threads
 
 ROWS = MIN_BLOCK  # batch rows per matmul: the MMA tile height
-# Shared memory per block on H100/H200 (227 KB); smaller GPUs fall back to scan_vjp.
-SHARED_MEMORY_BYTES = 232_448
 
 
 @dataclasses.dataclass(frozen=True)
@@ -178,8 +176,8 @@ def column_block(hidden: int, directions: int, cores: int) -> int:
 def fits(hidden: int, directions: int, itemsize: int) -> bool:
     """Whether the kernel's shared memory (weight slice + one row chunk) fits on this GPU."""
     hidden = block_size(hidden)
-    cols = column_block(hidden, directions, jax.devices()[0].core_count)
-    return (cols + ROWS) * hidden * itemsize <= SHARED_MEMORY_BYTES
+    cols = column_block(hidden, directions, getattr(jax.devices()[0], "core_count", 1))  # SMs
+    return (cols + ROWS) * hidden * itemsize <= shared_memory_bytes()
 
 
 def _run(cell, inputs, weights, *, reverse: bool, transposed: bool, options: KernelOptions):
@@ -190,7 +188,7 @@ def _run(cell, inputs, weights, *, reverse: bool, transposed: bool, options: Ker
     if interpret:
         cols = hidden
     elif cols is None:
-        cols = column_block(hidden, directions, jax.devices()[0].core_count)
+        cols = column_block(hidden, directions, getattr(jax.devices()[0], "core_count", 1))  # SMs
     blocks_per_dir = hidden // cols
     out_dtype = inputs[0].dtype
     precision = jax.lax.Precision.HIGHEST if out_dtype == jnp.float32 else None

@@ -235,3 +235,16 @@ def test_saturated_recurrence_matches_numpy_and_its_gradient_stops_at_the_clip(i
     assert np.all(dxs_ref[want == 20.0] == 0)  # lax.scan's autodiff of jnp.clip stops at 0 and 20
     np.testing.assert_allclose(dxs, dxs_ref, rtol=1e-5, atol=1e-5 * np.abs(dxs_ref).max())
     np.testing.assert_allclose(dw, dw_ref, rtol=1e-5, atol=1e-5 * np.abs(dw_ref).max())
+
+
+@pytest.mark.parametrize("capability, fits_bf16_2048", [("9.0", True), ("8.0", False), ("8.6", False), ("7.5", False)])
+def test_triton_kernel_fits_by_the_gpus_shared_memory(monkeypatch, capability, fits_bf16_2048):
+    """The shared-memory limit is the GPU's own (A100 163 KB, consumer Ampere 99 KB), not the H200's."""
+    from ds2_jax import pallas_common
+
+    monkeypatch.setattr(pallas_common, "compute_capability", lambda: capability)
+    monkeypatch.setattr(persistent_rnn, "column_block", lambda hidden, directions, sms: 32)  # an H200's 132 SMs
+    expected = pallas_common.SHARED_MEMORY_BYTES.get(capability, pallas_common.SMALLEST_SHARED_MEMORY)
+    assert pallas_common.shared_memory_bytes() == expected
+    assert persistent_rnn.fits(2048, 2, 2) == fits_bf16_2048  # 2 directions, bfloat16: (32 + 16) x 2048 x 2 B
+    assert mosaic_rnn.supported() == (capability == pallas_common.HOPPER)  # the Mosaic kernels: Hopper only
