@@ -75,9 +75,7 @@ class DecoderConfig:
 
     @classmethod
     def from_config(cls, decoding) -> DecoderConfig:
-        """From config.decoding; None (a workdir config.json older than the section) = greedy."""
-        if decoding is None:
-            return cls()
+        """From config.decoding."""
         fields = {f.name for f in dataclasses.fields(cls)}
         unknown = set(decoding.keys()) - fields
         if unknown:

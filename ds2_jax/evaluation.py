@@ -307,7 +307,7 @@ def evaluate_splits(config, workdir: str, split: str = "", step: int | None = No
     An unwritable workdir is an error after every result has been logged."""
     config = config_for_eval(config, workdir)
     validate(config)
-    dec_cfg = decoding.DecoderConfig.from_config(config.get("decoding"))
+    dec_cfg = decoding.DecoderConfig.from_config(config.decoding)
     beam = decoding.make_beam_decoder(dec_cfg)  # before compiling: a missing LM fails fast
     run = prepare(config, workdir, step, log_probs=beam is not None)
     step = run.step

@@ -75,8 +75,8 @@ def initial_state(config, source, rng):
 
 
 def ctc_impl_for(config) -> str:
-    """config.loss.ctc_impl ('auto' in workdirs saved before the knob existed)."""
-    return config.loss.get("ctc_impl", "auto")
+    """config.loss.ctc_impl ('auto' is decided where the loss runs: ctc.resolve_impl)."""
+    return config.loss.ctc_impl
 
 
 def step_kwargs(config) -> dict:

@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     absl_logging.set_verbosity(absl_logging.WARNING)  # orbax's restore chatter
     from ds2_jax import checkpoint
 
-    base = decoding.DecoderConfig.from_config(checkpoint.load_config(args.workdir).get("decoding"))
+    base = decoding.DecoderConfig.from_config(checkpoint.load_config(args.workdir).decoding)
     beam_width = args.beam_width if args.beam_width is not None else (DEFAULT_LM_BEAM_WIDTH if args.lm else base.beam_width)
     try:
         cfg = decoding.DecoderConfig(

@@ -206,7 +206,11 @@ def test_decoder_config_errors_name_the_setting(tmp_path):
         decoding.DecoderConfig(beam_width=-1)
     with pytest.raises(ValueError, match="decoding.alpha"):
         decoding.DecoderConfig(beam_width=4, alpha=-1.0)
-    assert decoding.DecoderConfig.from_config(None) == decoding.DecoderConfig()
+    from configs import default
+
+    assert decoding.DecoderConfig.from_config(default.get_config().decoding) == decoding.DecoderConfig()
+    with pytest.raises(ValueError, match="unknown config.decoding keys"):
+        decoding.DecoderConfig.from_config({"beam_widht": 4})
     pytest.importorskip("flashlight.lib.text")
     with pytest.raises(FileNotFoundError, match="missing.arpa"):
         decoding.BeamSearchDecoder(decoding.DecoderConfig(beam_width=4, lm_path=str(tmp_path / "missing.arpa")))
