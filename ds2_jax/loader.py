@@ -24,7 +24,7 @@ from typing import Iterator
 
 import numpy as np
 
-from ds2_jax import input_pipeline
+from ds2_jax import errors, input_pipeline
 
 log = logging.getLogger("ds2_jax")
 MAX_AUTO_WORKERS = 16
@@ -91,7 +91,7 @@ def _quiet():
         logger.setLevel(level)
 
 
-class InputWorkerError(RuntimeError):
+class InputWorkerError(errors.Ds2Error, RuntimeError):
     """A batch worker process died or failed; the message says which setting to change."""
 
 
@@ -128,7 +128,7 @@ def train_batches(config, sharding, source, start: int, stop: int) -> Iterator[d
                     "the training state is intact. Rerun to resume; if it repeats, set "
                     "--config.dataset.num_workers=0 to read inline and see the error in this process"
                 ) from e
-            # Own plain arrays: grain's shared-memory views are released when workers reuse them.
+            # Plain ndarray views of grain's shared-memory arrays (each view keeps its mapping alive).
             yield {k: np.asarray(v) for k, v in batch.items()}
     finally:
         close = getattr(iterator, "close", None)
