@@ -64,6 +64,7 @@ class SyntheticSource:
         self.max_label_len = max(1, min(int(self.chars_per_second * d.synthetic_max_duration_s), max_out // 2))
         # Made up front: filling it lazily would hold the first pool_size / batch steps back.
         self._pool = {key: self.generate(key) for key in range(self.pool_size)}
+        self._batches: dict[int, dict[str, np.ndarray]] = {}  # first row % pool_size -> padded batch
 
     def generate(self, key: int) -> dict[str, np.ndarray]:
         """Utterance `key` drawn from rng([seed, key])."""
@@ -84,10 +85,20 @@ class SyntheticSource:
         return self._pool[key]
 
     def train_batch(self, step: int, audio_zeros=np.zeros) -> dict[str, np.ndarray]:
+        """Rows first .. first + local of the pool; the padded batch depends on first % pool_size
+        only, so up to pool_size // local_batch of them are kept (read-only) and handed out again."""
         s = self.sharding
         first = step * s.global_batch + s.start
+        key = first % self.pool_size
+        if audio_zeros is np.zeros and key in self._batches:
+            return self._batches[key]
         utts = [self.utterance(i) for i in range(first, first + s.local_batch)]
-        return pad_batch(utts, self.max_samples, self.max_label_len, len(utts), audio_zeros)
+        batch = pad_batch(utts, self.max_samples, self.max_label_len, len(utts), audio_zeros)
+        if audio_zeros is np.zeros and len(self._batches) < max(1, self.pool_size // s.local_batch):
+            for array in batch.values():
+                array.flags.writeable = False
+            self._batches[key] = batch
+        return batch
 
     def eval_batches(self, split: str, max_utterances: int = 0) -> Iterator[dict[str, np.ndarray]]:
         # A held-out range of indices stands in for a split.

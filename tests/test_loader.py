@@ -115,6 +115,8 @@ def test_synthetic_pool_repeats_after_its_size_and_keeps_eval_apart():
     assert not np.array_equal(src.utterance(1)["audio"][:100], src.utterance(2)["audio"][:100])
     np.testing.assert_array_equal(src.train_batch(1)["audio"][2:], src.train_batch(0)["audio"][:2])  # 6, 7 = 0, 1
     np.testing.assert_array_equal(src.train_batch(3)["audio"], src.train_batch(0)["audio"])  # 12..15 = 0..3
+    assert src.train_batch(3) is src.train_batch(0)  # the same padded batch, handed out again
+    assert not src.train_batch(0)["audio"].flags.writeable  # so nobody can change what later steps get
     held_out = src.utterance(input_pipeline.EVAL_INDEX_OFFSET + 1)
     assert all(not np.array_equal(held_out["audio"], src.utterance(i)["audio"]) for i in range(6))
     # A fresh source (what a resumed run opens) gives the same batches.
