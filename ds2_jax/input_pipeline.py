@@ -7,6 +7,7 @@ same batches as an uninterrupted one. The batch format and its helpers live in
 
 from __future__ import annotations
 
+import math
 from typing import Iterator, Protocol
 
 import numpy as np
@@ -15,6 +16,7 @@ from ds2_jax import geometry, text
 from ds2_jax.batching import BATCH_KEYS, Sharding, compute_feature_stats, pad_batch, shard_for_devices  # noqa: F401
 
 EVAL_INDEX_OFFSET = 10**9  # Synthetic indices from here on stand in for a held-out split.
+MAX_CACHED_POOLS = 4  # Padded synthetic batches kept: at most this many pools' worth of rows.
 
 
 class Source(Protocol):
@@ -85,8 +87,9 @@ class SyntheticSource:
         return self._pool[key]
 
     def train_batch(self, step: int, audio_zeros=np.zeros) -> dict[str, np.ndarray]:
-        """Rows first .. first + local of the pool; the padded batch depends on first % pool_size
-        only, so up to pool_size // local_batch of them are kept (read-only) and handed out again."""
+        """Rows first .. first + local of the pool. The padded batch depends on first % pool_size
+        only, so the distinct ones are kept (read-only) and handed out again, unless they would
+        hold more than MAX_CACHED_POOLS pools' worth of rows."""
         s = self.sharding
         first = step * s.global_batch + s.start
         key = first % self.pool_size
@@ -94,7 +97,8 @@ class SyntheticSource:
             return self._batches[key]
         utts = [self.utterance(i) for i in range(first, first + s.local_batch)]
         batch = pad_batch(utts, self.max_samples, self.max_label_len, len(utts), audio_zeros)
-        if audio_zeros is np.zeros and len(self._batches) < max(1, self.pool_size // s.local_batch):
+        distinct = self.pool_size // math.gcd(s.global_batch, self.pool_size)
+        if audio_zeros is np.zeros and distinct * s.local_batch <= MAX_CACHED_POOLS * self.pool_size:
             for array in batch.values():
                 array.flags.writeable = False
             self._batches[key] = batch
