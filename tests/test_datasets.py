@@ -117,7 +117,7 @@ def test_a_local_build_says_nothing_of_downloads(tmp_path, capsys, caplog):
     assert "Downloading" not in out and "downloaded and prepared" not in out
     messages = [r.getMessage() for r in caplog.records]
     assert not any("dataset_info.json" in m for m in messages), messages
-    assert any("dev_clean: kept 4 of 15" in m for m in messages)
+    assert any("dev_clean: kept 4 of 16" in m for m in messages)
     assert sum("librispeech_local: built" in m for m in messages) == 1
 
 
