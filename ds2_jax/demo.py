@@ -26,6 +26,13 @@ def main(argv):
     del argv
     absl_logging.set_verbosity(absl_logging.WARNING)
     logging.getLogger("ds2_jax").setLevel(logging.INFO)
+    from ds2_jax import errors
+
+    # An explained error is one `error: ...` line (traceback in WORKDIR/error.log), as in launch.py.
+    return errors.run_explained(_demo, FLAGS.workdir, errors.traceback_wanted())
+
+
+def _demo() -> None:
     from ds2_jax import checkpoint, evaluation, train
 
     config = FLAGS.config
