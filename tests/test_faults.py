@@ -183,7 +183,7 @@ def test_damaged_newest_checkpoint_is_moved_aside_retrained_and_saved(trained, t
     caplog.clear()
     with caplog.at_level("INFO", logger="ds2_jax"):  # and the rerun after that redoes nothing
         train.train_and_evaluate(run_config(), w)
-    assert "restored checkpoint at step 6" in caplog.text and "already trained" in caplog.text
+    assert "restored checkpoint at step 6" in caplog.text and "nothing to train: workdir already at step 6 of 6" in caplog.text
 
 
 def test_all_checkpoints_damaged_is_an_error_naming_the_way_out(trained, tmp_path):
