@@ -1,7 +1,7 @@
 """Waveform -> normalized log linear spectrogram, in jnp so it runs inside the step.
 
-Follows Paddle DS2's featurizer: int16 samples scaled to [-1, 1), 20 ms Hann windows
-every 10 ms (161 bins at 16 kHz), power spectrum scaled by the window energy and the
+Follows Paddle DS2's featurizer: int16 samples scaled to [-1, 1), Hann windows of
+features.window_ms every features.hop_ms (configs/default.py), power spectrum scaled by the window energy and the
 sample rate (non-edge bins doubled), log(power + eps), then per-bin (x - mean) / std.
 Frames that touch padding are zeroed, so padded input never changes valid output.
 """
