@@ -151,20 +151,19 @@ class TfdsSource:
                 if len(z["num_samples"]) == n:
                     index = SplitIndex.from_flat(z["num_samples"], z["labels"], z["label_offsets"], z["bad_text"])
         if index is None:
-            index = self._build_index(split, n)
-            lengths = np.array([len(x) for x in index.labels], np.int64)
-            flat = np.concatenate(index.labels + [np.zeros(0, np.int32)]).astype(np.int8)
-            offsets = np.concatenate([[0], np.cumsum(lengths)])
+            num_samples, flat, offsets, bad_text = self._build_index(split, n)
+            index = SplitIndex.from_flat(num_samples, flat, offsets, bad_text)
             try:
-                np.savez(path + ".tmp.npz", num_samples=index.num_samples, labels=flat,
-                         label_offsets=offsets, bad_text=index.bad_text)
+                np.savez(path + ".tmp.npz", num_samples=num_samples, labels=flat, label_offsets=offsets,
+                         bad_text=bad_text)
                 os.replace(path + ".tmp.npz", path)
             except OSError as e:
                 logging.warning("could not cache the index of %s at %s: %s", split, path, e)
         self._indexes[split] = index
         return index
 
-    def _build_index(self, split: str, n: int) -> SplitIndex:
+    def _build_index(self, split: str, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(num_samples, all label ids as <int8>, offsets, bad_text) of `split`, read without audio."""
         import tensorflow_datasets as tfds
 
         logging.info("indexing %s/%s (%d utterances, once)", self.builder.name, split, n)
@@ -183,8 +182,9 @@ class TfdsSource:
                 labels.append(np.zeros(0, np.int32))
             else:
                 labels.append(text.encode(t))
-        need = np.array([geometry.ctc_min_frames(y) for y in labels], np.int64)  # once per build
-        return SplitIndex(num_samples, labels, bad, need)
+        lengths = np.array([len(x) for x in labels], np.int64)
+        flat = np.concatenate(labels + [np.zeros(0, np.int32)]).astype(np.int8)
+        return num_samples, flat, np.concatenate([[0], np.cumsum(lengths)]), bad
 
     def _filtered(self, split: str) -> np.ndarray:
         """Record indices of `split` that pass the duration and CTC filters; logs the counts."""
