@@ -91,12 +91,25 @@ def log_traceback(workdir: str | None, err: BaseException) -> str | None:
         return None
 
 
+def _divert_stderr(log_path: str | None) -> int:
+    """Points fd 2 and sys.stderr at log_path (or devnull) so other threads' late output
+    lands there; returns a new fd on the terminal's stderr."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    terminal = os.dup(2)
+    sink = open(log_path or os.devnull, "a")
+    os.dup2(sink.fileno(), 2)
+    sys.stderr = sink
+    return terminal
+
+
 def run_explained(fn: Callable[[], object], workdir: str | None, show_traceback: bool = False) -> int:
     """fn()'s exit code (0 unless it returns an int); an explained error becomes `error: ...`
     as the last line of stderr, and exit code 1.
 
-    The process then ends at once (os._exit): orbax's and tensorstore's background
-    threads otherwise print `Event loop is closed` tracebacks after the message.
+    The process then ends at once (os._exit). Before the message, stderr is pointed at
+    the error log: orbax's and tensorstore's background threads otherwise print
+    `Event loop is closed` tracebacks after it while they wind down.
     """
     try:
         result = fn()
@@ -111,6 +124,6 @@ def run_explained(fn: Callable[[], object], workdir: str | None, show_traceback:
             where = workdir or os.getcwd()
             message = (f"disk full ({free_space(where)} in {where}): {message}; free disk space or choose another "
                        "--workdir, then rerun the same command")
-        sys.stdout.flush()
-        print(f"error: {message} [{hint}]", file=sys.stderr, flush=True)
+        terminal = _divert_stderr(log_path)
+        os.write(terminal, f"error: {message} [{hint}]\n".encode())
         os._exit(1)
