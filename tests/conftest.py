@@ -55,3 +55,11 @@ def trained(tmp_path_factory) -> Trained:
     lm = str(root / "lm.arpa")
     assert build_lm.main(["--manual_dir", CORPUS, "--splits", "train-clean-100", "--order", "3", "--out", lm]) == 0
     return Trained(config, workdir, lm)
+
+
+def pytest_collection_modifyitems(items):
+    """Under pytest-xdist (--dist loadgroup) the tests of the `trained` model share one
+    worker, so the model is trained once per session, not once per worker."""
+    for item in items:
+        if "trained" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("trained"))
