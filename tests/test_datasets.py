@@ -135,3 +135,11 @@ def test_records_are_stored_uncompressed(tmp_path):
     for f in files:
         options = array_record_module.ArrayRecordReader(f).writer_options_string()
         assert "uncompressed" in options.split(","), options
+
+
+def test_a_split_with_every_utterance_skipped_says_why(tmp_path):
+    """Not tfds' "No examples were yielded": the split, the reason counts and an example."""
+    split_dir = str(tmp_path / "manual" / "LibriSpeech" / "dev-clean")
+    td.write_chapter(split_dir, 1, 1, {"1-1-0000.flac": td.flac_bytes(td.tone(1600))}, b"1-1-0000 " + b"A" * 200 + b"\n")
+    with pytest.raises(ValueError, match=r"dev_clean: kept 0 of 1 .*ctc_infeasible=1.*1-1-0000: 200 labels"):
+        build.build(str(tmp_path / "manual"), str(tmp_path / "tfds"))

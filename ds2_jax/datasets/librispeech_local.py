@@ -70,6 +70,13 @@ def report_path(data_dir: str, split: str) -> str:
     return os.path.join(data_dir, f"build_report_{tfds_split(split)}.json")
 
 
+def no_examples_message(report: "SplitReport", path: str) -> str:
+    """Why a split has nothing to write, with a few of the skipped utterances."""
+    examples = [e for reason in REASONS for e in report.examples.get(reason, [])][:REPORT_EXAMPLES]
+    return (f"{report.summary()}: every utterance of {path} was skipped, nothing to build "
+            f"(e.g. {'; '.join(examples) or 'no transcripts found'}). Fix or remove that split in dataset.manual_dir")
+
+
 @dataclasses.dataclass
 class SplitReport:
     """What happened to every utterance of one split."""
@@ -327,3 +334,5 @@ class LibrispeechLocal(tfds.core.GeneratorBasedBuilder):
         # A warning when anything was dropped, so a skip is never silent.
         dropped = sum(report.skipped.values()) + report.transcripts_without_audio
         logging.log(logging.WARNING if dropped else logging.INFO, "%s", report.summary())
+        if not report.kept:  # tfds would fail with "No examples were yielded"
+            raise ValueError(no_examples_message(report, path))
