@@ -21,7 +21,7 @@ import gzip
 import json
 import os
 
-TOP_KERNELS = 40  # enough to name every kernel above ~20 us per step
+TOP_KERNELS = 40  # kernels listed per trace: enough to name every one that matters in a step
 
 
 def load_trace(path: str) -> dict:

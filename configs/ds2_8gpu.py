@@ -26,9 +26,9 @@ def get_config():
     config.dataset.max_duration_s = 8.0
     config.dataset.num_buckets = 2
     config.eval.max_utterances = 2_000
-    # Fast path: with --config.model.dtype=bfloat16 and <= 16 per device, 'auto' runs the
-    # Mosaic GPU RNN kernels (Hopper; the Triton RNN kernel on other GPUs) and the CTC
-    # kernels; float32, or more than 16 per device, uses scan_vjp with this unroll.
-    # Step times: BUILD_NOTES.md "Current profile".
+    # Fast path: with --config.model.dtype=bfloat16, 'auto' runs the Mosaic GPU RNN kernels
+    # (Hopper; the Triton RNN kernel on other GPUs) and the CTC kernels where the per-device
+    # batch fits them; otherwise scan_vjp with this unroll. The rule: BUILD_NOTES.md
+    # "Kernels and the 'auto' policy"; step times: "Current profile".
     config.model.scan_unroll = 8
     return config

@@ -68,8 +68,8 @@ def _local_shuffle_files(data_dir: str):
 
 
 # tfds writes array_record with the format's default compression (brotli). Int16 speech
-# barely compresses (~10%), and brotli decoding is ~4/5 of a random read (~340 vs ~80 us
-# for a 7 s clip), so the records are written uncompressed: a build-time setting only,
+# barely compresses, and brotli decoding dominates a random read (figures: BUILD_NOTES.md,
+# "Input pipeline"), so the records are written uncompressed: a build-time setting only,
 # readers find it in each file.
 RECORD_OPTIONS = "group_size:1,uncompressed"
 
