@@ -96,6 +96,7 @@ def test_sigterm_checkpoints_and_exits_zero_then_resumes(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.e2e
 def test_two_runs_on_one_workdir_the_second_is_refused_and_nothing_mixes(tmp_path, uninterrupted):
     first = launch(tmp_path, wait=False)
     lock = tmp_path / resilience.LOCK_FILE
@@ -148,15 +149,16 @@ def assert_same_state(a, b):
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    """An uninterrupted 6-step run (checkpoints 3 and 6): (workdir, final state)."""
-    w = tmp_path_factory.mktemp("trained")
+def six_steps(tmp_path_factory):
+    """An uninterrupted 6-step run (checkpoints 3 and 6): (workdir, final state). Not conftest's
+    `trained` demo model: a name of its own keeps these tests off that model's xdist group."""
+    w = tmp_path_factory.mktemp("six_steps")
     return str(w), jax.device_get(train.train_and_evaluate(run_config(), str(w)))
 
 
-def copy_of(trained, tmp_path) -> str:
+def copy_of(run, tmp_path) -> str:
     w = str(tmp_path / "w")
-    shutil.copytree(trained[0], w)
+    shutil.copytree(run[0], w)
     return w
 
 
@@ -164,9 +166,9 @@ def restored_latest(workdir):
     return evaluation.restore_state(run_config(), workdir)
 
 
-@pytest.mark.parametrize("how", ["truncate", pytest.param("delete", marks=pytest.mark.slow)])
-def test_damaged_newest_checkpoint_is_moved_aside_retrained_and_saved(trained, tmp_path, how, caplog):
-    w = copy_of(trained, tmp_path)
+@pytest.mark.parametrize("how", ["truncate", "delete"])
+def test_damaged_newest_checkpoint_is_moved_aside_retrained_and_saved(six_steps, tmp_path, how, caplog):
+    w = copy_of(six_steps, tmp_path)
     _corrupt(os.path.join(w, "checkpoints", "6"), how)
     with caplog.at_level("INFO", logger="ds2_jax"):
         state = train.train_and_evaluate(run_config(), w)  # the same command again
@@ -176,18 +178,18 @@ def test_damaged_newest_checkpoint_is_moved_aside_retrained_and_saved(trained, t
     names = os.listdir(os.path.join(w, "checkpoints"))
     assert sorted(n for n in names if n.isdigit()) == ["3", "6"]
     assert len([n for n in names if n.startswith("6.damaged-")]) == 1
-    assert_same_state(state, trained[1])
+    assert_same_state(state, six_steps[1])
     saved, step = restored_latest(w)  # what --mode=eval now evaluates
     assert step == 6
-    assert_same_state(saved, trained[1])
+    assert_same_state(saved, six_steps[1])
     caplog.clear()
     with caplog.at_level("INFO", logger="ds2_jax"):  # and the rerun after that redoes nothing
         train.train_and_evaluate(run_config(), w)
     assert "restored checkpoint at step 6" in caplog.text and "nothing to train: workdir already at step 6 of 6" in caplog.text
 
 
-def test_all_checkpoints_damaged_is_an_error_naming_the_way_out(trained, tmp_path):
-    w = copy_of(trained, tmp_path)
+def test_all_checkpoints_damaged_is_an_error_naming_the_way_out(six_steps, tmp_path):
+    w = copy_of(six_steps, tmp_path)
     _corrupt(os.path.join(w, "checkpoints"), "truncate")
     before = open(os.path.join(w, "config.json")).read()
     with pytest.raises(errors.CheckpointError, match="none of the 2 checkpoints") as err:
@@ -196,8 +198,9 @@ def test_all_checkpoints_damaged_is_an_error_naming_the_way_out(trained, tmp_pat
     assert open(os.path.join(w, "config.json")).read() == before  # the trained config is kept
 
 
-def test_all_checkpoints_damaged_message_is_the_last_line(trained, tmp_path):
-    w = copy_of(trained, tmp_path)
+@pytest.mark.e2e
+def test_all_checkpoints_damaged_message_is_the_last_line(six_steps, tmp_path):
+    w = copy_of(six_steps, tmp_path)
     for root, _, files in os.walk(os.path.join(w, "checkpoints")):
         for name in files:  # keep the json metadata: orbax then fails inside tensorstore's event loop
             if name.endswith(".ocdbt") or os.path.basename(root) == "d":
@@ -238,11 +241,11 @@ def test_busy_workdir_is_refused_naming_the_first_run(tmp_path):
         first.wait()
 
 
-def test_killed_mid_write_stale_lock_and_torn_metrics_line_resume_bit_for_bit(trained, tmp_path, caplog):
+def test_killed_mid_write_stale_lock_and_torn_metrics_line_resume_bit_for_bit(six_steps, tmp_path, caplog):
     """What kill -9 during step 6's bookkeeping leaves: its lock, half a metrics line, no
     checkpoint 6. The rerun takes the lock over, drops the torn line, and ends where the
     uninterrupted run did."""
-    w = copy_of(trained, tmp_path)
+    w = copy_of(six_steps, tmp_path)
     shutil.rmtree(os.path.join(w, "checkpoints", "6"))
     path = os.path.join(w, "metrics.jsonl")
     text = open(path).read()
@@ -254,7 +257,7 @@ def test_killed_mid_write_stale_lock_and_torn_metrics_line_resume_bit_for_bit(tr
         state = train.train_and_evaluate(run_config(), w)
     assert f"taking over the stale lock {lock}" in caplog.text and f"pid {pid}" in caplog.text
     assert f"{path}: dropping its torn last line" in caplog.text
-    assert_same_state(state, trained[1])
+    assert_same_state(state, six_steps[1])
     assert [r["step"] for r in metrics.read_jsonl(path)] == [3, 6]
     assert not os.path.exists(lock)
 
@@ -266,8 +269,8 @@ def test_torn_line_before_the_last_is_an_error_naming_file_and_line(tmp_path):
         metrics.read_jsonl(str(path))
 
 
-def test_num_train_steps_below_the_checkpoint_says_so_and_changes_nothing(trained, tmp_path, caplog):
-    w = copy_of(trained, tmp_path)
+def test_num_train_steps_below_the_checkpoint_says_so_and_changes_nothing(six_steps, tmp_path, caplog):
+    w = copy_of(six_steps, tmp_path)
     before = {n: open(os.path.join(w, n)).read() for n in ("metrics.jsonl", "config.json")}
     with caplog.at_level("INFO", logger="ds2_jax"):
         state = train.train_and_evaluate(run_config(num_train_steps=4), w)
@@ -278,8 +281,8 @@ def test_num_train_steps_below_the_checkpoint_says_so_and_changes_nothing(traine
     assert sorted(os.listdir(os.path.join(w, "checkpoints"))) == ["3", "6"]
 
 
-def test_eval_restores_with_the_workdirs_config_and_names_what_differs(trained, tmp_path, caplog):
-    w = copy_of(trained, tmp_path)
+def test_eval_restores_with_the_workdirs_config_and_names_what_differs(six_steps, tmp_path, caplog):
+    w = copy_of(six_steps, tmp_path)
     other = run_config(**{"model.rnn_size": 64, "optimizer.learning_rate": 1.0})
     with caplog.at_level("INFO", logger="ds2_jax"):
         result = evaluation.evaluate_checkpoint(other, w)
@@ -323,9 +326,9 @@ def read_only(tmp_path):
         subprocess.run(["umount", str(ro)])
 
 
-def test_eval_into_a_read_only_workdir_logs_the_result_then_fails_clearly(trained, read_only, caplog):
+def test_eval_into_a_read_only_workdir_logs_the_result_then_fails_clearly(six_steps, read_only, caplog):
     src, ro = read_only
-    shutil.copytree(trained[0], src / "w")
+    shutil.copytree(six_steps[0], src / "w")
     w = str(ro / "w")
     with caplog.at_level("INFO", logger="ds2_jax"), pytest.raises(OSError, match="could not write") as err:
         evaluation.evaluate_checkpoint(run_config(), w)

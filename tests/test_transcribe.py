@@ -87,6 +87,15 @@ def test_transcribes_wav_flac_8k_44k_stereo_and_reports_a_bad_file(trained, tmp_
     assert code == 0 and len(beam) == 2
     assert _cer(ref, beam[0]) <= _cer(ref, got["flac"]) and _cer(ref2, beam[1]) < 0.3
 
+    lexicon = tmp_path / "words.txt"  # the first utterance's words only: the second must be spelled from them
+    lexicon.write_text("\n".join(sorted(set(ref.split()))) + "\n")
+    code = transcribe.main(["--workdir", trained.workdir, "--lm", trained.lm, "--lexicon", str(lexicon),
+                            "--beam_width", "16", flac2])
+    out, _ = capsys.readouterr()
+    words = out.strip().split("\t")[1].split()
+    assert code == 0 and words and set(words) <= set(ref.split()), (words, ref)
+    assert set(beam[1].split()) - set(ref.split())  # without the lexicon it used other words
+
 
 def test_missing_workdir_fails_clearly(tmp_path):
     with pytest.raises(FileNotFoundError, match="config.json"):
