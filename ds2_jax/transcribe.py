@@ -16,6 +16,7 @@ if any file failed.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import logging
 import os
@@ -132,6 +133,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workdir", required=True, help="A training workdir (config.json + checkpoints/).")
     p.add_argument("--step", type=int, default=None, help="Checkpoint step (default: latest).")
     p.add_argument("--lm", default="", help="KenLM ARPA/binary word LM: beam search with it.")
+    p.add_argument("--lexicon", default="",
+                   help="Words the LM search may output, one per line (default: decoding.lexicon_path of the "
+                        "workdir's config with its LM, else the LM's unigrams).")
     p.add_argument("--beam_width", type=int, default=None,
                    help=f"Beam search width; 0 = greedy (default: {DEFAULT_LM_BEAM_WIDTH} with --lm, else 0).")
     p.add_argument("--alpha", type=float, default=None, help="LM weight (default: decoding.alpha of the workdir's config).")
@@ -146,18 +150,18 @@ def main(argv: list[str] | None = None) -> int:
 
     base = decoding.DecoderConfig.from_config(checkpoint.load_config(args.workdir).decoding)
     beam_width = args.beam_width if args.beam_width is not None else (DEFAULT_LM_BEAM_WIDTH if args.lm else base.beam_width)
+    lm_path = args.lm if args.lm else (base.lm_path if beam_width else "")
     try:
-        cfg = decoding.DecoderConfig(
+        cfg = dataclasses.replace(
+            base,
             beam_width=beam_width,
-            lm_path=args.lm if args.lm else (base.lm_path if beam_width else ""),
+            lm_path=lm_path,
+            lexicon_path=args.lexicon or (base.lexicon_path if lm_path == base.lm_path else ""),
             alpha=base.alpha if args.alpha is None else args.alpha,
             beta=base.beta if args.beta is None else args.beta,
-            beam_prune_logp=base.beam_prune_logp,
-            token_min_logp=base.token_min_logp,
-            unk_score_offset=base.unk_score_offset,
         )
     except ValueError as e:  # names decoding.* settings; say which flag
-        p.error(f"{e} (flags: --lm needs --beam_width > 0)")
+        p.error(f"{e} (flags: --lm needs --beam_width > 0, --lexicon needs --lm)")
     transcriber = Transcriber(args.workdir, cfg, step=args.step, batch_size=args.batch_size)
 
     paths, waveforms, failed = [], [], 0
