@@ -122,7 +122,7 @@ def test_a_local_build_says_nothing_of_downloads(tmp_path, capsys, caplog):
 
 
 def test_records_are_stored_uncompressed(tmp_path):
-    """Brotli-compressed records cost ~4x per random read; the build writes them plain."""
+    """Brotli-compressed records cost far more per random read (BUILD_NOTES.md, "Tried and rejected"); the build writes them plain."""
     import glob
 
     from array_record.python import array_record_module
