@@ -57,6 +57,7 @@ def trained(tmp_path_factory) -> Trained:
     return Trained(config, workdir, lm)
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(items):
     """Under pytest-xdist (--dist loadgroup) the tests of the `trained` model share one
     worker, so the model is trained once per session, not once per worker."""
