@@ -1,11 +1,15 @@
 # make demo: installs, builds the bundled tiny corpus with tfds, trains on the CPU, prints CER
 #            and draws the run's curves to .demo/run/curves.png.
 # make plot: redraws the curves of WORKDIR (default .demo/run) from its metrics.jsonl.
-# make test: installs .[test] and runs pytest.
+# make test: installs .[test] and runs pytest (TEST_WORKERS=2 processes; 0 = one).
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
+# make test runs pytest in this many worker processes (pytest-xdist; 0 = in this process).
+# The tests of the trained demo model share one worker (conftest.py).
+TEST_WORKERS ?= 2
+XDIST := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
 WORKDIR ?= .demo/run
 
 .PHONY: demo plot test test-fast test-gpu mutate venv clean
@@ -30,11 +34,11 @@ plot: $(VENV)/.stamp-base
 	$(PY) -m ds2_jax.plot --workdir=$(WORKDIR)
 
 test: $(VENV)/.stamp-test
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q $(XDIST) $(PYTEST_ARGS)
 
 # Everything but the learning tests marked slow.
 test-fast: $(VENV)/.stamp-test
-	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
+	$(PY) -m pytest -q $(XDIST) -m "not slow" $(PYTEST_ARGS)
 
 # The kernel numerics (marker gpu) on a GPU, float32 matmuls at full precision. GPU_PYTHON:
 # a python whose jax has CUDA (e.g. pip install -U "jax[cuda12]"), pytest and torch. The files

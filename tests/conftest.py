@@ -57,10 +57,11 @@ def trained(tmp_path_factory) -> Trained:
     return Trained(config, workdir, lm)
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(items):
-    """Under pytest-xdist (--dist loadgroup) the tests of the `trained` model share one
-    worker, so the model is trained once per session, not once per worker."""
-    for item in items:
-        if "trained" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.xdist_group("trained"))
+    """Under pytest-xdist (make test: -n 2 --dist loadgroup) the tests of the `trained` model
+    share one worker, so the model is trained once per session: each carries
+    @pytest.mark.xdist_group("trained"), written on the test (a mark added here is not seen by xdist)."""
+    ungrouped = [item.nodeid for item in items if "trained" in getattr(item, "fixturenames", ())
+                 and "trained" not in [m.args[0] for m in item.iter_markers("xdist_group") if m.args]]
+    if ungrouped:
+        raise pytest.UsageError(f"tests using the `trained` fixture need @pytest.mark.xdist_group(\"trained\"): {ungrouped}")

@@ -221,6 +221,7 @@ def test_decoder_config_errors_name_the_setting(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("trained")  # one worker trains it (conftest.py)
 def test_eval_beam_with_lm_is_no_worse_than_greedy_on_each_split(trained):
     pytest.importorskip("flashlight.lib.text")
     from ds2_jax import evaluation
@@ -245,6 +246,7 @@ def test_eval_beam_with_lm_is_no_worse_than_greedy_on_each_split(trained):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("trained")  # one worker trains it (conftest.py)
 def test_tune_lm_grid_picks_a_weight_that_beats_no_lm(trained):
     pytest.importorskip("flashlight.lib.text")
     from ds2_jax.tools import tune_lm

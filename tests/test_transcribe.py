@@ -49,6 +49,7 @@ def _cer(ref: str, hyp: str) -> float:
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("trained")  # one worker trains it (conftest.py)
 def test_transcribes_wav_flac_8k_44k_stereo_and_reports_a_bad_file(trained, tmp_path, capsys):
     soxr = pytest.importorskip("soxr")
     (flac, ref), (flac2, ref2) = _utterances(2)
