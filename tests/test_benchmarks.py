@@ -62,6 +62,11 @@ def test_scaling_command_writes_every_report(tmp_path):
     md = (out / "results.md").read_text()
     assert "| jax | float32 | 2 |" in md and "| jax_jit | float32 | 2 |" in md
     assert "Paddle DS2 on 1080 Ti" in md and "## Profile" in md
+    ratio = {q["devices"]: q for q in json.loads((out / "results.json").read_text())["pytorch_vs_ours"] if q["dtype"] == "float32"}
+    fastest_torch = min(("torch_loop", "torch_cudnn"), key=lambda v: rows[(v, 1)]["step_ms_median"])
+    assert ratio[1]["pytorch"] == fastest_torch and ratio[1]["pytorch_measured"] == ["torch_cudnn", "torch_loop"]
+    assert 2 not in ratio  # no PyTorch row measured on 2 devices here
+    assert "## Strongest PyTorch / ours" in md
     with open(out / "results.csv") as f:
         assert {"jax", "jax_jit"} <= {line.split(",")[0] for line in f}
 
