@@ -4,8 +4,8 @@
 
 Each lever is one `benchmarks.scaling` measurement of the `jax` variant on one device
 (its own process, so XLA flags apply), cumulative from the plain lax.scan in float32 to
-the fastest combination; `torch_cudnn` (bfloat16) is measured in the same run for the
-ratio. Writes DIR/levers.json and DIR/levers.md (ms/step median of steps waited for one
+the fastest combination; `torch_cudnn` and `torch_cudnn_graphs` (bfloat16) are measured in
+the same run for the ratio. Writes DIR/levers.json and DIR/levers.md (ms/step median of steps waited for one
 by one, ms/step of steps queued back to back as in training, compile time, kernel
 launches per step and GPU-busy % from the profile summary) and DIR/levers.png.
 """
@@ -57,6 +57,7 @@ LEVERS = [
     ("pallas rnn + pallas ctc bf16 batch 64", [*PALLAS, DIRECT, "--config.per_device_batch_size=64"], "", "jax", "bfloat16"),
     ("pallas rnn + pallas ctc bf16 16 s utterances", [*PALLAS, DIRECT, *SIXTEEN_S], "", "jax", "bfloat16"),
     ("torch_cudnn bf16", [], "", "torch_cudnn", "bfloat16"),
+    ("torch_cudnn_graphs bf16", [], "", "torch_cudnn_graphs", "bfloat16"),
     ("defaults (auto: scan_vjp rnn above 16 rows + pallas ctc) bf16 batch 64", [DIRECT, "--config.per_device_batch_size=64"],
      "", "jax", "bfloat16"),
     ("kernels bf16 + every strided conv on space-to-depth input", [*PALLAS], "", "jax", "bfloat16"),

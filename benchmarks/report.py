@@ -31,6 +31,41 @@ def add_speedups(rows: list[dict]) -> None:
             r["efficiency"] = r["speedup"] / r["devices"]
 
 
+def is_pytorch(variant: str) -> bool:
+    return variant.startswith("torch_")
+
+
+def pytorch_vs_ours(rows: list[dict]) -> list[dict]:
+    """Per (dtype, devices), and per device count over every dtype ('any'): the fastest
+    measured PyTorch variant against the fastest JAX variant, by median ms/step.
+
+    ratio = PyTorch ms / ours ms (> 1: ours is faster). Groups lacking either side are left out.
+    """
+    ok = [r for r in rows if r.get("status") == "ok" and r.get("step_ms_median")]
+    groups = {}
+    for r in ok:
+        groups.setdefault((r["dtype"], r["devices"]), []).append(r)
+        groups.setdefault(("any", r["devices"]), []).append(r)
+    out = []
+    for (dtype, devices), members in sorted(groups.items(), key=lambda kv: (kv[0][1], kv[0][0] == "any", kv[0][0])):
+        torch_rows = [r for r in members if is_pytorch(r["variant"])]
+        ours = [r for r in members if not is_pytorch(r["variant"])]
+        if not torch_rows or not ours:
+            continue
+        t = min(torch_rows, key=lambda r: r["step_ms_median"])
+        o = min(ours, key=lambda r: r["step_ms_median"])
+        out.append({"dtype": dtype, "devices": devices, "pytorch": t["variant"], "pytorch_dtype": t["dtype"],
+                    "pytorch_ms": t["step_ms_median"], "ours": o["variant"], "ours_dtype": o["dtype"],
+                    "ours_ms": o["step_ms_median"], "ratio": t["step_ms_median"] / o["step_ms_median"],
+                    "pytorch_measured": sorted({r["variant"] for r in torch_rows})})
+    return out
+
+
+def _side(q: dict, side: str) -> str:
+    """A ratio's variant, with its dtype where the comparison spans every dtype."""
+    return f"{q[side]} {q[side + '_dtype']}" if q["dtype"] == "any" else q[side]
+
+
 def _fmt(x, digits=1):
     if x is None or x == "":
         return ""
@@ -43,7 +78,7 @@ def write_all(out_dir: str, meta: dict, rows: list[dict]) -> None:
     os.makedirs(out_dir, exist_ok=True)
     add_speedups(rows)
     with open(os.path.join(out_dir, "results.json"), "w") as f:
-        json.dump({"meta": meta, "results": rows}, f, indent=2)
+        json.dump({"meta": meta, "results": rows, "pytorch_vs_ours": pytorch_vs_ours(rows)}, f, indent=2)
     with open(os.path.join(out_dir, "results.csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
         w.writeheader()
@@ -82,6 +117,17 @@ def markdown(meta: dict, rows: list[dict]) -> str:
             f"| {r['minibatches_per_epoch']} | {_fmt(r['time_per_minibatch_s'], 4)} | {_fmt(r['epoch_time_s'])} "
             f"| {_fmt(r.get('speedup'), 2)} | {_fmt(r.get('efficiency'), 2)} |"
         )
+    ratios = pytorch_vs_ours(rows)
+    if ratios:
+        lines += ["", "## Strongest PyTorch / ours", "",
+                  "The fastest PyTorch variant measured against the fastest JAX variant (median ms/step), per dtype "
+                  "and device count; 'any' compares the fastest of every dtype.",
+                  "", "| dtype | devices | strongest PyTorch | ms/step | ours | ms/step | PyTorch / ours | PyTorch variants measured |",
+                  "|---|---:|---|---:|---|---:|---:|---|"]
+        for q in ratios:
+            lines.append(f"| {q['dtype']} | {q['devices']} | {_side(q, 'pytorch')} | {_fmt(q['pytorch_ms'])} "
+                         f"| {_side(q, 'ours')} | {_fmt(q['ours_ms'])} | {q['ratio']:.2f}x "
+                         f"| {', '.join(q['pytorch_measured'])} |")
     notes = [r for r in rows if r.get("status") == "ok" and r.get("notes")]
     if notes:
         lines += ["", "Notes:", *(f"- {r['variant']} {r['dtype']} x{r['devices']}: {r['notes']}" for r in notes)]

@@ -1,7 +1,7 @@
 """Step time, throughput and multi-device scaling of the JAX and PyTorch DS2 variants.
 
     python -m benchmarks.scaling --config=configs/ds2_8gpu.py --devices=1,2,4,8 \
-        --variants=jax,jax_jit,jax_eager,torch_loop,torch_cudnn,torch_compile \
+        --variants=jax,jax_jit,jax_eager,torch_loop,torch_cudnn,torch_compile,torch_cudnn_graphs \
         --dtype=float32,bfloat16 --out=DIR [--steps=20 --warmup=3 --config.x=y ...]
 
 On the CPU, with fake devices and the tiny config (seconds):
@@ -49,7 +49,7 @@ from ml_collections import config_flags  # noqa: E402
 from benchmarks import jax_bench, report  # noqa: E402
 from ds2_jax import model  # noqa: E402
 
-TORCH_VARIANTS = ("torch_loop", "torch_cudnn", "torch_compile")
+TORCH_VARIANTS = ("torch_loop", "torch_cudnn", "torch_compile", "torch_cudnn_graphs")
 VARIANTS = jax_bench.VARIANTS + TORCH_VARIANTS
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/ds2_8gpu.py", "Config file (model, batch, synthetic data).")
@@ -150,8 +150,11 @@ def measure(config, variant: str, dtype: str, n: int, counts: tuple[int, int, in
 
             from benchmarks import torch_bench
 
-            if variant == "torch_compile" and _COMPILE_MODE.value == "cudagraphs" and not torch.cuda.is_available():
-                return {**row, "status": "skipped", "notes": "CUDA graphs need a GPU (on the CPU pass --torch_compile_mode=default)"}
+            if not torch.cuda.is_available():
+                if variant == "torch_compile" and _COMPILE_MODE.value == "cudagraphs":
+                    return {**row, "status": "skipped", "notes": "CUDA graphs need a GPU (on the CPU pass --torch_compile_mode=default)"}
+                if variant == "torch_cudnn_graphs":
+                    return {**row, "status": "skipped", "notes": "CUDA graphs need a GPU (torch_cudnn is the same model, eager)"}
             if torch.cuda.is_available():  # own processes: CUDA libraries apart from this one's JAX
                 spec = dict(variant=variant, n_devices=n, compile_mode=_COMPILE_MODE.value, tf32=_TORCH_TF32.value, **common)
                 result = _torch_distributed(config, spec, n)

@@ -4,7 +4,16 @@
     torch_cudnn    TorchDS2(rnn_impl='cudnn'): cuDNN RNNs (plain ReLU, see torch_model.py).
     torch_compile  the loop model's forward and backward captured as CUDA graphs
                    (--torch_compile_mode=cudagraphs, the default), or torch.compile of it
-                   with any other mode (e.g. reduce-overhead; see _compiled).
+                   with any other mode (e.g. reduce-overhead).
+    torch_cudnn_graphs  the cuDNN twin's forward and backward captured as CUDA graphs
+                   (TorchDS2(rnn_impl='cudnn_padded'): the same cuDNN calls on the padded
+                   batch, so no lengths go to the host; see graph_model). CUDA only.
+
+With DistributedDataParallel the graphed variants follow PyTorch's partial-network
+capture: the model is graphed first and DDP wraps the graphed module, so DDP's gradient
+all-reduce (its autograd hooks) runs eagerly after the backward graph; the synchronized
+batch norm's all-reduces of statistics are inside the graphs (NCCL >= 2.9.6 captures
+collectives, and every rank captures the same ones).
 
 Several GPUs: DistributedDataParallel, one process per GPU, launched by scaling.py as
 
@@ -31,7 +40,8 @@ from ds2_jax import input_pipeline
 from ds2_jax.features import FeatureConfig
 from ds2_jax.model import ModelConfig
 
-VARIANTS = ("torch_loop", "torch_cudnn", "torch_compile")
+VARIANTS = ("torch_loop", "torch_cudnn", "torch_compile", "torch_cudnn_graphs")
+RNN_IMPL = {"torch_loop": "loop", "torch_cudnn": "cudnn", "torch_compile": "loop", "torch_cudnn_graphs": "cudnn_padded"}
 
 
 def device_description() -> str:
@@ -43,8 +53,7 @@ def device_description() -> str:
 def build(config, variant: str, device: torch.device, mean, std) -> TorchDS2:
     cfg = ModelConfig.from_config(config.model, num_bins=len(mean))
     torch.manual_seed(config.seed)
-    impl = "cudnn" if variant == "torch_cudnn" else "loop"
-    return TorchDS2(cfg, FeatureConfig.from_config(config.features), mean, std, rnn_impl=impl).to(device)
+    return TorchDS2(cfg, FeatureConfig.from_config(config.features), mean, std, rnn_impl=RNN_IMPL[variant]).to(device)
 
 
 def run(config, variant: str, n_devices: int, steps: int, warmup: int, profile_steps: int, num_batches: int,
@@ -78,8 +87,9 @@ def run(config, variant: str, n_devices: int, steps: int, warmup: int, profile_s
         })
 
     t0 = time.perf_counter()
-    if variant == "torch_compile" and compile_mode == "cudagraphs":
-        net = _graphed(net, cuda, batches[0], autocast)  # before DDP: its hooks stay outside the graphs
+    graphed = variant == "torch_cudnn_graphs" or (variant == "torch_compile" and compile_mode == "cudagraphs")
+    if graphed:
+        net = graph_model(net, batches[0], autocast)  # before DDP: its hooks stay outside the graphs
     forward = net
     if world > 1:
         forward = torch.nn.parallel.DistributedDataParallel(net, device_ids=[rank] if cuda else None)
@@ -87,8 +97,10 @@ def run(config, variant: str, n_devices: int, steps: int, warmup: int, profile_s
         forward = torch.compile(forward, mode=compile_mode)
     setup_s = time.perf_counter() - t0
     notes = ""
-    if variant == "torch_compile":
-        notes = (GRAPHED_NOTE if compile_mode == "cudagraphs" else f"torch.compile(loop model, mode={compile_mode})")
+    if graphed:
+        notes = GRAPHED_NOTE.format(model="cuDNN model (padded batch)" if variant == "torch_cudnn_graphs" else "loop model")
+    elif variant == "torch_compile":
+        notes = f"torch.compile(loop model, mode={compile_mode})"
     opt_cfg = config.optimizer
     optimizer = torch.optim.Adam(net.parameters(), lr=opt_cfg.learning_rate, betas=(opt_cfg.b1, opt_cfg.b2),
                                  eps=opt_cfg.eps, fused=cuda)
@@ -127,21 +139,27 @@ def run(config, variant: str, n_devices: int, steps: int, warmup: int, profile_s
     return row
 
 
-GRAPHED_NOTE = "loop model forward+backward as CUDA graphs (torch.cuda.make_graphed_callables); CTC, clip, Adam eager"
+GRAPHED_NOTE = "{model} forward+backward as CUDA graphs (torch.cuda.make_graphed_callables); CTC, clip, Adam eager"
 
 
-def _graphed(net, cuda: bool, sample: dict, autocast):
-    """The loop model with its forward and backward captured as two CUDA graphs.
+def graph_model(net: TorchDS2, sample: dict, autocast) -> TorchDS2:
+    """`net` with its forward and backward captured as two CUDA graphs.
 
-    Everything inside the model (featurization, convs, batch norms, every RNN time step)
-    replays as one graph launch each way; CTC, the gradient clip and fused Adam stay
-    eager (a few dozen kernels), because CUDA's ctc_loss copies the lengths to the host,
-    which a capture cannot contain. torch.compile (--torch_compile_mode=reduce-overhead
-    etc.) is the alternative, but its compile time grows with the unrolled time loop.
+    Everything inside the model (featurization, convs, batch norms, the recurrences)
+    replays as one graph launch each way; every later call must have the sample's shapes
+    (the benchmark's batches all do). CTC, the gradient clip and fused Adam stay eager
+    (a few dozen kernels), because CUDA's ctc_loss copies the lengths to the host, which
+    a capture cannot contain. torch.compile (--torch_compile_mode=reduce-overhead etc.)
+    is the alternative for the loop model, but its compile time grows with the unrolled
+    time loop. The packed cuDNN layout (rnn_impl='cudnn') copies lengths to the host
+    too: graph rnn_impl='cudnn_padded' instead.
     """
-    if not cuda:
-        raise RuntimeError("torch_compile with --torch_compile_mode=cudagraphs needs CUDA; "
-                           "pass a torch.compile mode (e.g. --torch_compile_mode=default) on the CPU")
+    if any(rnn.rnn_impl == "cudnn" for rnn in net.rnns):
+        raise ValueError("rnn_impl='cudnn' packs sequences with lengths on the host, which a CUDA graph "
+                         "cannot capture: build the model with rnn_impl='cudnn_padded'")
+    if not torch.cuda.is_available():
+        raise RuntimeError("CUDA graphs need a GPU: on the CPU use torch_cudnn, torch_loop, or torch_compile "
+                           "with a torch.compile mode (e.g. --torch_compile_mode=default)")
     with autocast():
         return torch.cuda.make_graphed_callables(net, (sample["audio"], sample["audio_lengths"]), num_warmup_iters=3)
 

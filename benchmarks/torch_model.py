@@ -1,6 +1,6 @@
 """PyTorch twins of ds2_jax's DeepSpeech2, built from the same `ds2_jax.model.ModelConfig`.
 
-One module, `TorchDS2`, with two recurrence back ends:
+One module, `TorchDS2`, with three recurrence back ends:
 
 - `rnn_impl='loop'`: a Python loop over time steps, both directions stacked in one
   `bmm` per step (the launch-bound design; ~10 kernels per step and layer). Exactly the
@@ -20,6 +20,12 @@ One module, `TorchDS2`, with two recurrence back ends:
       recurrent critical path). With separate (unshared) projections each direction is
       its own unidirectional cuDNN call on its own projection.
   No biases (bias=False), so GRU/LSTM are exactly the JAX cells.
+- `rnn_impl='cudnn_padded'`: the same cuDNN calls on the padded batch instead of a
+  packed sequence, so no lengths travel to the host and the layer can be captured in a
+  CUDA graph (torch_bench's torch_cudnn_graphs). The input is zeroed on padding frames:
+  with no biases every cell maps (h = 0, x = 0) to h = 0, so the backward direction
+  enters each utterance's last valid frame from the zero state, as the packed call does,
+  and the padding adds nothing to any gradient (its h_prev is 0; its inputs are masked).
 
 Parameters are laid out like the JAX model, so counts are equal by construction and
 a test asserts it: conv kernels (no bias), batch-norm scale/bias, input projection
@@ -43,7 +49,7 @@ from ds2_jax import geometry
 from ds2_jax.features import FeatureConfig
 from ds2_jax.model import CELL_GATES, ModelConfig
 
-RNN_IMPLS = ("loop", "cudnn")
+RNN_IMPLS = ("loop", "cudnn", "cudnn_padded")
 
 
 def time_mask(lengths: torch.Tensor, num_steps: int) -> torch.Tensor:
@@ -212,7 +218,7 @@ class RNNLayer(nn.Module):
         # PyTorch's W_hh layout [G*H, H] per direction; JAX stores [H, G*H]. Same count.
         bound = 1.0 / np.sqrt(cfg.rnn_size)
         self.recurrent = nn.Parameter(torch.empty(self.num_dirs, self.width, cfg.rnn_size).uniform_(-bound, bound))
-        if rnn_impl == "cudnn":
+        if rnn_impl != "loop":
             self.register_buffer("identity", torch.eye(self.width), persistent=False)
 
     def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
@@ -252,17 +258,23 @@ class RNNLayer(nn.Module):
         cfg = self.cfg
         fn = {"simple": torch._VF.rnn_relu, "gru": torch._VF.gru, "lstm": torch._VF.lstm}[cfg.rnn_cell]
         b = projections[0].shape[0]
-        lengths_cpu = lengths.detach().to("cpu")
+        packed = self.rnn_impl == "cudnn"
+        lengths_cpu = lengths.detach().to("cpu") if packed else None  # a host sync: not capturable
 
         def run(x, weights, bidirectional):
-            packed = nn.utils.rnn.pack_padded_sequence(x, lengths_cpu, batch_first=True, enforce_sorted=False)
             dirs = 2 if bidirectional else 1
             h0 = x.new_zeros(dirs, b, cfg.rnn_size)
             hx = (h0, h0) if cfg.rnn_cell == "lstm" else h0
+            if not packed:
+                # Padded signature: (input, hx, weights, has_biases, num_layers, dropout,
+                # train, bidirectional, batch_first). Zero input on padding keeps h at 0 there.
+                return fn(mask_time(x, lengths), hx, weights, False, 1, 0.0, self.training, bidirectional, True)[0]
+            packed_x = nn.utils.rnn.pack_padded_sequence(x, lengths_cpu, batch_first=True, enforce_sorted=False)
             # Packed-sequence signature: (data, batch_sizes, hx, weights, has_biases,
             # num_layers, dropout, train, bidirectional).
-            out = fn(packed.data, packed.batch_sizes, hx, weights, False, 1, 0.0, self.training, bidirectional)
-            packed_out = nn.utils.rnn.PackedSequence(out[0], packed.batch_sizes, packed.sorted_indices, packed.unsorted_indices)
+            out = fn(packed_x.data, packed_x.batch_sizes, hx, weights, False, 1, 0.0, self.training, bidirectional)
+            packed_out = nn.utils.rnn.PackedSequence(out[0], packed_x.batch_sizes, packed_x.sorted_indices,
+                                                     packed_x.unsorted_indices)
             y, _ = nn.utils.rnn.pad_packed_sequence(packed_out, batch_first=True, total_length=x.shape[1])
             return y
 

@@ -1,6 +1,7 @@
 """benchmarks/: the scaling command end to end on fake CPU devices, the PyTorch twins'
 parameter counts against the JAX model, loop == cuDNN forward, trace parsing."""
 
+import contextlib
 import json
 import math
 import os
@@ -13,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from benchmarks import kernel_ablation, profile, torch_model
+from benchmarks import kernel_ablation, profile, report, torch_bench, torch_model
 from ds2_jax import model
 from ds2_jax.features import FeatureConfig
 from tests.helpers import tiny_config
@@ -61,6 +62,11 @@ def test_scaling_command_writes_every_report(tmp_path):
     md = (out / "results.md").read_text()
     assert "| jax | float32 | 2 |" in md and "| jax_jit | float32 | 2 |" in md
     assert "Paddle DS2 on 1080 Ti" in md and "## Profile" in md
+    ratio = {q["devices"]: q for q in json.loads((out / "results.json").read_text())["pytorch_vs_ours"] if q["dtype"] == "float32"}
+    fastest_torch = min(("torch_loop", "torch_cudnn"), key=lambda v: rows[(v, 1)]["step_ms_median"])
+    assert ratio[1]["pytorch"] == fastest_torch and ratio[1]["pytorch_measured"] == ["torch_cudnn", "torch_loop"]
+    assert 2 not in ratio  # no PyTorch row measured on 2 devices here
+    assert "## Strongest PyTorch / ours" in md
     with open(out / "results.csv") as f:
         assert {"jax", "jax_jit"} <= {line.split(",")[0] for line in f}
 
@@ -130,6 +136,37 @@ def test_loop_and_cudnn_forwards_agree(cell, shared):
     loss = torch_model.ctc_loss(logits_loop, out_loop, torch.randint(1, 29, (3, 4)), torch.tensor([4, 3, 2]))
     loss.backward()
     assert torch.isfinite(loss) and loop.rnns[0].recurrent.grad.abs().sum() > 0
+
+
+def _loss_and_grads(net, audio, lengths, labels, label_lengths, autocast=contextlib.nullcontext):
+    net.zero_grad(set_to_none=True)
+    with autocast():
+        logits, frames = net(audio, lengths)
+    loss = torch_model.ctc_loss(logits, frames, labels, label_lengths)
+    loss.backward()
+    return loss.item(), {k: p.grad.clone() for k, p in net.named_parameters()}
+
+
+@pytest.mark.parametrize("cell,shared", [("simple", True), ("simple", False), ("gru", True), ("lstm", False)])
+def test_padded_cudnn_layout_trains_like_the_packed_one(cell, shared):
+    """cudnn_padded (no host copy of lengths: capturable) == cudnn on packed sequences:
+    the same loss and the same gradient of every parameter, though padding frames are
+    fed to the backward direction first."""
+    audio, lengths, mean, std = _batch()
+    cfg = model.ModelConfig(conv_channels=4, num_rnn_layers=2, rnn_size=24, rnn_cell=cell, share_rnn_weights=shared)
+    torch.manual_seed(0)
+    packed = torch_model.TorchDS2(cfg, FeatureConfig(), mean, std, rnn_impl="cudnn")
+    padded = torch_model.TorchDS2(cfg, FeatureConfig(), mean, std, rnn_impl="cudnn_padded")
+    padded.load_state_dict(packed.state_dict())
+    labels, label_lengths = torch.randint(1, 29, (3, 4)), torch.tensor([4, 3, 2])
+    loss_packed, grads_packed = _loss_and_grads(packed, audio, lengths, labels, label_lengths)
+    loss_padded, grads_padded = _loss_and_grads(padded, audio, lengths, labels, label_lengths)
+    assert loss_padded == pytest.approx(loss_packed, rel=1e-5)
+    for name, g in grads_packed.items():
+        # Relative to the gradient's scale: float32 sums in other orders stay below 1e-4;
+        # state leaking in from the padding moves them by 1e-1 and more.
+        err = (grads_padded[name] - g).abs().max() / g.abs().max()
+        assert err < 1e-4, (name, err.item())
 
 
 def test_profile_summary_reads_gpu_kernels_from_a_jax_style_trace(tmp_path):
@@ -224,3 +261,108 @@ def test_conv_lowering_benchmark_agrees(tmp_path):
     for direct, folded in zip(rows[::2], rows[1::2]):  # bfloat16 rounding, the same for both
         assert folded["rel_err_y"] <= 1.25 * direct["rel_err_y"] + 1e-3, (direct, folded)
     assert (tmp_path / "conv_lowering.md").read_text().count("\n") == len(rows) + 2
+
+
+def test_cudnn_graphs_variant_is_known_and_explained_without_cuda(tmp_path):
+    """torch_cudnn_graphs is a --variants choice; without CUDA its row says why it was skipped."""
+    if torch.cuda.is_available():
+        pytest.skip("CUDA present: the variant runs (test_graphed_cudnn_step_equals_the_eager_one)")
+    out = tmp_path / "b"
+    proc = scaling(*TINY, "--devices=1", "--variants=torch_cudnn,torch_cudnn_graphs", "--steps=1", "--warmup=0",
+                   "--profile_steps=0", "--num_batches=1", f"--out={out}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = {r["variant"]: r for r in json.loads((out / "results.json").read_text())["results"]}
+    assert rows["torch_cudnn"]["status"] == "ok"
+    assert rows["torch_cudnn_graphs"]["status"] == "skipped"
+    assert "CUDA graphs need a GPU" in rows["torch_cudnn_graphs"]["notes"]
+    assert "| torch_cudnn_graphs | float32 | 1 | skipped: CUDA graphs need a GPU" in (out / "results.md").read_text()
+    audio, lengths, mean, std = _batch()
+    cfg = model.ModelConfig(conv_channels=4, num_rnn_layers=1, rnn_size=8)
+    sample = {"audio": audio, "audio_lengths": lengths}
+    with pytest.raises(ValueError, match="rnn_impl='cudnn_padded'"):
+        torch_bench.graph_model(torch_model.TorchDS2(cfg, FeatureConfig(), mean, std, rnn_impl="cudnn"), sample,
+                                contextlib.nullcontext)
+    with pytest.raises(RuntimeError, match="need a GPU"):
+        torch_bench.graph_model(torch_model.TorchDS2(cfg, FeatureConfig(), mean, std, rnn_impl="cudnn_padded"), sample,
+                                contextlib.nullcontext)
+
+
+def _row(variant, dtype, devices, ms):
+    return {"variant": variant, "dtype": dtype, "devices": devices, "status": "ok", "step_ms_median": ms,
+            "step_ms_p10": ms, "step_ms_p90": ms, "global_batch": 16 * devices, "first_step_s": 1.0,
+            "utterances_per_s": 16e3 * devices / ms if ms else 0.0, "minibatches_per_epoch": 972 // devices,
+            "time_per_minibatch_s": ms / 1e3 if ms else 0.0, "epoch_time_s": 972 * ms / 1e3 / devices if ms else 0.0}
+
+
+def test_pytorch_over_ours_ratio_takes_the_fastest_of_each_side():
+    """Per group the fastest PyTorch variant (whichever it is) over the fastest JAX one;
+    failed or skipped rows count for neither side."""
+    rows = [
+        _row("jax", "float32", 1, 20.0), _row("jax_jit", "float32", 1, 25.0),
+        _row("torch_loop", "float32", 1, 200.0), _row("torch_cudnn", "float32", 1, 80.0),
+        _row("torch_cudnn_graphs", "float32", 1, 60.0), _row("torch_compile", "float32", 1, 190.0),
+        _row("jax", "bfloat16", 1, 10.0), _row("jax_jit", "bfloat16", 1, 8.0),
+        _row("torch_cudnn", "bfloat16", 1, 90.0), _row("torch_cudnn_graphs", "bfloat16", 1, 95.0),
+        {**_row("torch_compile", "bfloat16", 1, 0.0), "status": "error", "step_ms_median": None},
+        _row("jax", "float32", 2, 22.0), _row("torch_loop", "float32", 2, 300.0),
+        {**_row("torch_cudnn_graphs", "float32", 2, 1.0), "status": "skipped"},
+        _row("torch_cudnn", "float32", 4, 70.0),  # no JAX row: no ratio
+    ]
+    got = {(q["dtype"], q["devices"]): q for q in report.pytorch_vs_ours(rows)}
+    assert sorted(got) == [("any", 1), ("any", 2), ("bfloat16", 1), ("float32", 1), ("float32", 2)]
+    assert (got["float32", 1]["pytorch"], got["float32", 1]["ours"]) == ("torch_cudnn_graphs", "jax")
+    assert got["float32", 1]["ratio"] == pytest.approx(3.0)
+    assert (got["bfloat16", 1]["pytorch"], got["bfloat16", 1]["ours"]) == ("torch_cudnn", "jax_jit")
+    assert got["bfloat16", 1]["ratio"] == pytest.approx(90 / 8)
+    assert got["float32", 2]["pytorch"] == "torch_loop"  # the skipped graphs row is not a measurement
+    best = got["any", 1]
+    assert (best["pytorch"], best["pytorch_dtype"], best["ours"], best["ours_dtype"]) == (
+        "torch_cudnn_graphs", "float32", "jax_jit", "bfloat16")
+    assert best["ratio"] == pytest.approx(60 / 8)
+    md = report.markdown({}, rows)
+    assert "## Strongest PyTorch / ours" in md
+    assert "| float32 | 1 | torch_cudnn_graphs | 60.0 | jax | 20.0 | 3.00x |" in md
+    assert "| any | 1 | torch_cudnn_graphs float32 | 60.0 | jax_jit bfloat16 | 8.0 | 7.50x |" in md
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_graphed_cudnn_step_equals_the_eager_one(dtype):
+    """torch_cudnn_graphs' model (cuDNN on the padded batch, forward and backward replayed
+    as CUDA graphs) gives the eager cuDNN twin's loss and gradients, on a batch other than
+    the one it was captured with (other lengths: nothing of the capture batch is baked in)."""
+    if not torch.cuda.is_available():
+        pytest.skip("CUDA graphs need a GPU")
+    device = torch.device("cuda")
+    audio, lengths, mean, std = _batch()
+    other_audio, other_lengths, _, _ = _batch(seed=1)
+    assert not torch.equal(lengths, other_lengths)
+    cfg = model.ModelConfig(conv_channels=8, num_rnn_layers=2, rnn_size=64)
+    torch.manual_seed(0)
+    eager = torch_model.TorchDS2(cfg, FeatureConfig(), mean, std, rnn_impl="cudnn").to(device)
+    net = torch_model.TorchDS2(cfg, FeatureConfig(), mean, std, rnn_impl="cudnn_padded").to(device)
+    net.load_state_dict(eager.state_dict())
+
+    def autocast():
+        if dtype == "bfloat16":
+            return torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=False)
+        return contextlib.nullcontext()
+
+    sample = {"audio": audio.to(device), "audio_lengths": lengths.to(device)}
+    tf32 = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = False  # float32 sums in other orders, not TF32 rounding, apart
+    try:
+        graphed = torch_bench.graph_model(net, sample, autocast)
+        labels, label_lengths = torch.randint(1, 29, (3, 4), device=device), torch.tensor([4, 3, 2], device=device)
+        assert other_audio.shape == audio.shape  # synthetic batches are padded to one length
+        batch = (other_audio.to(device), other_lengths.to(device), labels, label_lengths)
+        loss_eager, grads_eager = _loss_and_grads(eager, *batch, autocast=autocast)
+        loss_graphed, grads_graphed = _loss_and_grads(graphed, *batch, autocast=autocast)
+    finally:
+        torch.backends.cudnn.allow_tf32 = tf32
+    # Relative to each gradient's scale; padding leaking into the recurrence moves them by > 0.3.
+    tol = 1e-3 if dtype == "float32" else 5e-2
+    assert loss_graphed == pytest.approx(loss_eager, rel=tol)
+    for name, g in grads_eager.items():
+        err = (grads_graphed[name] - g).abs().max() / g.abs().max()
+        assert err < tol, (name, err.item())
