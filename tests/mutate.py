@@ -156,6 +156,19 @@ MUTATIONS = [
              "        with contextlib.redirect_stdout(io.StringIO()):\n            yield\n", "        yield\n",
              ("tests/test_datasets.py::test_a_local_build_says_nothing_of_downloads",),
              "a local build prints tfds's 'Downloading and preparing dataset'"),
+    Mutation("cudnn_padded_keeps_padding", "benchmarks/torch_model.py",
+             "return fn(mask_time(x, lengths), hx,", "return fn(x, hx,",
+             ("tests/test_benchmarks.py::test_padded_cudnn_layout_trains_like_the_packed_one",),
+             "the padded cuDNN layout lets padding frames drive the state, unlike the packed one"),
+    Mutation("all_skipped_split_left_to_tfds", "ds2_jax/datasets/librispeech_local.py",
+             "        if not report.kept:", "        if False:",
+             ("tests/test_datasets.py::test_a_split_with_every_utterance_skipped_says_why",),
+             "a split with nothing kept fails deep in tfds ('No examples were yielded')"),
+    Mutation("transcribe_drops_lexicon", "ds2_jax/transcribe.py",
+             "lexicon_path=args.lexicon or (base.lexicon_path if lm_path == base.lm_path else \"\"),",
+             "lexicon_path=base.lexicon_path if lm_path == base.lm_path else \"\",",
+             ("tests/test_transcribe.py::test_transcribes_wav_flac_8k_44k_stereo_and_reports_a_bad_file",),
+             "transcribe --lexicon is accepted but ignored"),
 ]
 
 
