@@ -156,6 +156,14 @@ MUTATIONS = [
              "        with contextlib.redirect_stdout(io.StringIO()):\n            yield\n", "        yield\n",
              ("tests/test_datasets.py::test_a_local_build_says_nothing_of_downloads",),
              "a local build prints tfds's 'Downloading and preparing dataset'"),
+    Mutation("eval_on_a_host_copy", "ds2_jax/train.py",
+             "evaluation.evaluate(p_eval, state, source,", "evaluation.evaluate(p_eval, par.put_replicated(host_state()), source,",
+             ("tests/test_evaluation.py::test_eval_during_training_reads_the_placed_train_state",),
+             "each eval during training copies the train state to the host and places it again"),
+    Mutation("eval_rows_device_minor", "ds2_jax/parallel.py",
+             "lambda x: x.reshape((-1,) + x.shape[2:])", "lambda x: x.swapaxes(0, 1).reshape((-1,) + x.shape[2:])",
+             ("tests/test_evaluation.py::test_pmap_jit_and_eager_evaluate_a_checkpoint_alike_placing_it_once",),
+             "pmap eval outputs read back in another row order than the host batch's references"),
 ]
 
 
