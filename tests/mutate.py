@@ -164,6 +164,10 @@ MUTATIONS = [
              "lambda x: x.reshape((-1,) + x.shape[2:])", "lambda x: x.swapaxes(0, 1).reshape((-1,) + x.shape[2:])",
              ("tests/test_evaluation.py::test_pmap_jit_and_eager_evaluate_a_checkpoint_alike_placing_it_once",),
              "pmap eval outputs read back in another row order than the host batch's references"),
+    Mutation("eval_rows_blocks_reversed", "ds2_jax/parallel.py", "for k in sorted(blocks)]",
+             "for k in sorted(blocks, reverse=True)]",
+             ("tests/test_distributed.py::test_two_processes_under_jit_match_one_process",),
+             "with several processes under jit, a process's eval rows read back out of order"),
 ]
 
 
