@@ -58,9 +58,8 @@ def test_pmap_jit_and_eager_evaluate_a_checkpoint_alike_placing_it_once(tmp_path
     common = {"log_every_steps": 2, "eval_every_steps": 0, "checkpoint_every_steps": 100,
               "eval.max_utterances": 12, **SHORT}  # 12 of a 16-row batch: the last rows are padding
     train.train_and_evaluate(tiny_config(num_train_steps=2, **common), w)
-    placed = []
-    put = parallel.Parallel.put_replicated
-    monkeypatch.setattr(parallel.Parallel, "put_replicated", lambda self, tree: placed.append(self.kind) or put(self, tree))
+    placed, put = [], parallel.Parallel.put_replicated
+    monkeypatch.setattr(parallel.Parallel, "put_replicated", lambda self, t: placed.append(self.kind) or put(self, t))
     results = {}
     # 8 devices x 2 rows; eagerly one device takes the same 16 rows (one batch: op by op is slow)
     for kind, overrides in [("pmap", {}), ("jit", {"parallelism": "jit"}),
