@@ -4,17 +4,18 @@
         [--config.eval.split=test-clean,dev-clean] \\
         [--config.decoding.beam_width=32 --config.decoding.lm_path=lm.arpa]
 
-The eval step runs on all local devices (pmap) over the source's fixed bucket shapes and
-returns argmax ids, so greedy decoding moves only small ints to the host; with a beam
-decoder configured it also returns the <float32>[B, T, 29] log-probabilities, which
-flashlight-text searches on the host's cores (ds2_jax.decoding).
+The eval step is compiled and placed by `parallel.Parallel` like the train step (pmap,
+jit over the mesh, or eager), so evaluating during training reads the train state on the
+devices, where it is, and --mode=eval places the restored state once. It runs over the
+source's fixed bucket shapes and returns argmax ids, so greedy decoding moves only small
+ints to the host; with a beam decoder configured it also returns the <float32>[B, T, 29]
+log-probabilities, which flashlight-text searches on the host's cores (ds2_jax.decoding).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import json
 import logging
 import os
@@ -23,7 +24,6 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import jax_utils
 
 from ds2_jax import checkpoint, ctc, decoding, errors, features, input_pipeline, metrics, model, parallel, text
 from ds2_jax.batch_axis import AXIS, psum
@@ -77,14 +77,17 @@ def eval_step(
     return outputs, sums
 
 
-def compile_eval_step(config, log_probs: bool = False) -> Callable:
-    """pmap'd eval step (or eager with config.compile=False); log_probs for beam search."""
+def eval_kwargs(config, log_probs: bool = False) -> dict:
+    """The fixed (static) arguments of eval_step: the train step's model, features and loss."""
     kw = step_kwargs(config)
-    kwargs = {"model_cfg": kw["model_cfg"], "feature_cfg": kw["feature_cfg"], "norm_by_times": kw["norm_by_times"],
-              "ctc_impl": kw["ctc_impl"], "log_probs": log_probs}
-    if config.compile:
-        return jax.pmap(functools.partial(eval_step, **kwargs, axis_name=AXIS), axis_name=AXIS)
-    return functools.partial(eval_step, **kwargs, axis_name=None)
+    return {"model_cfg": kw["model_cfg"], "feature_cfg": kw["feature_cfg"], "norm_by_times": kw["norm_by_times"],
+            "ctc_impl": kw["ctc_impl"], "log_probs": log_probs}
+
+
+def compile_eval_step(config, par: parallel.Parallel, log_probs: bool = False) -> Callable:
+    """eval_step(state, batch) compiled by `par` as the train step is, for the state `par`
+    placed (put_replicated), which it reads and never donates; log_probs for beam search."""
+    return par.compile(eval_step, eval_kwargs(config, log_probs), donate=False)
 
 
 @dataclasses.dataclass
@@ -97,16 +100,16 @@ class SplitOutputs:
     loss: float
 
 
-def run_split(p_eval, state, source, split: str, max_utterances: int, num_devices: int, replicated: bool) -> SplitOutputs:
-    """Runs `p_eval` over a split; keeps log-probs when the step returns them."""
+def run_split(p_eval, state, source, split: str, max_utterances: int, par: parallel.Parallel) -> SplitOutputs:
+    """Runs `p_eval` (compile_eval_step for `par`) on `state` (placed by `par`) over a split;
+    keeps log-probs when the step returns them."""
     refs, hyps, lps, sums = [], [], [], []
-    # Read ahead in a thread, so reading the next batches overlaps this one on the devices.
-    with contextlib.closing(parallel.Staged(source.eval_batches(split, max_utterances), lambda b: b, 2)) as batches:
-        for batch in batches:
-            inputs = input_pipeline.shard_for_devices(batch, num_devices) if replicated else batch
+    # Read and place ahead in a thread, so the next batches load while this one runs.
+    with contextlib.closing(par.put_batches(source.eval_batches(split, max_utterances), 2, with_host=True)) as batches:
+        for batch, inputs in batches:
             out, s = p_eval(state, inputs)
-            out = {k: np.asarray(v).reshape((-1,) + v.shape[2 if replicated else 1 :]) for k, v in out.items()}
-            sums.append(jax.device_get(s))
+            out = par.get_rows(out)
+            sums.append(par.get(s))
             rows = np.flatnonzero(batch["weights"] > 0)
             refs += [text.decode(batch["labels"][i, : batch["label_lengths"][i]]) for i in rows]
             hyps += decoding.greedy_texts(out["ids"][rows], out["lengths"][rows])
@@ -134,8 +137,7 @@ def evaluate(
     source,
     split: str,
     max_utterances: int,
-    num_devices: int,
-    replicated: bool,
+    par: parallel.Parallel,
     beam: decoding.BeamSearchDecoder | None = None,
 ) -> dict:
     """Greedy (and, with `beam` and a log-prob step, beam search) WER/CER and loss of a split.
@@ -143,13 +145,13 @@ def evaluate(
     The top-level wer/cer/examples/worst are greedy's, as during training; beam search
     adds a 'beam' section with its own figures and settings.
     """
-    out = run_split(p_eval, state, source, split, max_utterances, num_devices, replicated)
+    out = run_split(p_eval, state, source, split, max_utterances, par)
     # With several processes each one decoded its own rows; every process scores them all.
     references, greedy = gather_texts(out.references), gather_texts(out.greedy)
     result = {**score(references, greedy), "loss": out.loss, "utterances": len(references)}
     if beam is not None:
         if out.log_probs is None and out.references:
-            raise ValueError("beam search needs compile_eval_step(config, log_probs=True)")
+            raise ValueError("beam search needs compile_eval_step(config, par, log_probs=True)")
         beam_hyps = gather_texts(beam.decode_all(out.log_probs or []))
         result["beam"] = {**beam.describe(), **score(references, beam_hyps)}
     return result
@@ -206,29 +208,24 @@ def restore_state(config, workdir: str, step: int | None = None) -> tuple[TrainS
     return state.replace(apply_fn=template.apply_fn, tx=template.tx), int(step)
 
 
-def replicate_for_eval(config, state, devices):
-    """A host state in the layout of compile_eval_step: replicated for pmap, as is for eager."""
-    return jax_utils.replicate(state, devices, axis_name=AXIS) if config.compile else state
-
-
 @dataclasses.dataclass
 class EvalRun:
-    """A restored checkpoint, ready for run_split / evaluate."""
+    """A restored checkpoint, placed once, ready for run_split / evaluate."""
 
     p_eval: Callable
-    state: "TrainState"
+    state: "TrainState"  # placed by `par` (put_replicated)
     source: input_pipeline.Source
-    devices: list
+    par: parallel.Parallel
     step: int
 
 
 def prepare(config, workdir: str, step: int | None = None, log_probs: bool = False) -> EvalRun:
-    """Restores checkpoint `step` (default: latest), builds the source and the eval step."""
-    devices = parallel.make(config).devices
-    source = input_pipeline.make_source(config, input_pipeline.Sharding(config.per_device_batch_size * len(devices)))
+    """Restores checkpoint `step` (default: latest), places it on the devices as
+    config.parallelism says, and builds the source (this process's rows) and the eval step."""
+    par = parallel.make(config)
+    source = input_pipeline.make_source(config, par.batch_sharding(config.per_device_batch_size))
     state, step = restore_state(config, workdir, step)
-    p_eval = compile_eval_step(config, log_probs=log_probs)
-    return EvalRun(p_eval, replicate_for_eval(config, state, devices), source, devices, step)
+    return EvalRun(compile_eval_step(config, par, log_probs), par.put_replicated(state), source, par, step)
 
 
 def split_list(spec: str) -> list[str]:
@@ -313,8 +310,7 @@ def evaluate_splits(config, workdir: str, split: str = "", step: int | None = No
     step = run.step
     results, unwritten = {}, []
     for name in split_list(split or config.eval.split or config.dataset.eval_split):
-        result = evaluate(run.p_eval, run.state, run.source, name, config.eval.max_utterances,
-                          len(run.devices), config.compile, beam)
+        result = evaluate(run.p_eval, run.state, run.source, name, config.eval.max_utterances, run.par, beam)
         result.update(split=name, step=step)
         path = result_path(workdir, name, step, beam)
         line = f"eval {name} at step {step}: greedy WER {result['wer']:.4f} CER {result['cer']:.4f}"

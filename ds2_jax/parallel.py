@@ -1,6 +1,7 @@
 """How the step is spread over devices: pmap (default), jit + NamedSharding, or eager.
 
-All three run the same pure `train.train_step`:
+All three run the same pure steps (`train.train_step`, `evaluation.eval_step`) on the
+same placed state, so evaluating during training reads the train state where it lives:
 - 'pmap': one program per device, axis name 'batch'; the step psums gradients and
   batch-norm statistics itself. State replicated with a leading device axis.
 - 'jit': one SPMD program over a 1-D mesh; the batch is sharded along 'batch', the state
@@ -81,13 +82,35 @@ class Parallel:
             return {k: jax.make_array_from_process_local_data(sharding, v) for k, v in batch.items()}
         return jax.device_put(batch, self.devices[0])
 
-    def put_batches(self, batches: Iterator[dict], size: int) -> "Staged":
-        """Stages up to `size` batches on the devices ahead of the step, from a thread."""
-        return Staged(batches, self.put_batch, size)
+    def put_batches(self, batches: Iterator[dict], size: int, with_host: bool = False) -> "Staged":
+        """Stages up to `size` batches on the devices ahead of the step, from a thread.
+
+        with_host=True yields (host batch, device batch) pairs, for steps whose outputs are
+        read beside the host rows (evaluation: references, padding weights).
+        """
+        put = (lambda b: (b, self.put_batch(b))) if with_host else self.put_batch
+        return Staged(batches, put, size)
+
+    def batch_sharding(self, per_device_batch: int) -> batching.Sharding:
+        """How a global batch of `per_device_batch` rows per device splits over the processes."""
+        return batching.Sharding(
+            global_batch=per_device_batch * len(self.devices) * jax.process_count(),
+            process_index=jax.process_index(),
+            process_count=jax.process_count(),
+        )
 
     def get(self, tree):
         """A replicated device pytree -> one host copy."""
         return jax.device_get(unreplicate(tree) if self.kind == "pmap" else tree)
+
+    def get_rows(self, tree):
+        """Batch-sharded step outputs -> this process's rows on the host, <[B, ...]> each,
+        in the order of the host batch that put_batch placed."""
+        if self.kind == "pmap":  # [devices, B / devices, ...] over this process's devices
+            return jax.tree_util.tree_map(lambda x: x.reshape((-1,) + x.shape[2:]), jax.device_get(tree))
+        if self.kind == "jit":
+            return jax.tree_util.tree_map(_local_rows, tree)
+        return jax.device_get(tree)
 
 
 def unreplicate(tree):
@@ -96,6 +119,18 @@ def unreplicate(tree):
     flax.jax_utils.unreplicate returns the unsqueezed (1, ...) array with one device.
     """
     return jax.tree_util.tree_map(lambda x: x.addressable_shards[0].data[0], tree)
+
+
+def _local_rows(x: jax.Array) -> np.ndarray:
+    """The rows of a batch-sharded global array held by this process's devices, in order."""
+    if x.is_fully_addressable:
+        return np.asarray(jax.device_get(x))
+    blocks = {}
+    for shard in x.addressable_shards:  # a block held by several devices appears once
+        blocks.setdefault(shard.index[0].start or 0, shard.data)
+    if any(b.shape[0] == x.shape[0] for b in blocks.values()):  # every process's rows: not ours alone
+        raise ValueError(f"get_rows: a step output of shape {x.shape} is not sharded along the batch")
+    return np.concatenate([np.asarray(jax.device_get(blocks[k])) for k in sorted(blocks)])
 
 
 class Staged:

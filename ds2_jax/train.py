@@ -160,11 +160,7 @@ def _train(config, workdir: str, mgr) -> TrainState:
     par = parallel.make(config)
     devices = par.devices
     n_dev = len(devices)
-    sharding = input_pipeline.Sharding(
-        global_batch=config.per_device_batch_size * n_dev * jax.process_count(),
-        process_index=jax.process_index(),
-        process_count=jax.process_count(),
-    )
+    sharding = par.batch_sharding(config.per_device_batch_size)
     is_chief = jax.process_index() == 0
     log.info("devices: %d local (%s) x %d process(es), %s, global batch %d",
              n_dev, devices[0].platform, jax.process_count(), par.kind, sharding.global_batch)
@@ -186,7 +182,7 @@ def _train(config, workdir: str, mgr) -> TrainState:
     writer = metrics.MetricWriter(workdir, enabled=is_chief, resume_step=start)
 
     p_train = par.compile(train_step, step_kwargs(config))
-    p_eval = evaluation.compile_eval_step(config)
+    p_eval = evaluation.compile_eval_step(config, par)  # reads the placed train state, as is
     state, step_rng = par.put_replicated(state), par.put_replicated(step_rng)
     host_batches = loader.train_batches(config, sharding, source, start, config.num_train_steps)
     batches = par.put_batches(host_batches, config.prefetch_batches)
@@ -196,10 +192,7 @@ def _train(config, workdir: str, mgr) -> TrainState:
         return par.get(state)
 
     def run_eval(step):
-        # The eval step is pmap'd (or eager); the jit path hands it a replicated copy.
-        eval_state = evaluation.replicate_for_eval(config, host_state(), devices) if par.kind == "jit" else state
-        result = evaluation.evaluate(p_eval, eval_state, source, config.dataset.eval_split,
-                                     config.eval.max_utterances, n_dev, par.kind != "eager")
+        result = evaluation.evaluate(p_eval, state, source, config.dataset.eval_split, config.eval.max_utterances, par)
         evaluation.report(writer, step, result, config.eval.num_examples_to_print)
 
     def save(step):

@@ -169,6 +169,19 @@ MUTATIONS = [
              "lexicon_path=base.lexicon_path if lm_path == base.lm_path else \"\",",
              ("tests/test_transcribe.py::test_transcribes_wav_flac_8k_44k_stereo_and_reports_a_bad_file",),
              "transcribe --lexicon is accepted but ignored"),
+    Mutation("eval_on_a_host_copy", "ds2_jax/train.py",
+             "evaluation.evaluate(p_eval, state, source,",
+             "evaluation.evaluate(p_eval, par.put_replicated(host_state()), source,",
+             ("tests/test_evaluation.py::test_eval_during_training_reads_the_placed_train_state",),
+             "each eval during training copies the train state to the host and places it again"),
+    Mutation("eval_rows_device_minor", "ds2_jax/parallel.py",
+             "lambda x: x.reshape((-1,) + x.shape[2:])", "lambda x: x.swapaxes(0, 1).reshape((-1,) + x.shape[2:])",
+             ("tests/test_evaluation.py::test_pmap_jit_and_eager_evaluate_a_checkpoint_alike_placing_it_once",),
+             "pmap eval outputs read back in another row order than the host batch's references"),
+    Mutation("eval_rows_blocks_reversed", "ds2_jax/parallel.py", "for k in sorted(blocks)]",
+             "for k in sorted(blocks, reverse=True)]",
+             ("tests/test_distributed.py::test_two_processes_under_jit_match_one_process",),
+             "with several processes under jit, a process's eval rows read back out of order"),
 ]
 
 

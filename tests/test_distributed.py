@@ -62,3 +62,16 @@ def test_two_processes_match_one_process_and_resume_after_kill(tmp_path):
     assert rcs == [0, 0], "\n".join(e[-3000:] for e in errs)
     assert "restored checkpoint at step 3" in errs[0]
     np.testing.assert_allclose(losses(w), losses(tmp_path / "single"), rtol=1e-5)
+
+
+@pytest.mark.slow
+def test_two_processes_under_jit_match_one_process(tmp_path):
+    """parallelism='jit' over every process's devices: the eval step reads each process's rows
+    of its batch-sharded outputs (Parallel.get_rows), and the gathered figures are one process's."""
+    jit = ("--config.parallelism=jit", "--config.num_devices=0")
+    rcs, errs = run_processes(tmp_path / "single", 1, 8, *jit)
+    assert rcs == [0], errs[0][-3000:]
+    rcs, errs = run_processes(tmp_path / "multi", 2, 4, *jit)
+    assert rcs == [0, 0], "\n".join(e[-3000:] for e in errs)
+    assert "x 2 process(es), jit" in errs[0] and "(32 utterances)" in errs[0]
+    np.testing.assert_allclose(losses(tmp_path / "multi"), losses(tmp_path / "single"), rtol=1e-5)

@@ -57,7 +57,7 @@ def tune(config, workdir: str, lm: str, split: str, alphas, betas, beam_width: i
     run = evaluation.prepare(config, workdir, step, log_probs=True)
     step = run.step
     split = split or config.eval.split or config.dataset.eval_split
-    out = evaluation.run_split(run.p_eval, run.state, run.source, split, max_utterances, len(run.devices), config.compile)
+    out = evaluation.run_split(run.p_eval, run.state, run.source, split, max_utterances, run.par)
     grid = grid_search(out, beam, [float(a) for a in alphas], [float(b) for b in betas])
     best = min(grid, key=lambda r: (r["wer"], r["cer"]))
     result = {

@@ -67,7 +67,7 @@ def dump(workdir: str, out: str) -> None:
     run = evaluation.prepare(config, workdir, log_probs=True)
     arrays, meta = {}, {"step": run.step}
     for split in SPLITS:
-        o = evaluation.run_split(run.p_eval, run.state, run.source, split, 0, len(run.devices), config.compile)
+        o = evaluation.run_split(run.p_eval, run.state, run.source, split, 0, run.par)
         meta[split] = {"references": o.references, "greedy": o.greedy}
         for i, lp in enumerate(o.log_probs):
             arrays[f"{split}/{i}"] = lp

@@ -1,0 +1,77 @@
+"""The eval step is compiled and placed by `parallel.Parallel`, as the train step is:
+evaluating during training reads the train state where it lives on the devices (no host
+round trip under parallelism='jit'), and --mode=eval gives the same figures under pmap,
+jit and eager, placing the restored state once."""
+
+import jax
+import numpy as np
+import pytest
+
+from ds2_jax import evaluation, parallel, train
+from tests.helpers import tiny_config
+
+SHORT = {"dataset.synthetic_min_duration_s": 0.3, "dataset.synthetic_max_duration_s": 0.4}  # eager stays quick
+
+
+def _record_steps(monkeypatch) -> dict:
+    """Wraps Parallel.compile: records the state each train step returns and the state
+    each eval step is given; the eval step runs with host<->device transfers refused."""
+    seen = {"train": None, "eval": []}
+    compile_ = parallel.Parallel.compile
+
+    def compile(self, step_fn, kwargs, donate=True):
+        fn = compile_(self, step_fn, kwargs, donate)
+        if step_fn is train.train_step:
+            def train_fn(*args):
+                seen["train"] = (out := fn(*args))[0]
+                return out
+            return train_fn
+        if step_fn is evaluation.eval_step:
+            def eval_fn(state, batch):
+                seen["eval"].append((state, seen["train"]))
+                with jax.transfer_guard_host_to_device("disallow_explicit"), \
+                        jax.transfer_guard_device_to_host("disallow_explicit"):
+                    return fn(state, batch)
+            return eval_fn
+        return fn
+
+    monkeypatch.setattr(parallel.Parallel, "compile", compile)
+    return seen
+
+
+@pytest.mark.parametrize("kind", parallel.KINDS)
+def test_eval_during_training_reads_the_placed_train_state(kind, tmp_path, monkeypatch):
+    seen = _record_steps(monkeypatch)
+    config = tiny_config(parallelism=kind, num_train_steps=2, log_every_steps=1, eval_every_steps=1,
+                         checkpoint_every_steps=100, **{"eval.max_utterances": 8, **SHORT})
+    train.train_and_evaluate(config, str(tmp_path))
+    assert len(seen["eval"]) == 2  # one batch after each of steps 1 and 2, through Parallel's eval step
+    for eval_state, train_state in seen["eval"]:
+        # the very arrays the last train step returned: not a host copy placed again
+        for got, want in zip(jax.tree_util.tree_leaves(eval_state), jax.tree_util.tree_leaves(train_state),
+                             strict=True):
+            assert got is want
+
+
+def test_pmap_jit_and_eager_evaluate_a_checkpoint_alike_placing_it_once(tmp_path, monkeypatch):
+    w = str(tmp_path)
+    common = {"log_every_steps": 2, "eval_every_steps": 0, "checkpoint_every_steps": 100,
+              "eval.max_utterances": 12, **SHORT}  # 12 of a 16-row batch: the last rows are padding
+    train.train_and_evaluate(tiny_config(num_train_steps=2, **common), w)
+    placed, put = [], parallel.Parallel.put_replicated
+    monkeypatch.setattr(parallel.Parallel, "put_replicated", lambda self, t: placed.append(self.kind) or put(self, t))
+    results = {}
+    # 8 devices x 2 rows; eagerly one device takes the same 16 rows (one batch: op by op is slow)
+    for kind, overrides in [("pmap", {}), ("jit", {"parallelism": "jit"}),
+                            ("eager", {"compile": False, "per_device_batch_size": 16})]:
+        config = tiny_config(num_train_steps=2, **common, **overrides)
+        results[kind] = evaluation.evaluate_splits(config, w, split="dev-clean, test-clean")
+    assert placed == ["pmap", "jit", "eager"]  # once per evaluation, for both splits
+    ref = results["pmap"]["dev-clean"]
+    assert ref["utterances"] == 12 and np.isfinite(ref["loss"]) and ref["loss"] > 0
+    for kind, by_split in results.items():
+        for split, r in by_split.items():
+            assert r["utterances"] == 12, (kind, split)
+            np.testing.assert_allclose([r["loss"], r["cer"], r["wer"]], [ref["loss"], ref["cer"], ref["wer"]],
+                                       rtol=1e-5, err_msg=f"{kind} {split}")
+            assert [e["hypothesis"] for e in r["examples"]] == [e["hypothesis"] for e in ref["examples"]], kind
