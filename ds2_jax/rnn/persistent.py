@@ -13,7 +13,7 @@ at once: the grid never exceeds the GPU's SM count.
 
 The backward pass is the same kernel with every direction's time order flipped, on the
 transposed matrix (dL/dz_t = active_t * (dL/dy_t + dL/dz_{t+1} W^T)); the weight
-gradient is one GEMM over all time steps afterwards, as in `recurrence.scan_vjp_time_major`.
+gradient is one GEMM over all time steps afterwards, as in `rnn.reference.scan_vjp_time_major`.
 
 In Pallas interpret mode (CPU tests) the grid runs one program after another, so a
 program cannot wait for a later one: interpret mode uses one column block per direction.
@@ -30,8 +30,9 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plt
 
-from ds2_jax.activation import CLIP, clipped_relu
-from ds2_jax.pallas_common import MIN_BLOCK, block_size, interpret_mode, shared_memory_bytes, sync_threads
+from ds2_jax.activation import clipped_relu
+from ds2_jax.rnn.gates import input_gradient, passes_gradient, previous_states
+from ds2_jax.rnn.pallas_common import MIN_BLOCK, block_size, interpret_mode, sync_threads
 
 ROWS = MIN_BLOCK  # batch rows per matmul: the MMA tile height
 
@@ -61,20 +62,8 @@ def forward_cell(x, rec):
     return clipped_relu(x + rec)
 
 
-def passes_gradient(y):
-    """Where the clipped ReLU passes gradient: strictly inside (0, CLIP)."""
-    return (y > 0) & (y < CLIP)
-
-
 def backward_cell(dy, y, rec):
     return jnp.where(passes_gradient(y), dy + rec, 0.0)
-
-
-def input_gradient(dzs: jax.Array, shared_input: bool) -> jax.Array:
-    """dL/dxs from dL/dz [B, T, D, H]: a projection shared by every direction gets their sum."""
-    if not shared_input:
-        return dzs
-    return jnp.sum(dzs, axis=2, keepdims=True, dtype=jnp.float32).astype(dzs.dtype)
 
 
 def _recurrence_kernel(*refs, cell: Callable, n_inputs: int, reverse: bool, transposed: bool,
@@ -173,11 +162,11 @@ def column_block(hidden: int, directions: int, cores: int) -> int:
     return cols
 
 
-def fits(hidden: int, directions: int, itemsize: int) -> bool:
-    """Whether the kernel's shared memory (weight slice + one row chunk) fits on this GPU."""
+def fits(hidden: int, directions: int, itemsize: int, sms: int, shared_memory: int) -> bool:
+    """Whether the kernel's shared memory (weight slice + one row chunk) fits in `shared_memory`
+    bytes per block on a GPU with `sms` SMs."""
     hidden = block_size(hidden)
-    cols = column_block(hidden, directions, getattr(jax.devices()[0], "core_count", 1))  # SMs
-    return (cols + ROWS) * hidden * itemsize <= shared_memory_bytes()
+    return (column_block(hidden, directions, sms) + ROWS) * hidden * itemsize <= shared_memory
 
 
 def _run(cell, inputs, weights, *, reverse: bool, transposed: bool, options: KernelOptions):
@@ -247,23 +236,6 @@ def _persistent(xs: jax.Array, recurrent: jax.Array, options: KernelOptions, sha
 def _fwd(xs, recurrent, options, shared_input):
     ys = _persistent(xs, recurrent, options, shared_input)
     return ys, (ys, recurrent)
-
-
-def previous_states(ys: jax.Array, time_axis: int = 1) -> jax.Array:
-    """States with directions right after time ([B, T, D, H]; the Mosaic kernels' [T, D, B, H]
-    with time_axis=0) -> the state each step started from (h_{t-1}; h_{t+1} for direction 1)."""
-    steps, dir_axis = ys.shape[time_axis], time_axis + 1
-
-    def take(x, start, stop, axis):
-        return jax.lax.slice_in_dim(x, start, stop, axis=axis)
-
-    zero = jnp.zeros_like(take(ys, 0, 1, time_axis))
-    earlier = jnp.concatenate([zero, take(ys, 0, steps - 1, time_axis)], axis=time_axis)
-    if ys.shape[dir_axis] == 1:
-        return earlier
-    later = jnp.concatenate([take(ys, 1, steps, time_axis), zero], axis=time_axis)
-    return jnp.concatenate([take(earlier, 0, 1, dir_axis), take(later, 1, ys.shape[dir_axis], dir_axis)],
-                           axis=dir_axis)
 
 
 def _bwd(options, shared_input, residuals, dys):
