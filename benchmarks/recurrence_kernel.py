@@ -1,7 +1,7 @@
 """One bidirectional RNN layer alone: scan_vjp against the persistent Pallas kernel (and,
 on Hopper GPUs, the Mosaic GPU kernels of ds2_jax.rnn.mosaic).
 
-    python -m benchmarks.recurrence_kernel --out=DIR [--steps=30] [--kernels=32/4/0/0/1/0,32/4/0/0/1/1]
+    python -m benchmarks.recurrence_kernel --out=DIR [--steps=30] [--kernels=32/4,64/4]
 
 Seed layer shape (267 frames, 2 directions, batch 16, 2048 units, bfloat16, one input
 projection shared by both directions as in the model). Times the
@@ -24,9 +24,7 @@ from ds2_jax.rnn import mosaic, persistent, reference
 
 _OUT = flags.DEFINE_string("out", None, "Output directory.", required=True)
 _STEPS = flags.DEFINE_integer("steps", 30, "Timed calls per setting.")
-_KERNELS = flags.DEFINE_list("kernels", ["32/4/0/0/1/0", "32/4/0/0/1/1"],
-                              "Kernel settings to try, each cols/num_warps/volatile_exchange/poll_with_load/k_split"
-                              "/time_major_state.")
+_KERNELS = flags.DEFINE_list("kernels", ["32/4"], "Persistent-kernel launch settings to try, each cols/num_warps.")
 _SHAPE = flags.DEFINE_list("shape", ["267", "2", "16", "2048"], "T, directions, batch, hidden.")
 _DTYPE = flags.DEFINE_string("dtype", "bfloat16", "Compute dtype.")
 _MOSAIC = flags.DEFINE_bool("mosaic", True, "Also the Mosaic GPU kernels (Hopper GPUs only).")
@@ -42,14 +40,9 @@ def main(argv):
     ct = jax.random.normal(k3, (b, t, d, h))
     impls = {"scan_vjp unroll 8": lambda x, r: reference.scan_vjp_recurrence(x, r, "simple", 8)}
     for setting in _KERNELS.value:
-        cols, warps, volatile, poll_load, k_split, time_major = (int(v) for v in setting.split("/"))
-        options = persistent.KernelOptions(cols=cols, num_warps=warps, volatile_exchange=bool(volatile),
-                                               poll_with_load=bool(poll_load), k_split=k_split,
-                                               time_major_state=bool(time_major))
-        name = (f"pallas cols {cols} warps {warps}{' volatile' if volatile else ''} "
-                f"poll {'load' if poll_load else 'atomic'} k_split {k_split} "
-                f"{'time' if time_major else 'batch'}-major states")
-        impls[name] = (
+        cols, warps = (int(v) for v in setting.split("/"))
+        options = persistent.KernelOptions(cols=cols, num_warps=warps)
+        impls[f"pallas cols {cols} warps {warps}"] = (
             lambda o: lambda x, r: persistent.persistent_simple_rnn(x, r, o))(options)
     if _MOSAIC.value and mosaic.supported():
         impls["mosaic (cluster pairs)"] = mosaic.mosaic_simple_rnn

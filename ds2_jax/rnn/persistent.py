@@ -43,19 +43,6 @@ class KernelOptions:
 
     cols: int | None = None
     num_warps: int = 4
-    # Read the previous hidden state with volatile loads (bypassing L1). The acquire on the
-    # barrier's atomic already orders plain loads (correct either way), but volatile loads
-    # measured faster (BUILD_NOTES.md, "Tried and rejected").
-    volatile_exchange: bool = True
-    # Spin on plain volatile loads of the counter and acquire once with an atomic, instead
-    # of polling with atomic read-modify-writes (no gain measured; BUILD_NOTES.md).
-    poll_with_load: bool = False
-    # Split the contraction over the hidden units into this many independent products.
-    k_split: int = 1
-    # Keep the states time-major ([T, D, B, H]) inside the kernel, so each step's state
-    # is one contiguous block, and transpose to [B, T, D, H] afterwards: faster than
-    # batch-major states (BUILD_NOTES.md, "Tried and rejected").
-    time_major_state: bool = True
 
 
 def forward_cell(x, rec):
@@ -67,12 +54,14 @@ def backward_cell(dy, y, rec):
 
 
 def _recurrence_kernel(*refs, cell: Callable, n_inputs: int, reverse: bool, transposed: bool,
-                       cols: int, blocks_per_dir: int, precision, interpret: bool, volatile: bool,
-                       poll_with_load: bool, k_split: int, time_major_state: bool):
+                       cols: int, blocks_per_dir: int, precision, interpret: bool):
     """One program: columns [c0, c0 + cols) of direction d, all time steps.
 
     Rows go through the matmul ROWS at a time, so shared memory holds the weight slice
-    and one [ROWS, H] slice of the previous state whatever the batch.
+    and one [ROWS, H] slice of the previous state whatever the batch. The states are kept
+    time-major ([T, D, B, H]), so each step's state is one contiguous block; the previous
+    state is read with volatile loads (bypassing L1: the acquire on the barrier's atomic
+    orders plain loads too, but volatile ones measured faster).
     """
     in_refs, (w_ref, _, out_ref, count_ref) = refs[:n_inputs], refs[n_inputs:]
     batch, n_steps = in_refs[0].shape[0], in_refs[0].shape[1]
@@ -81,13 +70,12 @@ def _recurrence_kernel(*refs, cell: Callable, n_inputs: int, reverse: bool, tran
     d = pid // blocks_per_dir
     backwards_in_time = (d % 2) ^ int(reverse)  # 0 or 1: direction 1 runs in reverse time
     col = pl.ds(pl.multiple_of((pid % blocks_per_dir) * cols, cols), cols)
-    hidden = out_ref.shape[3]
-    ks = [pl.ds(k, hidden // k_split) for k in range(0, hidden, hidden // k_split)]
+    every = pl.ds(0, out_ref.shape[3])  # all hidden units
     # This program's slice of the recurrent matrix, loaded once for all time steps.
-    ws = [w_ref[d, col, k] if transposed else w_ref[d, k, col] for k in ks]
+    w = w_ref[d, col, every] if transposed else w_ref[d, every, col]
 
     def state(rows, t, cols):  # index of the states of `rows` and `cols` at time t
-        return (t, d, rows, cols) if time_major_state else (rows, t, d, cols)
+        return t, d, rows, cols
 
     def time_of(step):
         # Arithmetic, not jnp.where: Pallas's Triton lowering turned where(pred, T - 1, 0)
@@ -107,25 +95,15 @@ def _recurrence_kernel(*refs, cell: Callable, n_inputs: int, reverse: bool, tran
         # in the carry (interpret mode wants no consts in the loop).
         def poll(carry):
             _, target = carry
-            if poll_with_load:
-                return plt.load(count_ref.at[d], volatile=True), target
             return plt.atomic_add(count_ref, (d,), target * 0), target
 
-        _, target = jax.lax.while_loop(lambda carry: carry[0] < carry[1], poll,
-                                       (jnp.int32(-1), blocks_per_dir * step))
-        if poll_with_load:
-            plt.atomic_add(count_ref, (d,), target * 0)  # acquire: orders the loads that follow
+        jax.lax.while_loop(lambda carry: carry[0] < carry[1], poll, (jnp.int32(-1), blocks_per_dir * step))
         sync_threads(interpret)
 
     def chunk_step(step, t, rows, x):
-        # k_split independent partial products: separate accumulator chains the scheduler
-        # can interleave, instead of one serial chain over all of K. All chunks are loaded
-        # before the first product, so no barrier separates the products.
-        prevs = [plt.load(out_ref.at[state(rows, time_of(step - 1), k)], volatile=volatile) for k in ks]
-        rec = 0.0
-        for prev, w in zip(prevs, ws):
-            rec = rec + jax.lax.dot_general(prev, w, (((1,), (1 if transposed else 0,)), ((), ())),
-                                            precision=precision, preferred_element_type=jnp.float32)
+        prev = plt.load(out_ref.at[state(rows, time_of(step - 1), every)], volatile=True)
+        rec = jax.lax.dot_general(prev, w, (((1,), (1 if transposed else 0,)), ((), ())),
+                                  precision=precision, preferred_element_type=jnp.float32)
         out_ref[state(rows, t, col)] = cell(*x, rec).astype(out_ref.dtype)
 
     def step_fn(step, carry):
@@ -183,12 +161,9 @@ def _run(cell, inputs, weights, *, reverse: bool, transposed: bool, options: Ker
     precision = jax.lax.Precision.HIGHEST if out_dtype == jnp.float32 else None
     kernel = functools.partial(
         _recurrence_kernel, cell=cell, n_inputs=len(inputs), reverse=reverse, transposed=transposed,
-        cols=cols, blocks_per_dir=blocks_per_dir, precision=precision, interpret=interpret,
-        volatile=options.volatile_exchange, poll_with_load=options.poll_with_load,
-        k_split=options.k_split if hidden % (16 * options.k_split) == 0 else 1,
-        time_major_state=options.time_major_state)
+        cols=cols, blocks_per_dir=blocks_per_dir, precision=precision, interpret=interpret)
     batch, n_steps = inputs[0].shape[:2]
-    out_shape = (n_steps, directions, batch, hidden) if options.time_major_state else (batch, n_steps, directions, hidden)
+    out_shape = (n_steps, directions, batch, hidden)  # time-major inside the kernel
     counts = jnp.zeros((directions,), jnp.int32)
     out, _ = pl.pallas_call(
         kernel,
@@ -199,7 +174,7 @@ def _run(cell, inputs, weights, *, reverse: bool, transposed: bool, options: Ker
         interpret=interpret,
         name="persistent_rnn_backward" if reverse else "persistent_rnn_forward",
     )(*inputs, weights, counts)
-    return out.transpose(2, 0, 1, 3) if options.time_major_state else out
+    return out.transpose(2, 0, 1, 3)  # -> [B, T, D, H]
 
 
 def persistent_simple_rnn(xs: jax.Array, recurrent: jax.Array, options: KernelOptions = KernelOptions()) -> jax.Array:
