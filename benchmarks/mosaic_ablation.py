@@ -23,7 +23,8 @@ from absl import app, flags
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
 from benchmarks import micro, timing
-from ds2_jax.rnn import mosaic, reference
+from ds2_jax.rnn import mosaic
+from ds2_jax.rnn.reference import scan_vjp_recurrence
 
 _OUT = flags.DEFINE_string("out", None, "Output directory.", required=True)
 _STEPS = flags.DEFINE_integer("steps", 50, "Timed calls per case.")
@@ -64,7 +65,7 @@ def main(argv):
     w = (jax.random.normal(k2, (2, h, h)) / np.sqrt(h)).astype(jnp.bfloat16)
     ct = jax.random.normal(k3, (b, t, 2, h))
     with jax.default_matmul_precision("highest"):
-        f32 = lambda x, r: reference.scan_vjp_recurrence(x, r, "simple", 8)  # noqa: E731
+        f32 = lambda x, r: scan_vjp_recurrence(x, r, "simple", 8)  # noqa: E731
         ref_fwd, ref_grad = micro.layer_fns(f32)
         args = (xs.astype(jnp.float32), w.astype(jnp.float32))
         reference = (*ref_grad(*args, ct), ref_fwd(*args))

@@ -20,7 +20,8 @@ import numpy as np
 from absl import app, flags
 
 from benchmarks import micro, timing
-from ds2_jax.rnn import mosaic, persistent, reference
+from ds2_jax.rnn import mosaic, persistent
+from ds2_jax.rnn.reference import scan_vjp_recurrence
 
 _OUT = flags.DEFINE_string("out", None, "Output directory.", required=True)
 _STEPS = flags.DEFINE_integer("steps", 30, "Timed calls per setting.")
@@ -38,7 +39,7 @@ def main(argv):
     xs = (jax.random.normal(k1, (b, t, 1, h)) * 2.0).astype(dtype)
     w = (jax.random.normal(k2, (d, h, h)) / np.sqrt(h)).astype(dtype)
     ct = jax.random.normal(k3, (b, t, d, h))
-    impls = {"scan_vjp unroll 8": lambda x, r: reference.scan_vjp_recurrence(x, r, "simple", 8)}
+    impls = {"scan_vjp unroll 8": lambda x, r: scan_vjp_recurrence(x, r, "simple", 8)}
     for setting in _KERNELS.value:
         cols, warps = (int(v) for v in setting.split("/"))
         options = persistent.KernelOptions(cols=cols, num_warps=warps)

@@ -86,9 +86,10 @@ def test_this_machine_decides_and_logs_each_choice_once(caplog, monkeypatch):
     xs, w = jnp.zeros((5, 3, 1, 24)), jnp.zeros((2, 24, 24))
     here = dispatch.this_machine()
     assert here.backend == jax.default_backend()
+    expected = dispatch.choose_rnn("auto", "simple", 5, F32, 24, 2, here)
     with caplog.at_level(logging.INFO, logger="ds2_jax"):
         for _ in range(3):
-            assert dispatch.rnn_impl("auto", "simple", xs, w) == dispatch.choose_rnn("auto", "simple", 5, F32, 24, 2, here)
+            assert dispatch.rnn_impl("auto", "simple", xs, w) == expected
             assert dispatch.ctc_impl("auto") == dispatch.choose_ctc("auto", here)
     lines = [r.getMessage() for r in caplog.records if "->" in r.getMessage()]
     assert sorted(line.split(":")[0] for line in lines) == ["ctc", "recurrence"], lines
