@@ -66,7 +66,7 @@ def choose_rnn(asked: str, cell: str, rows: int, dtype, hidden: int, directions:
     'pallas' whose shared memory would not fit is an error here, where 'auto' takes scan_vjp.
     """
     if asked not in RNN_IMPLS:
-        raise ValueError(f"model.rnn_impl={asked!r}: expected one of {list(RNN_IMPLS)}")
+        raise ValueError(f"model.rnn_impl={asked!r}: expected one of {sorted(RNN_IMPLS)}")
     if asked == "auto" and cell not in KERNEL_CELLS:
         return "scan"
     if asked not in ("auto", "pallas"):
@@ -89,7 +89,7 @@ def choose_rnn(asked: str, cell: str, rows: int, dtype, hidden: int, directions:
 def choose_ctc(asked: str, machine: Machine) -> str:
     """loss.ctc_impl `asked` -> 'optax' or 'pallas' (the forward-backward kernels, on GPUs)."""
     if asked not in CTC_IMPLS:
-        raise ValueError(f"loss.ctc_impl={asked!r}: expected one of {list(CTC_IMPLS)}")
+        raise ValueError(f"loss.ctc_impl={asked!r}: expected one of {CTC_IMPLS}")
     if asked == "auto":
         return "pallas" if machine.backend == "gpu" else "optax"
     return asked
