@@ -25,7 +25,7 @@ from absl import app, flags
 from jax.experimental.pallas import triton as plt
 
 from benchmarks import micro, timing
-from ds2_jax import persistent_rnn
+from ds2_jax.rnn import persistent
 
 _OUT = flags.DEFINE_string("out", None, "Output directory.", required=True)
 _STEPS = flags.DEFINE_integer("steps", 50, "Timed calls per case.")
@@ -71,16 +71,16 @@ def main(argv):
     t, b, h = (int(v) for v in _SHAPE.value)
     xs = (jax.random.normal(jax.random.PRNGKey(0), (b, t, 1, h)) * 2).astype(jnp.bfloat16)
     w = (jax.random.normal(jax.random.PRNGKey(1), (2, h, h)) / np.sqrt(h)).astype(jnp.bfloat16)
-    real = persistent_rnn.jax, persistent_rnn.plt
+    real = persistent.jax, persistent.plt
     rows = []
     for name, removed in CASES.items():
-        persistent_rnn.jax, persistent_rnn.plt = ablated_modules(**removed)
+        persistent.jax, persistent.plt = ablated_modules(**removed)
         try:
-            fwd = jax.jit(lambda x, r: persistent_rnn.persistent_simple_rnn(x, r))
+            fwd = jax.jit(lambda x, r: persistent.persistent_simple_rnn(x, r))
             _, ms = timing.call_ms(lambda: jax.block_until_ready(fwd(xs, w)), _STEPS.value)
             row = {"case": name, "fwd_ms": round(ms, 3), "us_per_step": round(ms * 1e3 / xs.shape[1], 2)}
         finally:
-            persistent_rnn.jax, persistent_rnn.plt = real
+            persistent.jax, persistent.plt = real
         print(json.dumps(row), flush=True)
         rows.append(row)
     lines = ["| case | forward ms | us per time step |", "|---|---|---|"]

@@ -1,7 +1,7 @@
 """One bidirectional RNN layer alone: scan_vjp against the persistent Pallas kernel (and,
-on Hopper GPUs, the Mosaic GPU kernels of ds2_jax.mosaic_rnn).
+on Hopper GPUs, the Mosaic GPU kernels of ds2_jax.rnn.mosaic).
 
-    python -m benchmarks.recurrence_kernel --out=DIR [--steps=30] [--kernels=32/4/0/0/1/0,32/4/0/0/1/1]
+    python -m benchmarks.recurrence_kernel --out=DIR [--steps=30] [--kernels=32/4,64/4]
 
 Seed layer shape (267 frames, 2 directions, batch 16, 2048 units, bfloat16, one input
 projection shared by both directions as in the model). Times the
@@ -20,13 +20,12 @@ import numpy as np
 from absl import app, flags
 
 from benchmarks import micro, timing
-from ds2_jax import mosaic_rnn, persistent_rnn, recurrence
+from ds2_jax.rnn import mosaic, persistent
+from ds2_jax.rnn.reference import scan_vjp_recurrence
 
 _OUT = flags.DEFINE_string("out", None, "Output directory.", required=True)
 _STEPS = flags.DEFINE_integer("steps", 30, "Timed calls per setting.")
-_KERNELS = flags.DEFINE_list("kernels", ["32/4/0/0/1/0", "32/4/0/0/1/1"],
-                              "Kernel settings to try, each cols/num_warps/volatile_exchange/poll_with_load/k_split"
-                              "/time_major_state.")
+_KERNELS = flags.DEFINE_list("kernels", ["32/4"], "Persistent-kernel launch settings to try, each cols/num_warps.")
 _SHAPE = flags.DEFINE_list("shape", ["267", "2", "16", "2048"], "T, directions, batch, hidden.")
 _DTYPE = flags.DEFINE_string("dtype", "bfloat16", "Compute dtype.")
 _MOSAIC = flags.DEFINE_bool("mosaic", True, "Also the Mosaic GPU kernels (Hopper GPUs only).")
@@ -40,19 +39,14 @@ def main(argv):
     xs = (jax.random.normal(k1, (b, t, 1, h)) * 2.0).astype(dtype)
     w = (jax.random.normal(k2, (d, h, h)) / np.sqrt(h)).astype(dtype)
     ct = jax.random.normal(k3, (b, t, d, h))
-    impls = {"scan_vjp unroll 8": lambda x, r: recurrence.scan_vjp_recurrence(x, r, "simple", 8)}
+    impls = {"scan_vjp unroll 8": lambda x, r: scan_vjp_recurrence(x, r, "simple", 8)}
     for setting in _KERNELS.value:
-        cols, warps, volatile, poll_load, k_split, time_major = (int(v) for v in setting.split("/"))
-        options = persistent_rnn.KernelOptions(cols=cols, num_warps=warps, volatile_exchange=bool(volatile),
-                                               poll_with_load=bool(poll_load), k_split=k_split,
-                                               time_major_state=bool(time_major))
-        name = (f"pallas cols {cols} warps {warps}{' volatile' if volatile else ''} "
-                f"poll {'load' if poll_load else 'atomic'} k_split {k_split} "
-                f"{'time' if time_major else 'batch'}-major states")
-        impls[name] = (
-            lambda o: lambda x, r: persistent_rnn.persistent_simple_rnn(x, r, o))(options)
-    if _MOSAIC.value and mosaic_rnn.supported():
-        impls["mosaic (cluster pairs)"] = mosaic_rnn.mosaic_simple_rnn
+        cols, warps = (int(v) for v in setting.split("/"))
+        options = persistent.KernelOptions(cols=cols, num_warps=warps)
+        impls[f"pallas cols {cols} warps {warps}"] = (
+            lambda o: lambda x, r: persistent.persistent_simple_rnn(x, r, o))(options)
+    if _MOSAIC.value and mosaic.supported():
+        impls["mosaic (cluster pairs)"] = mosaic.mosaic_simple_rnn
     # Float32 truth: scan_vjp on the same (rounded) inputs at full matmul precision.
     with jax.default_matmul_precision("highest"):
         truth_fwd, truth_grad = micro.layer_fns(impls["scan_vjp unroll 8"])

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import jax
 
-from ds2_jax import ctc, geometry, model
+from ds2_jax import geometry, model
+from ds2_jax.rnn import dispatch
 
 DATASETS = ("synthetic", "librispeech_local", "librispeech")
 SCHEDULES = ("constant", "cosine", "exponential")
@@ -40,7 +41,7 @@ def validate(config) -> None:
         raise ValueError("dataset.name='librispeech_local' needs dataset.manual_dir (the LibriSpeech tree or archives)")
     geometry.conv_specs(config.model.num_conv_layers)
     model.ModelConfig.from_config(config.model)
-    ctc.resolve_impl(config.loss.ctc_impl)
+    dispatch.ctc_impl(config.loss.ctc_impl)
     if config.optimizer.schedule not in SCHEDULES:
         raise ValueError(f"optimizer.schedule={config.optimizer.schedule!r}: expected one of {SCHEDULES}")
     if config.optimizer.learning_rate <= 0:

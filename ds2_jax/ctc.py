@@ -13,18 +13,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from ds2_jax import batch_axis, ctc_kernel, geometry, pallas_common, text
-
-IMPLS = ("auto", "optax", "pallas")
-
-
-def resolve_impl(impl: str) -> str:
-    """'auto' -> the Pallas forward-backward kernels on GPUs, optax elsewhere."""
-    if impl not in IMPLS:
-        raise ValueError(f"loss.ctc_impl={impl!r}: expected one of {IMPLS}")
-    if impl == "auto":
-        return "optax" if pallas_common.interpret_mode() else "pallas"
-    return impl
+from ds2_jax import batch_axis, ctc_kernel, geometry, text
+from ds2_jax.rnn import dispatch
 
 
 def paddings(lengths: jax.Array, size: int) -> jax.Array:
@@ -63,15 +53,14 @@ def per_utterance_loss(
       logits: <float32>[B, T, V] unnormalized, blank = 0.
       logit_lengths, label_lengths: <int32>[B].
       labels: <int32>[B, L].
-      impl: 'optax' (lax.scan), 'pallas' (ds2_jax.ctc_kernel) or 'auto'. Under
+      impl: 'optax' (lax.scan), 'pallas' (ds2_jax.ctc_kernel) or 'auto' (rnn.dispatch decides). Under
         parallelism='jit' each device computes the losses of its own rows (batch_axis).
     Returns:
       (<float32>[B] loss, 0 where infeasible; <bool>[B] feasible).
     """
     ok = feasible(logit_lengths, labels, label_lengths)
-    pallas_common.log_choice("ctc", impl, resolve_impl(impl), f"{logits.shape[0]} rows")
-    loss = batch_axis.map_batch(_IMPLS[resolve_impl(impl)], [logits.astype(jnp.float32), logit_lengths, labels,
-                                                             label_lengths])
+    loss = batch_axis.map_batch(_IMPLS[dispatch.ctc_impl(impl)], [logits.astype(jnp.float32), logit_lengths, labels,
+                                                                 label_lengths])
     if norm_by_times:
         loss = loss / jnp.maximum(logit_lengths, 1).astype(jnp.float32)
     # jnp.where also blocks the gradient of the masked entries.

@@ -15,8 +15,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from ds2_jax import geometry, recurrence, space_to_depth, text
+from ds2_jax import geometry, space_to_depth, text
 from ds2_jax.activation import clipped_relu
+from ds2_jax.rnn import dispatch, recurrence
 
 CELL_GATES = {"simple": 1, "gru": 3, "lstm": 4}
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
@@ -53,10 +54,10 @@ class ModelConfig:
             raise ValueError(f"model.dtype={self.dtype!r}: expected one of {sorted(DTYPES)}")
         if self.conv_impl not in CONV_IMPLS:
             raise ValueError(f"model.conv_impl={self.conv_impl!r}: expected one of {list(CONV_IMPLS)}")
-        if self.rnn_impl not in recurrence.IMPLS:
-            raise ValueError(f"model.rnn_impl={self.rnn_impl!r}: expected one of {sorted(recurrence.IMPLS)}")
-        impl = recurrence.resolve_impl(self.rnn_impl, self.rnn_cell)
-        if impl in ("scan_vjp", "pallas", "mosaic") and self.rnn_cell != "simple":
+        if self.rnn_impl not in dispatch.RNN_IMPLS:
+            raise ValueError(f"model.rnn_impl={self.rnn_impl!r}: expected one of {sorted(dispatch.RNN_IMPLS)}")
+        impl = self.rnn_impl  # 'auto' is decided per layer and device (rnn.dispatch)
+        if impl in ("scan_vjp", "pallas", "mosaic") and self.rnn_cell not in dispatch.KERNEL_CELLS:
             raise ValueError(f"model.rnn_impl={impl!r} supports rnn_cell='simple' only; use 'auto' or 'scan'")
         if impl == "mosaic" and self.dtype != "bfloat16":
             raise ValueError(f"model.rnn_impl='mosaic' computes in bfloat16; set model.dtype='bfloat16' (got "

@@ -75,7 +75,7 @@ def initial_state(config, source, rng):
 
 
 def ctc_impl_for(config) -> str:
-    """config.loss.ctc_impl ('auto' is decided where the loss runs: ctc.resolve_impl)."""
+    """config.loss.ctc_impl ('auto' is decided where the loss runs, by rnn.dispatch.ctc_impl)."""
     return config.loss.ctc_impl
 
 

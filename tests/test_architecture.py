@@ -70,3 +70,12 @@ def test_library_never_imports_benchmarks_torch_or_tensorflow():
         names = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
         names |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
         assert not names & {"benchmarks", "torch", "tensorflow"}, (path, names & {"benchmarks", "torch", "tensorflow"})
+
+
+def test_the_reference_recurrence_imports_no_kernel():
+    """rnn.reference ('scan', 'scan_vjp') stands alone; only rnn.recurrence and rnn.dispatch see the kernels."""
+    graph = module_imports()
+    assert "ds2_jax.rnn.dispatch" in graph["ds2_jax.rnn.recurrence"]  # the walk sees the subpackage
+    kernels = {"ds2_jax.rnn.persistent", "ds2_jax.rnn.mosaic", "ds2_jax.rnn.pallas_common", "ds2_jax.ctc_kernel"}
+    assert not graph["ds2_jax.rnn.reference"] & kernels, graph["ds2_jax.rnn.reference"]
+    assert not graph["ds2_jax.rnn.gates"] & kernels, graph["ds2_jax.rnn.gates"]

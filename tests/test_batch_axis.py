@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec
 
-from ds2_jax import batch_axis, ctc, input_pipeline, mosaic_rnn, parallel, recurrence, train
+from ds2_jax import batch_axis, ctc, input_pipeline, parallel, train
+from ds2_jax.rnn import dispatch, mosaic, recurrence
 from tests.helpers import tiny_config
 
 pytestmark = pytest.mark.gpu  # kernel numerics under jit: make test-gpu runs them on a GPU
@@ -75,8 +76,8 @@ def test_auto_decides_on_the_per_device_batch_as_under_pmap(monkeypatch):
     """'auto' keeps the RNN kernels to <= 16 rows per device: under jit it must see a device's
     rows, not the global batch; and the CTC choice no longer depends on the parallelism."""
     seen = []
-    choose = recurrence._impl_for
-    monkeypatch.setattr(recurrence, "_impl_for",
+    choose = dispatch.rnn_impl
+    monkeypatch.setattr(dispatch, "rnn_impl",
                         lambda impl, cell, xs, w: seen.append(xs.shape[0]) or choose(impl, cell, xs, w))
     xs, lengths = jnp.ones((DEVICES * PER_DEVICE, 5, 8)), jnp.full((DEVICES * PER_DEVICE,), 5)
     on_mesh(lambda xs, lengths: recurrence.bidirectional([xs], jnp.zeros((2, 8, 8)), lengths, impl="auto"), xs, lengths)
@@ -123,7 +124,7 @@ def _two_steps(kind: str, kernels: dict):
 
 @pytest.mark.parametrize("kernels, rtol", [(KERNELS, 1e-5), (MOSAIC, 1e-3)], ids=["pallas", "mosaic"])
 def test_jit_with_the_kernels_trains_like_pmap_and_gathers_no_batch(kernels, rtol):
-    if kernels is MOSAIC and not mosaic_rnn.supported():
+    if kernels is MOSAIC and not mosaic.supported():
         pytest.skip("the Mosaic GPU recurrence runs on Hopper GPUs only")
     pmap_losses, pmap_state, _ = _two_steps("pmap", kernels)
     jit_losses, jit_state, hlo = _two_steps("jit", kernels)

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from ds2_jax import ctc, geometry
+from ds2_jax.rnn import dispatch
 
 pytestmark = pytest.mark.gpu  # kernel numerics: make test-gpu runs them on a GPU
 
@@ -70,9 +71,10 @@ def test_gradient_matches_torch(impl):
 
 
 def test_auto_picks_the_kernel_on_gpus_only():
-    assert ctc.resolve_impl("auto") == ("pallas" if jax.default_backend() == "gpu" else "optax")
-    with pytest.raises(ValueError, match="ctc_impl"):
-        ctc.resolve_impl("warp")
+    assert dispatch.ctc_impl("auto") == ("pallas" if jax.default_backend() == "gpu" else "optax")
+    logits, ll, labels, yl = (jnp.asarray(a) for a in random_problem(b=2))
+    with pytest.raises(ValueError, match="loss.ctc_impl='warp'"):
+        ctc.per_utterance_loss(logits, ll, labels, yl, impl="warp")
 
 
 def test_norm_by_times_divides_by_frames():

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ds2_jax import mosaic_rnn, persistent_rnn, recurrence
+from ds2_jax.rnn import mosaic, pallas_common, persistent, recurrence, reference
 
 pytestmark = pytest.mark.gpu  # kernel numerics: make test-gpu runs them on a GPU
 
@@ -56,26 +56,13 @@ def test_scan_vjp_matches_scan(dtype, rtol, unroll, shared):
 @pytest.mark.parametrize("dtype, rtol", DTYPES)
 @pytest.mark.parametrize("cols, shared", [(16, True), (64, False)])
 def test_pallas_kernel_matches_scan(dtype, rtol, cols, shared, monkeypatch):
-    monkeypatch.setattr(persistent_rnn, "column_block", lambda *_: cols)
+    monkeypatch.setattr(persistent, "column_block", lambda *_: cols)
     assert_matches_scan("pallas", dtype, rtol, *problem(dtype, t=19, b=16, h=64, shared=shared))
 
 
 @pytest.mark.parametrize("b, h, d", [(3, 16, 2), (5, 40, 1), (33, 16, 2)])  # 33 -> 64 rows: 4 row chunks
 def test_pallas_kernel_pads_odd_batch_and_width(b, h, d):
     assert_matches_scan("pallas", jnp.float32, 1e-5, *problem(jnp.float32, t=11, b=b, h=h, d=d))
-
-
-@pytest.mark.parametrize("options", [persistent_rnn.KernelOptions(k_split=4),
-                                     persistent_rnn.KernelOptions(time_major_state=False)])
-def test_pallas_kernel_options_match_scan(options):
-    kernel = lambda xs, w, cell: persistent_rnn.persistent_simple_rnn(xs, w, options)  # noqa: E731
-    assert_matches_scan(kernel, jnp.float32, 1e-5, *problem(jnp.float32, t=9, b=16, h=64, shared=True))
-
-
-SEED_WIDTH_OPTIONS = [persistent_rnn.KernelOptions(),  # the default
-                      persistent_rnn.KernelOptions(time_major_state=False),
-                      persistent_rnn.KernelOptions(volatile_exchange=False),
-                      persistent_rnn.KernelOptions(k_split=4)]
 
 
 def assert_as_close_to_float32_as_scan_vjp(impl, xs, w, dys):
@@ -92,8 +79,7 @@ def assert_as_close_to_float32_as_scan_vjp(impl, xs, w, dys):
         assert k <= 1.25 * s + 1e-3, (kernel, scan)
 
 
-@pytest.mark.parametrize("options", SEED_WIDTH_OPTIONS, ids=str)
-def test_pallas_kernel_at_seed_width(options):
+def test_pallas_kernel_at_seed_width():
     """One seed layer (2 directions x 2048 units, batch 16, 267 frames) in bfloat16.
 
     Over 267 steps bfloat16 rounding grows (either implementation is ~5% off float32 in
@@ -103,33 +89,19 @@ def test_pallas_kernel_at_seed_width(options):
         pytest.skip("seed-width kernel check runs on the GPU (interpret mode would take minutes)")
     xs, w, dys = problem(jnp.bfloat16, t=267, b=16, h=2048, shared=True)
     assert_as_close_to_float32_as_scan_vjp(
-        lambda xs, w, cell: persistent_rnn.persistent_simple_rnn(xs, w, options), xs, w, dys)
+        lambda xs, w, cell: persistent.persistent_simple_rnn(xs, w), xs, w, dys)
 
 
-def test_auto_picks_scan_for_gated_cells():
-    assert recurrence.resolve_impl("auto", "simple") == ("pallas" if jax.default_backend() == "gpu" else "scan_vjp")
-    assert recurrence.resolve_impl("auto", "gru") == "scan"
+def test_fast_impls_refuse_gated_cells():
     for impl in ("scan_vjp", "pallas", "mosaic"):
         with pytest.raises(ValueError, match="simple"):
             recurrence.IMPLS[impl](jnp.zeros((1, 2, 1, 6)), jnp.zeros((1, 2, 6)), "gru")
 
 
-@pytest.mark.parametrize("dtype, batch, hidden, expected", [
-    (jnp.bfloat16, 16, 256, "mosaic"), (jnp.bfloat16, 3, 256, "mosaic"), (jnp.float32, 16, 256, "pallas"),
-    (jnp.bfloat16, 16, 96, "pallas"), (jnp.bfloat16, 32, 256, "scan_vjp")])
-def test_auto_takes_the_mosaic_kernels_on_hopper_where_they_run(monkeypatch, dtype, batch, hidden, expected):
-    monkeypatch.setattr(mosaic_rnn, "supported", lambda: True)
-    monkeypatch.setattr(recurrence.pallas_common, "interpret_mode", lambda: False)
-    monkeypatch.setattr(persistent_rnn, "fits", lambda *args: True)  # asks the GPU for its SM count
-    xs, w = jnp.zeros((batch, 5, 1, hidden), dtype), jnp.zeros((2, hidden, hidden), dtype)
-    assert recurrence._impl_for("auto", "simple", xs, w) == expected
-    assert recurrence._impl_for("pallas", "simple", xs, w) == "pallas"
-
-
 def valid_prefix_reference(x, w, n, cell):
     """One sequence's first n frames alone: forward in time, and backward from frame n - 1."""
-    fwd = recurrence.scan_recurrence_time_major(x[:n, None, None], w[:1], cell)[:, 0, 0]
-    bwd = recurrence.scan_recurrence_time_major(x[:n][::-1, None, None], w[1:], cell)[::-1, 0, 0]
+    fwd = reference.scan_recurrence_time_major(x[:n, None, None], w[:1], cell)[:, 0, 0]
+    bwd = reference.scan_recurrence_time_major(x[:n][::-1, None, None], w[1:], cell)[::-1, 0, 0]
     return np.concatenate([fwd, bwd], axis=-1)
 
 
@@ -151,15 +123,15 @@ def test_backward_direction_starts_at_each_sequence_end(cell, impl):
         np.testing.assert_allclose(ys[b, :n], valid_prefix_reference(x[b], w, n, cell), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("options", [mosaic_rnn.KernelOptions(), mosaic_rnn.KernelOptions(state_chunks=2),
-                                     mosaic_rnn.KernelOptions(multicast=True)])
+@pytest.mark.parametrize("options", [mosaic.KernelOptions(), mosaic.KernelOptions(state_chunks=2),
+                                     mosaic.KernelOptions(multicast=True)])
 def test_mosaic_kernels_lower_for_cuda(options):
     """The Mosaic GPU kernels (forward and backward) lower for CUDA without a GPU."""
     xs = jax.ShapeDtypeStruct((16, 5, 1, 256), jnp.bfloat16)
     w = jax.ShapeDtypeStruct((2, 256, 256), jnp.float32)
 
     def loss(xs, w):
-        return jnp.sum(mosaic_rnn.mosaic_simple_rnn(xs, w, options).astype(jnp.float32))
+        return jnp.sum(mosaic.mosaic_simple_rnn(xs, w, options).astype(jnp.float32))
 
     text = jax.jit(jax.grad(loss, argnums=(0, 1))).trace(xs, w).lower(lowering_platforms=("cuda",)).as_text()
     assert text.count("mosaic_gpu") >= 2  # one custom call per kernel
@@ -167,20 +139,20 @@ def test_mosaic_kernels_lower_for_cuda(options):
 
 def test_mosaic_rejects_what_it_cannot_run():
     with pytest.raises(ValueError, match="batch 16"):
-        mosaic_rnn.check_shapes(jnp.zeros((8, 3, 1, 128), jnp.bfloat16), jnp.zeros((2, 128, 128)))
+        mosaic.check_shapes(jnp.zeros((8, 3, 1, 128), jnp.bfloat16), jnp.zeros((2, 128, 128)))
     with pytest.raises(ValueError, match="bfloat16"):
-        mosaic_rnn.check_shapes(jnp.zeros((16, 3, 1, 128), jnp.float32), jnp.zeros((2, 128, 128)))
+        mosaic.check_shapes(jnp.zeros((16, 3, 1, 128), jnp.float32), jnp.zeros((2, 128, 128)))
 
 
 @pytest.mark.parametrize("t, h", [(7, 256), (267, 2048)])
 def test_mosaic_kernel_matches_float32(t, h):
     """Outputs and gradients of the Mosaic GPU kernels at least as close to float32 as scan_vjp in bfloat16."""
-    if not mosaic_rnn.supported():
+    if not mosaic.supported():
         pytest.skip("the Mosaic GPU kernels run on Hopper GPUs")
     xs, w, dys = problem(jnp.bfloat16, t=t, b=16, h=h, shared=True)
-    assert_as_close_to_float32_as_scan_vjp(lambda xs, w, cell: mosaic_rnn.mosaic_simple_rnn(xs, w), xs, w, dys)
+    assert_as_close_to_float32_as_scan_vjp(lambda xs, w, cell: mosaic.mosaic_simple_rnn(xs, w), xs, w, dys)
     # A race in its grid barrier would show as calls that disagree: later calls must agree bit for bit.
-    first, *again = [np.asarray(mosaic_rnn.mosaic_simple_rnn(xs, w), np.float32) for _ in range(3)]
+    first, *again = [np.asarray(mosaic.mosaic_simple_rnn(xs, w), np.float32) for _ in range(3)]
     for ys in again:
         np.testing.assert_array_equal(ys, first)
 
@@ -188,13 +160,13 @@ def test_mosaic_kernel_matches_float32(t, h):
 @pytest.mark.parametrize("b", [5, 20])
 def test_mosaic_impl_pads_and_chunks_the_batch(b):
     """rnn_impl='mosaic' runs any batch (padded to chunks of 16) and matches the scan in bfloat16."""
-    if not mosaic_rnn.supported():
+    if not mosaic.supported():
         pytest.skip("the Mosaic GPU kernels run on Hopper GPUs")
     assert_matches_scan("mosaic", jnp.bfloat16, 2e-2, *problem(jnp.bfloat16, t=11, b=b, h=128, shared=True))
 
 
 def test_mosaic_impl_refuses_other_gpus():
-    if mosaic_rnn.supported():
+    if mosaic.supported():
         pytest.skip("this GPU runs the Mosaic kernels")
     with pytest.raises(ValueError, match="Hopper"):
         recurrence.IMPLS["mosaic"](jnp.zeros((16, 3, 1, 128), jnp.bfloat16), jnp.zeros((2, 128, 128)), "simple")
@@ -240,11 +212,9 @@ def test_saturated_recurrence_matches_numpy_and_its_gradient_stops_at_the_clip(i
 @pytest.mark.parametrize("capability, fits_bf16_2048", [("9.0", True), ("8.0", False), ("8.6", False), ("7.5", False)])
 def test_triton_kernel_fits_by_the_gpus_shared_memory(monkeypatch, capability, fits_bf16_2048):
     """The shared-memory limit is the GPU's own (A100 163 KB, consumer Ampere 99 KB), not the H200's."""
-    from ds2_jax import pallas_common
-
-    monkeypatch.setattr(pallas_common, "compute_capability", lambda: capability)
-    monkeypatch.setattr(persistent_rnn, "column_block", lambda hidden, directions, sms: 32)  # an H200's 132 SMs
     expected = pallas_common.SHARED_MEMORY_BYTES.get(capability, pallas_common.SMALLEST_SHARED_MEMORY)
-    assert pallas_common.shared_memory_bytes() == expected
-    assert persistent_rnn.fits(2048, 2, 2) == fits_bf16_2048  # 2 directions, bfloat16: (32 + 16) x 2048 x 2 B
-    assert mosaic_rnn.supported() == (capability == pallas_common.HOPPER)  # the Mosaic kernels: Hopper only
+    assert pallas_common.shared_memory_bytes(capability) == expected
+    # 2 directions, bfloat16, 132 SMs (32 columns per program): (32 + 16) x 2048 x 2 B
+    assert persistent.fits(2048, 2, 2, 132, expected) == fits_bf16_2048
+    monkeypatch.setattr(pallas_common, "compute_capability", lambda: capability)
+    assert mosaic.supported() == (capability == pallas_common.HOPPER)  # the Mosaic kernels: Hopper only

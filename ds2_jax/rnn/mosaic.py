@@ -33,9 +33,9 @@ from jax.experimental.mosaic.gpu import utils as mgpu_utils
 from jax.experimental.pallas import mosaic_gpu as plgpu
 from jaxlib.mlir.dialects import nvvm
 
-from ds2_jax import pallas_common
 from ds2_jax.activation import clipped_relu
-from ds2_jax.persistent_rnn import input_gradient, passes_gradient, previous_states
+from ds2_jax.rnn import pallas_common
+from ds2_jax.rnn.gates import input_gradient, passes_gradient, previous_states
 
 COLS = 64  # wgmma M: the columns one CTA pair computes
 BATCH = 16  # wgmma N: the batch the kernel takes

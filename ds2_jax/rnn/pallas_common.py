@@ -1,27 +1,13 @@
-"""What the two Pallas kernels (persistent_rnn, ctc_kernel) share: where they run, their
-block sizes and the barrier among one program's threads."""
+"""What the Pallas kernels (rnn.persistent, rnn.mosaic, ctc_kernel) share: where they run,
+their block sizes and the barrier among one program's threads."""
 
 from __future__ import annotations
-
-import logging
 
 import jax
 from jax.experimental.pallas import triton as plt
 
-_LOGGED: set = set()
-
 MIN_BLOCK = 16  # Triton's smallest MMA tile side
-
-
-def log_choice(what: str, asked: str, chosen: str, detail: str) -> None:
-    """Logs once per distinct choice which implementation 'auto' (or the config) ran."""
-    key = (what, asked, chosen, detail)
-    if key not in _LOGGED:
-        _LOGGED.add(key)
-        logging.getLogger("ds2_jax").info("%s: %s -> %s (%s, %s)", what, asked, chosen, detail, jax.default_backend())
-
-
-HOPPER = "9.0"  # compute capability of the H100/H200: wgmma, TMA, clusters (mosaic_rnn)
+HOPPER = "9.0"  # compute capability of the H100/H200: wgmma, TMA, clusters (rnn.mosaic)
 # Opt-in shared memory per thread block by compute capability (CUDA programming guide).
 SHARED_MEMORY_BYTES = {"9.0": 232_448, "8.0": 166_912, "8.7": 166_912, "8.6": 101_376, "8.9": 101_376}
 SMALLEST_SHARED_MEMORY = min(SHARED_MEMORY_BYTES.values())  # unknown GPUs: the safe guess
@@ -32,9 +18,9 @@ def compute_capability() -> str:
     return str(getattr(jax.devices()[0], "compute_capability", "")) if jax.default_backend() == "gpu" else ""
 
 
-def shared_memory_bytes() -> int:
-    """Shared memory one block may use on this GPU (the smallest known value if unknown)."""
-    return SHARED_MEMORY_BYTES.get(compute_capability(), SMALLEST_SHARED_MEMORY)
+def shared_memory_bytes(capability: str) -> int:
+    """Shared memory one block may use on a GPU of this compute capability (the smallest known value if unknown)."""
+    return SHARED_MEMORY_BYTES.get(capability, SMALLEST_SHARED_MEMORY)
 
 
 def interpret_mode() -> bool:

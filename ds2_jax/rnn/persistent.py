@@ -13,7 +13,7 @@ at once: the grid never exceeds the GPU's SM count.
 
 The backward pass is the same kernel with every direction's time order flipped, on the
 transposed matrix (dL/dz_t = active_t * (dL/dy_t + dL/dz_{t+1} W^T)); the weight
-gradient is one GEMM over all time steps afterwards, as in `recurrence.scan_vjp_time_major`.
+gradient is one GEMM over all time steps afterwards, as in `rnn.reference.scan_vjp_time_major`.
 
 In Pallas interpret mode (CPU tests) the grid runs one program after another, so a
 program cannot wait for a later one: interpret mode uses one column block per direction.
@@ -30,8 +30,9 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plt
 
-from ds2_jax.activation import CLIP, clipped_relu
-from ds2_jax.pallas_common import MIN_BLOCK, block_size, interpret_mode, shared_memory_bytes, sync_threads
+from ds2_jax.activation import clipped_relu
+from ds2_jax.rnn.gates import input_gradient, passes_gradient, previous_states
+from ds2_jax.rnn.pallas_common import MIN_BLOCK, block_size, interpret_mode, sync_threads
 
 ROWS = MIN_BLOCK  # batch rows per matmul: the MMA tile height
 
@@ -42,48 +43,25 @@ class KernelOptions:
 
     cols: int | None = None
     num_warps: int = 4
-    # Read the previous hidden state with volatile loads (bypassing L1). The acquire on the
-    # barrier's atomic already orders plain loads (correct either way), but volatile loads
-    # measured faster (BUILD_NOTES.md, "Tried and rejected").
-    volatile_exchange: bool = True
-    # Spin on plain volatile loads of the counter and acquire once with an atomic, instead
-    # of polling with atomic read-modify-writes (no gain measured; BUILD_NOTES.md).
-    poll_with_load: bool = False
-    # Split the contraction over the hidden units into this many independent products.
-    k_split: int = 1
-    # Keep the states time-major ([T, D, B, H]) inside the kernel, so each step's state
-    # is one contiguous block, and transpose to [B, T, D, H] afterwards: faster than
-    # batch-major states (BUILD_NOTES.md, "Tried and rejected").
-    time_major_state: bool = True
 
 
 def forward_cell(x, rec):
     return clipped_relu(x + rec)
 
 
-def passes_gradient(y):
-    """Where the clipped ReLU passes gradient: strictly inside (0, CLIP)."""
-    return (y > 0) & (y < CLIP)
-
-
 def backward_cell(dy, y, rec):
     return jnp.where(passes_gradient(y), dy + rec, 0.0)
 
 
-def input_gradient(dzs: jax.Array, shared_input: bool) -> jax.Array:
-    """dL/dxs from dL/dz [B, T, D, H]: a projection shared by every direction gets their sum."""
-    if not shared_input:
-        return dzs
-    return jnp.sum(dzs, axis=2, keepdims=True, dtype=jnp.float32).astype(dzs.dtype)
-
-
 def _recurrence_kernel(*refs, cell: Callable, n_inputs: int, reverse: bool, transposed: bool,
-                       cols: int, blocks_per_dir: int, precision, interpret: bool, volatile: bool,
-                       poll_with_load: bool, k_split: int, time_major_state: bool):
+                       cols: int, blocks_per_dir: int, precision, interpret: bool):
     """One program: columns [c0, c0 + cols) of direction d, all time steps.
 
     Rows go through the matmul ROWS at a time, so shared memory holds the weight slice
-    and one [ROWS, H] slice of the previous state whatever the batch.
+    and one [ROWS, H] slice of the previous state whatever the batch. The states are kept
+    time-major ([T, D, B, H]), so each step's state is one contiguous block; the previous
+    state is read with volatile loads (bypassing L1: the acquire on the barrier's atomic
+    orders plain loads too, but volatile ones measured faster).
     """
     in_refs, (w_ref, _, out_ref, count_ref) = refs[:n_inputs], refs[n_inputs:]
     batch, n_steps = in_refs[0].shape[0], in_refs[0].shape[1]
@@ -92,13 +70,12 @@ def _recurrence_kernel(*refs, cell: Callable, n_inputs: int, reverse: bool, tran
     d = pid // blocks_per_dir
     backwards_in_time = (d % 2) ^ int(reverse)  # 0 or 1: direction 1 runs in reverse time
     col = pl.ds(pl.multiple_of((pid % blocks_per_dir) * cols, cols), cols)
-    hidden = out_ref.shape[3]
-    ks = [pl.ds(k, hidden // k_split) for k in range(0, hidden, hidden // k_split)]
+    every = pl.ds(0, out_ref.shape[3])  # all hidden units
     # This program's slice of the recurrent matrix, loaded once for all time steps.
-    ws = [w_ref[d, col, k] if transposed else w_ref[d, k, col] for k in ks]
+    w = w_ref[d, col, every] if transposed else w_ref[d, every, col]
 
     def state(rows, t, cols):  # index of the states of `rows` and `cols` at time t
-        return (t, d, rows, cols) if time_major_state else (rows, t, d, cols)
+        return t, d, rows, cols
 
     def time_of(step):
         # Arithmetic, not jnp.where: Pallas's Triton lowering turned where(pred, T - 1, 0)
@@ -118,25 +95,15 @@ def _recurrence_kernel(*refs, cell: Callable, n_inputs: int, reverse: bool, tran
         # in the carry (interpret mode wants no consts in the loop).
         def poll(carry):
             _, target = carry
-            if poll_with_load:
-                return plt.load(count_ref.at[d], volatile=True), target
             return plt.atomic_add(count_ref, (d,), target * 0), target
 
-        _, target = jax.lax.while_loop(lambda carry: carry[0] < carry[1], poll,
-                                       (jnp.int32(-1), blocks_per_dir * step))
-        if poll_with_load:
-            plt.atomic_add(count_ref, (d,), target * 0)  # acquire: orders the loads that follow
+        jax.lax.while_loop(lambda carry: carry[0] < carry[1], poll, (jnp.int32(-1), blocks_per_dir * step))
         sync_threads(interpret)
 
     def chunk_step(step, t, rows, x):
-        # k_split independent partial products: separate accumulator chains the scheduler
-        # can interleave, instead of one serial chain over all of K. All chunks are loaded
-        # before the first product, so no barrier separates the products.
-        prevs = [plt.load(out_ref.at[state(rows, time_of(step - 1), k)], volatile=volatile) for k in ks]
-        rec = 0.0
-        for prev, w in zip(prevs, ws):
-            rec = rec + jax.lax.dot_general(prev, w, (((1,), (1 if transposed else 0,)), ((), ())),
-                                            precision=precision, preferred_element_type=jnp.float32)
+        prev = plt.load(out_ref.at[state(rows, time_of(step - 1), every)], volatile=True)
+        rec = jax.lax.dot_general(prev, w, (((1,), (1 if transposed else 0,)), ((), ())),
+                                  precision=precision, preferred_element_type=jnp.float32)
         out_ref[state(rows, t, col)] = cell(*x, rec).astype(out_ref.dtype)
 
     def step_fn(step, carry):
@@ -173,11 +140,11 @@ def column_block(hidden: int, directions: int, cores: int) -> int:
     return cols
 
 
-def fits(hidden: int, directions: int, itemsize: int) -> bool:
-    """Whether the kernel's shared memory (weight slice + one row chunk) fits on this GPU."""
+def fits(hidden: int, directions: int, itemsize: int, sms: int, shared_memory: int) -> bool:
+    """Whether the kernel's shared memory (weight slice + one row chunk) fits in `shared_memory`
+    bytes per block on a GPU with `sms` SMs."""
     hidden = block_size(hidden)
-    cols = column_block(hidden, directions, getattr(jax.devices()[0], "core_count", 1))  # SMs
-    return (cols + ROWS) * hidden * itemsize <= shared_memory_bytes()
+    return (column_block(hidden, directions, sms) + ROWS) * hidden * itemsize <= shared_memory
 
 
 def _run(cell, inputs, weights, *, reverse: bool, transposed: bool, options: KernelOptions):
@@ -194,12 +161,9 @@ def _run(cell, inputs, weights, *, reverse: bool, transposed: bool, options: Ker
     precision = jax.lax.Precision.HIGHEST if out_dtype == jnp.float32 else None
     kernel = functools.partial(
         _recurrence_kernel, cell=cell, n_inputs=len(inputs), reverse=reverse, transposed=transposed,
-        cols=cols, blocks_per_dir=blocks_per_dir, precision=precision, interpret=interpret,
-        volatile=options.volatile_exchange, poll_with_load=options.poll_with_load,
-        k_split=options.k_split if hidden % (16 * options.k_split) == 0 else 1,
-        time_major_state=options.time_major_state)
+        cols=cols, blocks_per_dir=blocks_per_dir, precision=precision, interpret=interpret)
     batch, n_steps = inputs[0].shape[:2]
-    out_shape = (n_steps, directions, batch, hidden) if options.time_major_state else (batch, n_steps, directions, hidden)
+    out_shape = (n_steps, directions, batch, hidden)  # time-major inside the kernel
     counts = jnp.zeros((directions,), jnp.int32)
     out, _ = pl.pallas_call(
         kernel,
@@ -210,7 +174,7 @@ def _run(cell, inputs, weights, *, reverse: bool, transposed: bool, options: Ker
         interpret=interpret,
         name="persistent_rnn_backward" if reverse else "persistent_rnn_forward",
     )(*inputs, weights, counts)
-    return out.transpose(2, 0, 1, 3) if options.time_major_state else out
+    return out.transpose(2, 0, 1, 3)  # -> [B, T, D, H]
 
 
 def persistent_simple_rnn(xs: jax.Array, recurrent: jax.Array, options: KernelOptions = KernelOptions()) -> jax.Array:
@@ -247,23 +211,6 @@ def _persistent(xs: jax.Array, recurrent: jax.Array, options: KernelOptions, sha
 def _fwd(xs, recurrent, options, shared_input):
     ys = _persistent(xs, recurrent, options, shared_input)
     return ys, (ys, recurrent)
-
-
-def previous_states(ys: jax.Array, time_axis: int = 1) -> jax.Array:
-    """States with directions right after time ([B, T, D, H]; the Mosaic kernels' [T, D, B, H]
-    with time_axis=0) -> the state each step started from (h_{t-1}; h_{t+1} for direction 1)."""
-    steps, dir_axis = ys.shape[time_axis], time_axis + 1
-
-    def take(x, start, stop, axis):
-        return jax.lax.slice_in_dim(x, start, stop, axis=axis)
-
-    zero = jnp.zeros_like(take(ys, 0, 1, time_axis))
-    earlier = jnp.concatenate([zero, take(ys, 0, steps - 1, time_axis)], axis=time_axis)
-    if ys.shape[dir_axis] == 1:
-        return earlier
-    later = jnp.concatenate([take(ys, 1, steps, time_axis), zero], axis=time_axis)
-    return jnp.concatenate([take(earlier, 0, 1, dir_axis), take(later, 1, ys.shape[dir_axis], dir_axis)],
-                           axis=dir_axis)
 
 
 def _bwd(options, shared_input, residuals, dys):
