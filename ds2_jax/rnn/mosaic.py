@@ -17,7 +17,7 @@ register layout.
 The backward pass is the same kernel on the untransposed matrices with every direction's
 time order flipped (dL/dz_t = active_t * (dL/dy_t + dL/dz_{t+1} W^T)), its one input dL/dy
 with SHUT where the gate is shut; the weight gradient is one GEMM over all time steps, as
-in `persistent_rnn`.
+in `rnn.persistent`.
 """
 
 from __future__ import annotations
@@ -239,11 +239,11 @@ def unsupported(dtype, batch: int, directions: int, hidden: int) -> str | None:
     that fits on the GPU at once: the grid barrier would otherwise wait for CTAs that can
     never start."""
     if dtype != jnp.bfloat16 or batch != BATCH or hidden % HIDDEN_MULTIPLE:
-        return (f"mosaic_rnn takes bfloat16, batch {BATCH} and a hidden size that is a multiple of "
+        return (f"the Mosaic kernels take bfloat16, batch {BATCH} and a hidden size that is a multiple of "
                 f"{HIDDEN_MULTIPLE}; got {jnp.dtype(dtype).name}, batch {batch}, hidden {hidden}")
     ctas, sms = 2 * directions * (hidden // COLS), getattr(jax.devices()[0], "core_count", None)
     if supported() and sms is not None and ctas > sms:
-        return f"mosaic_rnn needs {ctas} CTAs resident at once for hidden {hidden}; this GPU has {sms} SMs"
+        return f"the Mosaic kernels need {ctas} CTAs resident at once for hidden {hidden}; this GPU has {sms} SMs"
     return None
 
 
