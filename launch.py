@@ -77,7 +77,7 @@ def unknown_key_message(argv: list[str]) -> str | None:
             key = a.split("=", 1)[0].split("config.", 1)[1]
             if key not in known:
                 close = difflib.get_close_matches(key, known, n=3, cutoff=0.6)
-                hint = f"did you mean {', '.join(close)}?" if close else "no key is close (configs/default.py lists and explains them all)"
+                hint = f"did you mean {', '.join(close)}?" if close else "no key is close (ds2_jax/settings.py lists and explains them all)"
                 return f"unknown config key {key!r} ({a}) in {path}: {hint}"
     return None
 

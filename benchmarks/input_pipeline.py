@@ -28,7 +28,7 @@ import numpy as np
 import soundfile
 
 from configs import default
-from ds2_jax import input_pipeline
+from ds2_jax import input_pipeline, settings
 
 
 def make_clips(manual_dir: str, count: int, seed: int = 0, seconds: tuple[float, float] = (6.0, 8.0)) -> None:
@@ -153,6 +153,7 @@ def main(argv=None) -> int:
     config.dataset.data_dir = args.data_dir
     config.dataset.train_splits = args.train_splits
     config.dataset.min_duration_s, config.dataset.max_duration_s = 6.0, 8.0
+    config = settings.from_config_dict(config)
     sharding = input_pipeline.Sharding(args.batch)
     t = time.perf_counter()
     source = input_pipeline.make_source(config, sharding)
@@ -160,8 +161,8 @@ def main(argv=None) -> int:
     print(json.dumps(result), flush=True)
     rows = []
     for workers in (int(w) for w in args.num_workers.split(",")):
-        config.dataset.num_workers = workers
-        row = {"batch": args.batch, **read_rate(config, sharding, source, args.steps, args.to_device)}
+        with_workers = settings.override(config, {"dataset.num_workers": workers})
+        row = {"batch": args.batch, **read_rate(with_workers, sharding, source, args.steps, args.to_device)}
         row["utterances_per_s_per_worker"] = round(row["utterances_per_s"] / max(workers, 1), 1)
         rows.append(row)
         print(json.dumps(row), flush=True)

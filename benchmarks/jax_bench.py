@@ -3,14 +3,13 @@ parallelism='jit': one program over a device mesh) and 'jax_eager' (config.compi
 
 from __future__ import annotations
 
-import copy
 import os
 import tempfile
 
 import jax
 
 from benchmarks import profile, timing
-from ds2_jax import input_pipeline, model, parallel, train
+from ds2_jax import input_pipeline, model, parallel, settings, train
 
 VARIANTS = ("jax", "jax_jit", "jax_eager")
 PARALLELISM = {"jax": "pmap", "jax_jit": "jit", "jax_eager": "pmap"}  # jax_eager: compile=False
@@ -26,10 +25,8 @@ def run(config, variant: str, n_devices: int, steps: int, warmup: int, profile_s
 
     Every variant compiles and stages through ds2_jax.parallel, as the training loop does.
     """
-    config = copy.deepcopy(config)
-    config.compile = variant != "jax_eager"
-    config.parallelism = PARALLELISM[variant]
-    config.num_devices = n_devices
+    config = settings.override(settings.from_config_dict(config), {
+        "compile": variant != "jax_eager", "parallelism": PARALLELISM[variant], "num_devices": n_devices})
     par = parallel.make(config)
     devices = par.devices
     global_batch = config.per_device_batch_size * n_devices

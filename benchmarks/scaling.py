@@ -34,7 +34,6 @@ import os
 # JAX and PyTorch share the GPU in this process: JAX must not take 75% of it up front.
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
-import copy  # noqa: E402
 import datetime  # noqa: E402
 import json  # noqa: E402
 import subprocess  # noqa: E402
@@ -47,7 +46,7 @@ from absl import app, flags, logging  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
 from benchmarks import jax_bench, report  # noqa: E402
-from ds2_jax import model  # noqa: E402
+from ds2_jax import model, settings  # noqa: E402
 
 TORCH_VARIANTS = ("torch_loop", "torch_cudnn", "torch_compile", "torch_cudnn_graphs")
 VARIANTS = jax_bench.VARIANTS + TORCH_VARIANTS
@@ -115,7 +114,7 @@ def _torch_distributed(config, spec: dict, n: int) -> dict:
     with tempfile.TemporaryDirectory() as d:
         spec_path, result_path = os.path.join(d, "spec.json"), os.path.join(d, "result.json")
         with open(spec_path, "w") as f:
-            json.dump({**spec, "config": json.loads(config.to_json())}, f)
+            json.dump({**spec, "config": settings.to_dict(config)}, f)
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")]), JAX_PLATFORMS="cpu")
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}",
                "-m", "benchmarks.torch_bench", f"--spec={spec_path}", f"--result={result_path}"]
@@ -137,8 +136,7 @@ def measure(config, variant: str, dtype: str, n: int, counts: tuple[int, int, in
     steps, warmup, profile_steps = counts
     row = {"variant": variant, "dtype": dtype, "devices": n, "global_batch": config.per_device_batch_size * n,
            "per_device_batch": config.per_device_batch_size, "warmup": warmup}
-    config = copy.deepcopy(config)
-    config.model.dtype = dtype
+    config = settings.override(settings.from_config_dict(config), {"model.dtype": dtype})
     common = dict(steps=steps, warmup=warmup, profile_steps=profile_steps, num_batches=_NUM_BATCHES.value)
     try:
         if variant in jax_bench.VARIANTS:

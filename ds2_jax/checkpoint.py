@@ -10,7 +10,7 @@ import os
 
 import orbax.checkpoint as ocp
 
-from ds2_jax import errors
+from ds2_jax import errors, settings
 
 log = logging.getLogger("ds2_jax")
 
@@ -123,18 +123,27 @@ def finish_or_explain(mgr: ocp.CheckpointManager) -> None:
 
 
 def save_config(config, workdir: str) -> None:
-    """Writes workdir/config.json, so eval and transcription rebuild the same model."""
+    """Writes workdir/config.json (settings.to_dict: a Settings or a ConfigDict), so eval and
+    transcription rebuild the same model."""
     os.makedirs(workdir, exist_ok=True)
     with open(os.path.join(workdir, "config.json"), "w") as f:
-        f.write(config.to_json(indent=2))
+        json.dump(settings.to_dict(config), f, indent=2)
 
 
-def load_config(workdir: str):
-    """The config a workdir was trained with (see save_config)."""
-    import ml_collections
-
+def read_config_json(workdir: str) -> dict:
+    """workdir/config.json as written (a nested dict; keys added since keep their absence)."""
     path = os.path.join(workdir, "config.json")
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path} not found: is {workdir} a ds2_jax training workdir?")
     with open(path) as f:
-        return ml_collections.ConfigDict(json.load(f))
+        return json.load(f)
+
+
+def load_config(workdir: str) -> settings.Settings:
+    """The checked Settings a workdir was trained with (see save_config); keys newer than
+    its config.json take their defaults."""
+    path = os.path.join(workdir, "config.json")
+    try:
+        return settings.from_config_dict(read_config_json(workdir))
+    except ValueError as e:
+        raise ValueError(f"{path}: {e}") from e

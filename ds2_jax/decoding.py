@@ -28,7 +28,7 @@ import os
 
 import numpy as np
 
-from ds2_jax import text
+from ds2_jax import settings, text
 
 log = logging.getLogger("ds2_jax")
 
@@ -44,43 +44,8 @@ PRUNED = np.float32(-1e9)  # a log-prob that no beam survives
 MIN_FRAMES_PER_WORKER = 20_000
 
 
-@dataclasses.dataclass(frozen=True)
-class DecoderConfig:
-    """Beam search settings (config.decoding); beam_width 0 = greedy only."""
-
-    beam_width: int = 0
-    lm_path: str = ""
-    lexicon_path: str = ""
-    alpha: float = 0.5
-    beta: float = 1.0
-    beam_prune_logp: float = -10.0
-    token_min_logp: float = -5.0
-    unk_score_offset: float = float("-inf")
-
-    def __post_init__(self):
-        if self.beam_width < 0:
-            raise ValueError(f"decoding.beam_width must be >= 0 (0 = greedy only), got {self.beam_width}")
-        if self.lm_path and self.beam_width == 0:
-            raise ValueError(f"decoding.lm_path={self.lm_path!r} is used by beam search only: set decoding.beam_width > 0")
-        if self.lexicon_path and not self.lm_path:
-            raise ValueError(f"decoding.lexicon_path={self.lexicon_path!r} is used with an LM only: set decoding.lm_path")
-        if self.alpha < 0:
-            raise ValueError(f"decoding.alpha must be >= 0, got {self.alpha}")
-        if self.beam_prune_logp >= 0 or self.token_min_logp >= 0:
-            raise ValueError("decoding.beam_prune_logp and decoding.token_min_logp must be < 0 (log-probabilities)")
-
-    @property
-    def beam(self) -> bool:
-        return self.beam_width > 0
-
-    @classmethod
-    def from_config(cls, decoding) -> DecoderConfig:
-        """From config.decoding."""
-        fields = {f.name for f in dataclasses.fields(cls)}
-        unknown = set(decoding.keys()) - fields
-        if unknown:
-            raise ValueError(f"unknown config.decoding keys: {sorted(unknown)}")
-        return cls(**{k: decoding[k] for k in fields if k in decoding})
+# Beam search settings: config.decoding (checked in settings.Decoding); beam_width 0 = greedy only.
+DecoderConfig = settings.Decoding
 
 
 def greedy_texts(ids: np.ndarray, lengths: np.ndarray) -> list[str]:
@@ -187,9 +152,9 @@ class BeamSearchDecoder:
             return [self.decode(lp) for lp in log_probs]
         # spawn, not fork: the parent runs jax's threads. Workers import numpy and flashlight only.
         ctx = multiprocessing.get_context("spawn")
-        settings = dataclasses.replace(self.cfg, alpha=self.alpha, beta=self.beta)
+        tuned = dataclasses.replace(self.cfg, alpha=self.alpha, beta=self.beta)
         with concurrent.futures.ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker,
-                                                    initargs=(settings,)) as pool:
+                                                    initargs=(tuned,)) as pool:
             chunk = max(1, len(log_probs) // (4 * workers))
             return list(pool.map(_decode_in_worker, log_probs, chunksize=chunk))
 

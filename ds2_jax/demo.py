@@ -33,9 +33,9 @@ def main(argv):
 
 
 def _demo() -> None:
-    from ds2_jax import checkpoint, evaluation, train
+    from ds2_jax import checkpoint, evaluation, settings, train
 
-    config = FLAGS.config
+    config = settings.from_config_dict(FLAGS.config)
     os.chdir(ROOT)  # the config's corpus paths are relative to the repository
     start = time.time()
     mgr = checkpoint.manager(FLAGS.workdir, config.keep_checkpoints)

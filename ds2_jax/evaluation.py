@@ -25,10 +25,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ds2_jax import checkpoint, ctc, decoding, errors, features, input_pipeline, metrics, model, parallel, text
+from ds2_jax import checkpoint, ctc, decoding, errors, features, input_pipeline, metrics, model, parallel, settings, text
 from ds2_jax.batch_axis import AXIS, psum
 from ds2_jax.state import TrainState, create_state, step_kwargs
-from ds2_jax.config_validation import validate
 
 log = logging.getLogger("ds2_jax")
 NUM_WORST = 10  # Worst utterances (by CER) kept in the eval json.
@@ -266,16 +265,14 @@ def _overlay(base: dict, top: dict) -> dict:
     return out
 
 
-def config_for_eval(config, workdir: str):
-    """The workdir's config.json with `config`'s EVAL_SETTINGS; warns naming every training
-    setting of `config` that differs from the one the checkpoints were trained with."""
-    import ml_collections
-
+def config_for_eval(config, workdir: str) -> settings.Settings:
+    """The workdir's config.json with `config`'s EVAL_SETTINGS, checked; warns naming every
+    training setting of `config` that differs from the one the checkpoints were trained with."""
     if not os.path.exists(os.path.join(workdir, "config.json")):
         log.warning("%s has no config.json: evaluating with --config as given", workdir)
-        return config
-    trained = checkpoint.load_config(workdir).to_dict()
-    given = config.to_dict()
+        return settings.from_config_dict(config)
+    trained = checkpoint.read_config_json(workdir)
+    given = settings.to_dict(config)
     diff = differing_keys(trained, given)
     if diff:
         shown = ", ".join(f"{k} (trained {a!r}, --config {b!r})" for k, a, b in diff[:12])
@@ -283,7 +280,7 @@ def config_for_eval(config, workdir: str):
         log.warning("eval restores with %s: %d setting(s) of --config differ and are taken from it: %s%s",
                     os.path.join(workdir, "config.json"), len(diff), shown, more)
     # Knobs newer than the workdir keep --config's value (their default when it was trained).
-    return ml_collections.ConfigDict(_overlay(given, {k: v for k, v in trained.items() if k not in EVAL_SETTINGS}))
+    return settings.from_config_dict(_overlay(given, {k: v for k, v in trained.items() if k not in EVAL_SETTINGS}))
 
 
 def decoding_tag(beam: decoding.BeamSearchDecoder | None) -> str:
@@ -303,9 +300,7 @@ def evaluate_splits(config, workdir: str, split: str = "", step: int | None = No
     workdir/eval-<split>-<step>-<decoder>.json (result_path); returns {split: result}.
     An unwritable workdir is an error after every result has been logged."""
     config = config_for_eval(config, workdir)
-    validate(config)
-    dec_cfg = decoding.DecoderConfig.from_config(config.decoding)
-    beam = decoding.make_beam_decoder(dec_cfg)  # before compiling: a missing LM fails fast
+    beam = decoding.make_beam_decoder(config.decoding)  # before compiling: a missing LM fails fast
     run = prepare(config, workdir, step, log_probs=beam is not None)
     step = run.step
     results, unwritten = {}, []

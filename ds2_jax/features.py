@@ -8,42 +8,15 @@ Frames that touch padding are zeroed, so padded input never changes valid output
 
 from __future__ import annotations
 
-import dataclasses
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ds2_jax import batch_axis, geometry
+from ds2_jax import batch_axis, geometry, settings
 
 
-@dataclasses.dataclass(frozen=True)
-class FeatureConfig:
-    sample_rate: int = 16_000
-    window_ms: float = 20.0
-    hop_ms: float = 10.0
-    eps: float = 1e-14
-
-    @property
-    def window(self) -> int:
-        return int(round(self.sample_rate * self.window_ms / 1000))
-
-    @property
-    def hop(self) -> int:
-        return int(round(self.sample_rate * self.hop_ms / 1000))
-
-    @property
-    def num_bins(self) -> int:
-        return self.window // 2 + 1
-
-    @classmethod
-    def from_config(cls, features) -> "FeatureConfig":
-        return cls(
-            sample_rate=features.sample_rate,
-            window_ms=features.window_ms,
-            hop_ms=features.hop_ms,
-            eps=features.eps,
-        )
+# The spectrogram's settings: config.features without its SpecAugment fields.
+FeatureConfig = settings.Spectrogram
 
 
 def _frames(audio: jax.Array, fc: FeatureConfig) -> jax.Array:
@@ -101,7 +74,8 @@ def spec_augment(
     time_masks: int,
     time_mask_max_fraction: float,
 ) -> jax.Array:
-    """SpecAugment frequency and time masks (set to 0, the normalized mean).
+    """SpecAugment frequency and time masks (set to 0, the normalized mean); the
+    arguments are settings.SpecAugment's fields (config.features).
 
     Each mask's width is uniform in [0, max]; time masks stay inside the valid frames.
     """

@@ -123,11 +123,8 @@ class SyntheticSource:
 
 def make_source(config, sharding: Sharding) -> Source:
     """The source named by config.dataset.name."""
-    name = config.dataset.name
-    if name == "synthetic":
+    if config.dataset.name == "synthetic":  # else a tfds dataset (the names: settings.DATASETS)
         return SyntheticSource(config, sharding)
-    if name in ("librispeech_local", "librispeech"):
-        from ds2_jax import tfds_source
+    from ds2_jax import tfds_source
 
-        return tfds_source.TfdsSource(config, sharding)
-    raise ValueError(f"dataset.name={name!r}: expected 'synthetic', 'librispeech_local' or 'librispeech'")
+    return tfds_source.TfdsSource(config, sharding)

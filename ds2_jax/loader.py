@@ -32,9 +32,7 @@ MAX_AUTO_WORKERS = 16
 
 def resolve_num_workers(config) -> int:
     """dataset.num_workers, with -1 resolved from the cores present (0 for synthetic data)."""
-    n = config.dataset.num_workers
-    if n < -1:
-        raise ValueError(f"dataset.num_workers must be -1 (auto), 0 (inline) or a count, got {n}")
+    n = config.dataset.num_workers  # -1, 0 or a count (settings.Dataset)
     if n >= 0:
         return n
     if config.dataset.name == "synthetic":  # a pooled copy per batch: cheaper inline

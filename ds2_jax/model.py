@@ -15,65 +15,27 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from ds2_jax import geometry, space_to_depth, text
+from ds2_jax import geometry, settings, space_to_depth, text
 from ds2_jax.activation import clipped_relu
-from ds2_jax.rnn import dispatch, recurrence
+from ds2_jax.rnn import recurrence
 
 CELL_GATES = {"simple": 1, "gru": 3, "lstm": 4}
-DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
-CONV_IMPLS = ("direct", "space_to_depth")
+DTYPES = {name: getattr(jnp, name) for name in settings.DTYPES}
 
 
 @dataclasses.dataclass(frozen=True)
-class ModelConfig:
-    """The architecture; built once from config.model, read by JAX and PyTorch twins."""
+class ModelConfig(settings.Model):
+    """The architecture: config.model (settings.Model, checked there) plus the input and
+    output widths; read by the JAX model and its PyTorch twin."""
 
-    num_conv_layers: int = 2
-    conv_channels: int = 32
-    num_rnn_layers: int = 3
-    rnn_size: int = 2048
-    rnn_cell: str = "simple"
-    share_rnn_weights: bool = True
-    bidirectional: bool = True
-    row_conv_context: int = 20
-    dtype: str = "float32"
-    sync_batch_norm: bool = True
-    batch_norm_momentum: float = 0.99
-    batch_norm_epsilon: float = 1e-5
-    conv_impl: str = "space_to_depth"
-    rnn_impl: str = "auto"
-    scan_unroll: int = 1
     num_bins: int = 161
     vocab_size: int = text.VOCAB_SIZE
 
-    def __post_init__(self):
-        geometry.conv_specs(self.num_conv_layers)  # validates the range
-        if self.rnn_cell not in CELL_GATES:
-            raise ValueError(f"model.rnn_cell={self.rnn_cell!r}: expected one of {sorted(CELL_GATES)}")
-        if self.dtype not in DTYPES:
-            raise ValueError(f"model.dtype={self.dtype!r}: expected one of {sorted(DTYPES)}")
-        if self.conv_impl not in CONV_IMPLS:
-            raise ValueError(f"model.conv_impl={self.conv_impl!r}: expected one of {list(CONV_IMPLS)}")
-        if self.rnn_impl not in dispatch.RNN_IMPLS:
-            raise ValueError(f"model.rnn_impl={self.rnn_impl!r}: expected one of {sorted(dispatch.RNN_IMPLS)}")
-        impl = self.rnn_impl  # 'auto' is decided per layer and device (rnn.dispatch)
-        if impl in ("scan_vjp", "pallas", "mosaic") and self.rnn_cell not in dispatch.KERNEL_CELLS:
-            raise ValueError(f"model.rnn_impl={impl!r} supports rnn_cell='simple' only; use 'auto' or 'scan'")
-        if impl == "mosaic" and self.dtype != "bfloat16":
-            raise ValueError(f"model.rnn_impl='mosaic' computes in bfloat16; set model.dtype='bfloat16' (got "
-                             f"{self.dtype!r}) or use 'auto'")
-        if self.num_rnn_layers < 1 or self.rnn_size < 1 or self.conv_channels < 1:
-            raise ValueError("model.num_rnn_layers, rnn_size and conv_channels must be >= 1")
-        if not self.bidirectional and self.row_conv_context < 0:
-            raise ValueError("model.row_conv_context must be >= 0")
-
     @classmethod
     def from_config(cls, model, num_bins: int = 161) -> "ModelConfig":
-        fields = {f.name for f in dataclasses.fields(cls)} - {"num_bins", "vocab_size"}
-        unknown = set(model.keys()) - fields
-        if unknown:
-            raise ValueError(f"unknown model config keys: {sorted(unknown)}")
-        return cls(**{k: model[k] for k in model.keys()}, num_bins=num_bins)
+        """From config.model (a ConfigDict, dict or settings.Model)."""
+        section = model if isinstance(model, settings.Model) else settings.build(settings.Model, model, "model.")
+        return cls(**{f.name: getattr(section, f.name) for f in dataclasses.fields(settings.Model)}, num_bins=num_bins)
 
     @property
     def compute_dtype(self):

@@ -14,7 +14,7 @@ import numpy as np
 import optax
 from flax.training import train_state
 
-from ds2_jax import features, model, resilience
+from ds2_jax import features, model, resilience, settings
 
 INIT_FRAMES = 64  # Frames of the dummy input that shapes the parameters at init.
 
@@ -29,14 +29,12 @@ class TrainState(train_state.TrainState):
 
 def learning_rate_schedule(opt) -> optax.Schedule:
     """Optional linear warm-up, then constant, cosine or exponential decay."""
-    if opt.schedule == "constant":
-        after = optax.constant_schedule(opt.learning_rate)
-    elif opt.schedule == "cosine":
-        after = optax.cosine_decay_schedule(opt.learning_rate, max(opt.decay_steps, 1))
-    elif opt.schedule == "exponential":
-        after = optax.exponential_decay(opt.learning_rate, max(opt.decay_steps, 1), opt.decay_rate)
-    else:
-        raise ValueError(f"optimizer.schedule={opt.schedule!r}: expected constant, cosine or exponential")
+    decay_steps = max(opt.decay_steps, 1)
+    after = {  # the names: settings.SCHEDULES, checked there
+        "constant": lambda: optax.constant_schedule(opt.learning_rate),
+        "cosine": lambda: optax.cosine_decay_schedule(opt.learning_rate, decay_steps),
+        "exponential": lambda: optax.exponential_decay(opt.learning_rate, decay_steps, opt.decay_rate),
+    }[opt.schedule]()
     if opt.warmup_steps <= 0:
         return after
     warmup = optax.linear_schedule(0.0, opt.learning_rate, opt.warmup_steps)
@@ -85,7 +83,7 @@ def step_kwargs(config) -> dict:
     return dict(
         model_cfg=model.ModelConfig.from_config(config.model),
         feature_cfg=features.FeatureConfig.from_config(f),
-        config_aug=(f.freq_masks, f.freq_mask_width, f.time_masks, f.time_mask_max_fraction),
+        augment=settings.build(settings.Features, f, "features.").augment,
         norm_by_times=config.loss.norm_by_times,
         ctc_impl=ctc_impl_for(config),
         learning_rate_fn=learning_rate_schedule(config.optimizer),

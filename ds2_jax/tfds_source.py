@@ -30,7 +30,6 @@ import numpy as np
 
 from ds2_jax import batching, geometry, text
 
-MAX_BUCKETS = 8
 LABEL_ALIGN = 8  # Padded label lengths are multiples of this (fewer distinct shapes).
 _FEATURE_STATS_SALT = 0xFEA7  # Keeps the stats sample independent of the batch order.
 
@@ -86,8 +85,6 @@ class TfdsSource:
             raise ValueError(
                 f"global batch {sharding.global_batch} is not divisible by {sharding.process_count} processes"
             )
-        if not 1 <= d.num_buckets <= MAX_BUCKETS:
-            raise ValueError(f"dataset.num_buckets must be 1..{MAX_BUCKETS}, got {d.num_buckets}")
         self.sample_rate = config.features.sample_rate
         self.window = int(round(self.sample_rate * config.features.window_ms / 1000))
         self.hop = int(round(self.sample_rate * config.features.hop_ms / 1000))

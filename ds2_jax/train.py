@@ -10,6 +10,7 @@ the compiled and the eager design run identical code.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import time
 from typing import Callable
@@ -19,10 +20,10 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from ds2_jax import checkpoint, ctc, features, input_pipeline, loader, metrics, model, parallel, progress, resilience
+from ds2_jax import (checkpoint, ctc, features, input_pipeline, loader, metrics, model, parallel, progress, resilience,
+                     settings)
 from ds2_jax.batch_axis import psum
 from ds2_jax.checkpoint import load_config, save_config  # noqa: F401 - the loop's config I/O, re-exported
-from ds2_jax.config_validation import validate
 from ds2_jax.state import (  # noqa: F401 - re-exported: the step's state and static arguments
     TrainState,
     create_state,
@@ -48,7 +49,7 @@ def train_step(
     *,
     model_cfg: model.ModelConfig,
     feature_cfg: features.FeatureConfig,
-    config_aug: tuple,
+    augment: settings.SpecAugment,
     norm_by_times: bool,
     ctc_impl: str,
     learning_rate_fn: Callable,
@@ -66,9 +67,8 @@ def train_step(
     if axis_name is not None:
         rng = jax.random.fold_in(rng, jax.lax.axis_index(axis_name))
     feats, frames = features_of(state, batch, feature_cfg)
-    freq_masks, freq_width, time_masks, time_frac = config_aug
-    if freq_masks or time_masks:
-        feats = features.spec_augment(feats, frames, rng, freq_masks, freq_width, time_masks, time_frac)
+    if augment.enabled:
+        feats = features.spec_augment(feats, frames, rng, **dataclasses.asdict(augment))
 
     weights = batch["weights"]
 
@@ -131,7 +131,7 @@ def train_and_evaluate(config, workdir: str) -> TrainState:
     the run); no progress for config.step_timeout_s ends the process (exit 3). A second
     run on the same workdir is refused while this one holds its lock (workdir/run.lock).
     """
-    validate(config)
+    config = settings.from_config_dict(config)
     with resilience.WorkdirLock(workdir, enabled=jax.process_index() == 0), \
             checkpoint.managed(workdir, config.keep_checkpoints) as mgr:
         return _train(config, workdir, mgr)

@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     absl_logging.set_verbosity(absl_logging.WARNING)  # orbax's restore chatter
     from ds2_jax import checkpoint
 
-    base = decoding.DecoderConfig.from_config(checkpoint.load_config(args.workdir).decoding)
+    base = checkpoint.load_config(args.workdir).decoding
     beam_width = args.beam_width if args.beam_width is not None else (DEFAULT_LM_BEAM_WIDTH if args.lm else base.beam_width)
     lm_path = args.lm if args.lm else (base.lm_path if beam_width else "")
     try:

@@ -210,7 +210,7 @@ def test_decoder_config_errors_name_the_setting(tmp_path):
     from configs import default
 
     assert decoding.DecoderConfig.from_config(default.get_config().decoding) == decoding.DecoderConfig()
-    with pytest.raises(ValueError, match="unknown config.decoding keys"):
+    with pytest.raises(ValueError, match="unknown config key 'decoding.beam_widht'"):
         decoding.DecoderConfig.from_config({"beam_widht": 4})
     pytest.importorskip("flashlight.lib.text")
     with pytest.raises(FileNotFoundError, match="missing.arpa"):

@@ -7,7 +7,7 @@ import jax
 import numpy as np
 import pytest
 
-from ds2_jax import input_pipeline, loader, parallel, train
+from ds2_jax import input_pipeline, loader, parallel, settings, train
 from ds2_jax.datasets import build
 from ds2_jax.input_pipeline import Sharding
 from tests import librispeech_testdata as td
@@ -103,8 +103,8 @@ def test_num_workers_resolves_from_the_cores(monkeypatch):
     c.dataset.num_workers = 5
     assert loader.resolve_num_workers(c) == 5
     assert loader.resolve_num_workers(tiny_config(**{"dataset.num_workers": -1})) == 0  # synthetic
-    with pytest.raises(ValueError, match="dataset.num_workers"):
-        loader.resolve_num_workers(tiny_config(**{"dataset.num_workers": -2}))
+    with pytest.raises(ValueError, match="dataset.num_workers"):  # checked once, with every setting
+        settings.from_config_dict(tiny_config(**{"dataset.num_workers": -2}))
 
 
 def test_synthetic_pool_repeats_after_its_size_and_keeps_eval_apart():

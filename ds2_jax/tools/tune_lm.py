@@ -77,9 +77,9 @@ def main(argv):
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     absl_logging.set_verbosity(absl_logging.WARNING)
     logging.getLogger("ds2_jax").setLevel(logging.INFO)
-    from ds2_jax import checkpoint
+    from ds2_jax import checkpoint, settings
 
-    config = FLAGS.config if FLAGS.config is not None else checkpoint.load_config(FLAGS.workdir)
+    config = settings.from_config_dict(FLAGS.config) if FLAGS.config is not None else checkpoint.load_config(FLAGS.workdir)
     result = tune(config, FLAGS.workdir, FLAGS.lm, FLAGS.split, FLAGS.alphas, FLAGS.betas, FLAGS.beam_width, FLAGS.max_utterances, FLAGS.step)
     best = result["best"]
     print(f"{'alpha':>6} {'beta':>6} {'WER':>7} {'CER':>7}")

@@ -1,0 +1,470 @@
+"""Every ds2_jax setting: frozen, typed dataclasses, one per config section, with their
+defaults, their meaning and every check on their values.
+
+The user writes ml_collections config files (configs/*.py start from
+`configs/default.py`, whose ConfigDict is `to_config_dict(Settings())`) and overrides
+keys with absl flags (`--config.per_device_batch_size=32`). Each entry point
+(train.train_and_evaluate, evaluation.evaluate_splits, transcribe, demo, the benchmarks)
+turns that ConfigDict into a `Settings` once with `from_config_dict`, which rejects an
+unknown key, a wrong type or a bad value with a ValueError naming the key and what is
+allowed. Below the entry points code reads attributes (`config.model.dtype`), which a
+ConfigDict and a Settings both answer. workdir/config.json is `to_dict(settings)`.
+
+To add a setting: add a field (type, default, comment) to its section below, and a check
+in the section's `__post_init__` if some values are wrong; configs/default.py and
+config.json pick it up, and an old config.json without it loads with the default.
+
+This module imports no jax (grain workers unpickle Settings): the checks that need the
+recurrence or CTC registries import them when they run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import typing
+from typing import Any, ClassVar
+
+from ds2_jax import geometry, resilience
+
+DATASETS = ("synthetic", "librispeech_local", "librispeech")
+SCHEDULES = ("constant", "cosine", "exponential")
+PARALLELISMS = ("pmap", "jit")
+DTYPES = ("float32", "bfloat16")
+CONV_IMPLS = ("direct", "space_to_depth")
+MAX_BUCKETS = 8  # each duration bucket is one compiled shape
+KILL_POINTS = ("step", "checkpoint", "eval")
+
+
+def _at_least(section: str, obj, minimum, *keys: str) -> None:
+    for key in keys:
+        value = getattr(obj, key)
+        if value < minimum:
+            raise ValueError(f"{section}{key}={value!r}: must be >= {minimum}")
+
+
+def _one_of(name: str, value, allowed) -> None:
+    if value not in allowed:
+        raise ValueError(f"{name}={value!r}: expected one of {list(allowed)}")
+
+
+# ----------------------------------------------------------------------------- sections
+
+
+@dataclasses.dataclass(frozen=True)
+class Faults:
+    """Fault injection (tests and drills; all off by default)."""
+
+    KEY: ClassVar[str] = "faults"
+
+    nan_at_steps: str = ""  # e.g. "5,7-9": these steps get a NaN loss and gradient.
+    kill_at: str = ""  # "step:N", "checkpoint:N" or "eval:N": SIGKILL there.
+    hang_at_step: int = -1  # Block forever before this step (watchdog drill).
+    kill_input_worker_at_step: int = -1  # The input worker making this step's batch dies.
+
+    def __post_init__(self):
+        try:
+            resilience.parse_steps(self.nan_at_steps)
+        except ValueError:
+            raise ValueError(f"faults.nan_at_steps={self.nan_at_steps!r}: expected steps like '5,7-9'") from None
+        if self.kill_at:
+            point, _, step = self.kill_at.partition(":")
+            if point not in KILL_POINTS or not step.isdigit():
+                raise ValueError(f"faults.kill_at={self.kill_at!r}: expected '' or <point>:<step> with point one of "
+                                 f"{list(KILL_POINTS)}, e.g. 'step:5'")
+
+
+@dataclasses.dataclass(frozen=True)
+class Dataset:
+    """Where utterances come from and which of them are used."""
+
+    KEY: ClassVar[str] = "dataset"
+
+    # 'synthetic' (random audio and text, compute only), 'librispeech_local' (the
+    # project's tfds builder over a LibriSpeech-layout manual_dir) or 'librispeech'
+    # (tfds's official, already prepared build).
+    name: str = "synthetic"
+    manual_dir: str = ""  # LibriSpeech tree or *.tar.gz archives (librispeech_local).
+    data_dir: str = ""  # tfds data_dir; '' = tfds default (~/tensorflow_datasets).
+    train_splits: str = "train-clean-100+train-clean-360+train-other-500"
+    eval_split: str = "dev-clean"  # Split evaluated during training.
+    min_duration_s: float = 0.0  # Utterances shorter than this are skipped.
+    max_duration_s: float = 27.0  # Utterances longer than this are skipped.
+    num_buckets: int = 4  # Duration buckets = compiled shapes (<= 8).
+    sortagrad: bool = True  # First epoch in ascending duration (DS2 SortaGrad).
+    feature_stats_utterances: int = 2000  # Sample size for per-bin mean/std.
+    # Worker processes (grain) that read, decode and pad training batches off the step's
+    # critical path; 0 = inline in the training process; -1 = from the cores present
+    # (ds2_jax.loader.resolve_num_workers: cores - 2, at most 16; 0 for synthetic data).
+    num_workers: int = -1
+    worker_buffer_size: int = 2  # Batches each worker keeps ready.
+    # Synthetic source: utterances uniform in [min_duration_s, max_duration_s] of the
+    # synthetic_* bounds, random int16 noise, random transcripts of chars_per_second.
+    synthetic_min_duration_s: float = 6.0
+    synthetic_max_duration_s: float = 8.0
+    synthetic_chars_per_second: float = 14.0
+    synthetic_num_utterances: int = 15_552  # One "epoch" (the seed's 972 x 16).
+    synthetic_pool_size: int = 512  # Distinct utterances; index i repeats i % this.
+
+    def __post_init__(self):
+        _one_of("dataset.name", self.name, DATASETS)
+        if not 0 <= self.min_duration_s < self.max_duration_s:
+            raise ValueError(f"dataset.min_duration_s={self.min_duration_s} must be >= 0 and < "
+                             f"dataset.max_duration_s={self.max_duration_s}")
+        if not 1 <= self.num_buckets <= MAX_BUCKETS:
+            raise ValueError(f"dataset.num_buckets={self.num_buckets}: must be 1..{MAX_BUCKETS} (each bucket is a "
+                             "compiled shape)")
+        if self.name == "librispeech_local" and not (self.manual_dir or self.data_dir):
+            raise ValueError("dataset.name='librispeech_local' needs dataset.manual_dir (the LibriSpeech tree or "
+                             "archives)")
+        if self.num_workers < -1:
+            raise ValueError(f"dataset.num_workers={self.num_workers}: must be -1 (auto), 0 (inline) or a count")
+
+
+@dataclasses.dataclass(frozen=True)
+class Spectrogram:
+    """The log linear spectrogram (ds2_jax.features): Hann windows of window_ms every hop_ms."""
+
+    KEY: ClassVar[str] = "features"
+
+    sample_rate: int = 16_000
+    window_ms: float = 20.0  # Hann window -> 161 linear bins at 16 kHz.
+    hop_ms: float = 10.0
+    eps: float = 1e-14  # log(power + eps).
+
+    @property
+    def window(self) -> int:
+        return int(round(self.sample_rate * self.window_ms / 1000))
+
+    @property
+    def hop(self) -> int:
+        return int(round(self.sample_rate * self.hop_ms / 1000))
+
+    @property
+    def num_bins(self) -> int:
+        return self.window // 2 + 1
+
+    @classmethod
+    def from_config(cls, features) -> Spectrogram:
+        """The spectrogram's fields of config.features (a ConfigDict or a Features)."""
+        return cls(**{f.name: getattr(features, f.name) for f in dataclasses.fields(cls)})
+
+
+@dataclasses.dataclass(frozen=True)
+class SpecAugment:
+    """SpecAugment masks (ds2_jax.features.spec_augment); 0 masks = off."""
+
+    freq_masks: int
+    freq_mask_width: int
+    time_masks: int
+    time_mask_max_fraction: float
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.freq_masks or self.time_masks)
+
+
+@dataclasses.dataclass(frozen=True)
+class Features(Spectrogram):
+    """Features, computed on device inside the step: the spectrogram, then SpecAugment."""
+
+    # SpecAugment masks, applied to training batches only (0 masks = off, as in the seed).
+    freq_masks: int = 0
+    freq_mask_width: int = 27
+    time_masks: int = 0
+    time_mask_max_fraction: float = 0.05
+
+    def __post_init__(self):
+        if self.sample_rate != 16_000:
+            raise ValueError(f"features.sample_rate={self.sample_rate}: must be 16000 (the datasets are stored at "
+                             "16 kHz)")
+        _at_least("features.", self, 0, "freq_masks", "freq_mask_width", "time_masks")
+        if not 0 <= self.time_mask_max_fraction <= 1:
+            raise ValueError(f"features.time_mask_max_fraction={self.time_mask_max_fraction}: must be in [0, 1]")
+
+    @property
+    def augment(self) -> SpecAugment:
+        return SpecAugment(self.freq_masks, self.freq_mask_width, self.time_masks, self.time_mask_max_fraction)
+
+
+@dataclasses.dataclass(frozen=True)
+class Model:
+    """The architecture (ds2_jax.model.ModelConfig adds the input and output widths)."""
+
+    KEY: ClassVar[str] = "model"
+
+    num_conv_layers: int = 2  # 1..3 (the seed: 2).
+    conv_channels: int = 32
+    num_rnn_layers: int = 3
+    rnn_size: int = 2048
+    rnn_cell: str = "simple"  # 'simple' (clipped ReLU), 'gru' or 'lstm'.
+    share_rnn_weights: bool = True  # One input projection + BN for both directions.
+    bidirectional: bool = True  # False: forward RNN + lookahead row convolution.
+    row_conv_context: int = 20  # Future frames seen by the row convolution.
+    dtype: str = "float32"  # Compute dtype: 'float32' or 'bfloat16' (params stay f32).
+    sync_batch_norm: bool = True  # Batch-norm statistics over all devices.
+    batch_norm_momentum: float = 0.99
+    batch_norm_epsilon: float = 1e-5
+    # Strided convs: 'direct' (lax.conv_general_dilated with strides, the reference) or
+    # 'space_to_depth' (each stride patch folded into channels, then a stride-1 conv: the
+    # same sums, and tensor-core kernels for conv 1's single input channel; figures in
+    # BUILD_NOTES.md).
+    conv_impl: str = "space_to_depth"
+    # Recurrence: 'scan' (lax.scan + autodiff, the reference), 'scan_vjp' (simple cell:
+    # hand-written backward, weight gradient as one GEMM), 'pallas' (simple cell: one
+    # persistent Pallas kernel per layer and direction pair, GPU; interpreted elsewhere),
+    # 'mosaic' (simple cell, bfloat16, Hopper GPUs: Mosaic GPU kernels on cluster pairs,
+    # batch run in chunks of 16) or 'auto' (per-device batch <= 16 on GPUs: mosaic where
+    # it runs, else pallas when it fits shared memory; otherwise scan_vjp; scan for
+    # GRU/LSTM).
+    rnn_impl: str = "auto"
+    scan_unroll: int = 1  # lax.scan unroll factor.
+
+    def __post_init__(self):
+        from ds2_jax.rnn import dispatch, reference  # the cells and implementations (import jax)
+
+        geometry.conv_specs(self.num_conv_layers)  # validates the range
+        _one_of("model.rnn_cell", self.rnn_cell, sorted(reference.CELLS))
+        _one_of("model.dtype", self.dtype, DTYPES)
+        _one_of("model.conv_impl", self.conv_impl, CONV_IMPLS)
+        _one_of("model.rnn_impl", self.rnn_impl, sorted(dispatch.RNN_IMPLS))
+        # ('auto' picks a kernel that fits the cell and dtype where the recurrence runs.)
+        if self.rnn_impl in ("scan_vjp", "pallas", "mosaic") and self.rnn_cell not in dispatch.KERNEL_CELLS:
+            raise ValueError(f"model.rnn_impl={self.rnn_impl!r} supports rnn_cell='simple' only; use 'auto' or 'scan'")
+        if self.rnn_impl == "mosaic" and self.dtype != "bfloat16":
+            raise ValueError(f"model.rnn_impl='mosaic' computes in bfloat16; set model.dtype='bfloat16' (got "
+                             f"{self.dtype!r}) or use 'auto'")
+        if self.num_rnn_layers < 1 or self.rnn_size < 1 or self.conv_channels < 1:
+            raise ValueError("model.num_rnn_layers, rnn_size and conv_channels must be >= 1")
+        if not self.bidirectional and self.row_conv_context < 0:
+            raise ValueError("model.row_conv_context must be >= 0")
+        _at_least("model.", self, 1, "scan_unroll")
+
+
+@dataclasses.dataclass(frozen=True)
+class Loss:
+    KEY: ClassVar[str] = "loss"
+
+    norm_by_times: bool = False  # Divide each utterance's CTC loss by its frames.
+    # CTC: 'optax' (lax.scan), 'pallas' (forward-backward kernels, GPU; interpreted
+    # elsewhere) or 'auto' (pallas on GPUs, optax elsewhere; with either parallelism).
+    ctc_impl: str = "auto"
+
+    def __post_init__(self):
+        from ds2_jax.rnn import dispatch  # the CTC implementations (imports jax)
+
+        _one_of("loss.ctc_impl", self.ctc_impl, dispatch.CTC_IMPLS)
+
+
+@dataclasses.dataclass(frozen=True)
+class Optimizer:
+    KEY: ClassVar[str] = "optimizer"
+
+    learning_rate: float = 5e-4  # Paddle DS2's default Adam rate.
+    b1: float = 0.9
+    b2: float = 0.999
+    eps: float = 1e-8
+    clip_global_norm: float = 400.0  # Paddle's gradient_clipping_threshold.
+    warmup_steps: int = 0  # Linear warm-up from 0.
+    schedule: str = "constant"  # After warm-up: 'constant', 'cosine' or 'exponential'.
+    decay_rate: float = 0.83  # 'exponential': factor per decay_steps.
+    decay_steps: int = 10_000
+    max_consecutive_skips: int = 20  # Non-finite steps in a row before stopping.
+
+    def __post_init__(self):
+        _one_of("optimizer.schedule", self.schedule, SCHEDULES)
+        if self.learning_rate <= 0:
+            raise ValueError(f"optimizer.learning_rate={self.learning_rate}: must be > 0")
+        _at_least("optimizer.", self, 1, "max_consecutive_skips")
+
+
+@dataclasses.dataclass(frozen=True)
+class Eval:
+    KEY: ClassVar[str] = "eval"
+
+    split: str = ""  # --mode=eval split; '' = dataset.eval_split.
+    max_utterances: int = 0  # 0 = the whole split.
+    num_examples_to_print: int = 3  # Reference/hypothesis pairs logged.
+
+    def __post_init__(self):
+        _at_least("eval.", self, 0, "max_utterances", "num_examples_to_print")
+
+
+@dataclasses.dataclass(frozen=True)
+class Decoding:
+    """Beam search (--mode=eval, tools.tune_lm; ds2_jax.decoding); beam_width 0 = greedy only."""
+
+    KEY: ClassVar[str] = "decoding"
+
+    beam_width: int = 0  # > 0: also beam search (flashlight-text); 0 = greedy only.
+    lm_path: str = ""  # KenLM ARPA/binary word LM (tools.build_lm); '' = no LM.
+    lexicon_path: str = ""  # Words the LM search may output, one a line; '' = the ARPA's unigrams.
+    alpha: float = 0.5  # LM weight (on the natural-log LM score).
+    beta: float = 1.0  # Bonus per decoded word (offsets the LM's short-output bias).
+    beam_prune_logp: float = -10.0  # Drop beams this far below the best (log).
+    token_min_logp: float = -5.0  # Skip tokens below this log-prob (unless a frame's argmax).
+    unk_score_offset: float = float("-inf")  # Score of an out-of-lexicon word (output as <unk>); -inf = none.
+
+    def __post_init__(self):
+        if self.beam_width < 0:
+            raise ValueError(f"decoding.beam_width must be >= 0 (0 = greedy only), got {self.beam_width}")
+        if self.lm_path and self.beam_width == 0:
+            raise ValueError(f"decoding.lm_path={self.lm_path!r} is used by beam search only: set decoding.beam_width > 0")
+        if self.lexicon_path and not self.lm_path:
+            raise ValueError(f"decoding.lexicon_path={self.lexicon_path!r} is used with an LM only: set decoding.lm_path")
+        if self.alpha < 0:
+            raise ValueError(f"decoding.alpha must be >= 0, got {self.alpha}")
+        if self.beam_prune_logp >= 0 or self.token_min_logp >= 0:
+            raise ValueError("decoding.beam_prune_logp and decoding.token_min_logp must be < 0 (log-probabilities)")
+
+    @property
+    def beam(self) -> bool:
+        return self.beam_width > 0
+
+    @classmethod
+    def from_config(cls, decoding) -> Decoding:
+        """From config.decoding (a ConfigDict, a dict or a Decoding)."""
+        return decoding if isinstance(decoding, cls) else build(cls, decoding, "decoding.")
+
+
+# ----------------------------------------------------------------------------- the whole
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """Every setting of a run: the run's own fields, then one field per section."""
+
+    seed: int = 0  # Seeds parameters, data order and dropout-free rng streams.
+    num_train_steps: int = 100_000  # Total optimizer steps (resume continues to this).
+    per_device_batch_size: int = 16  # Utterances per device; global = this x devices.
+    num_devices: int = 0  # Local devices to use; 0 = all local devices.
+    compile: bool = True  # False runs the same step op by op on one device (eager).
+    parallelism: str = "pmap"  # 'pmap' or 'jit' (jit + NamedSharding over a device mesh).
+    log_every_steps: int = 50  # stdout / metrics.jsonl / TensorBoard cadence.
+    eval_every_steps: int = 2_000  # Greedy WER/CER on dataset.eval_split; 0 = never.
+    checkpoint_every_steps: int = 1_000  # Orbax checkpoint cadence (and one at the end).
+    keep_checkpoints: int = 3  # Checkpoints kept on disk.
+    prefetch_batches: int = 2  # Batches staged on the devices ahead of the step.
+    # Warn once when the devices sit idle waiting for input more than this fraction of
+    # two log intervals in a row (metrics: input_wait_s).
+    input_wait_warn_fraction: float = 0.05
+    step_timeout_s: float = 1800.0  # Watchdog: exit (code 3) if no step finishes for this long; 0 = off.
+    # JAX's persistent compilation cache: a restart with the same shapes loads its
+    # compiled steps instead of compiling them again. '' = off; JAX_COMPILATION_CACHE_DIR wins.
+    compilation_cache_dir: str = "~/.cache/ds2_jax/xla"
+    deterministic: bool = False  # GPU: --xla_gpu_deterministic_ops (slower, bitwise repeatable).
+
+    faults: Faults = dataclasses.field(default_factory=Faults)
+    dataset: Dataset = dataclasses.field(default_factory=Dataset)
+    features: Features = dataclasses.field(default_factory=Features)
+    model: Model = dataclasses.field(default_factory=Model)
+    loss: Loss = dataclasses.field(default_factory=Loss)
+    optimizer: Optimizer = dataclasses.field(default_factory=Optimizer)
+    eval: Eval = dataclasses.field(default_factory=Eval)
+    decoding: Decoding = dataclasses.field(default_factory=Decoding)
+
+    def __post_init__(self):
+        _at_least("", self, 1, "num_train_steps", "per_device_batch_size", "log_every_steps",
+                  "checkpoint_every_steps", "keep_checkpoints")
+        _at_least("", self, 0, "eval_every_steps", "num_devices")  # devices present: parallel.make
+        _one_of("parallelism", self.parallelism, PARALLELISMS)
+
+
+# ----------------------------------------------------------------------------- building
+
+
+def _type_error(key: str, value, want: type) -> ValueError:
+    return ValueError(f"{key}={value!r}: expected {want.__name__}, got {type(value).__name__}")
+
+
+def _coerce(key: str, value, want: type):
+    """`value` as a `want` (int, float, bool or str); an int is a float too."""
+    if want is bool:
+        if not isinstance(value, bool):
+            raise _type_error(key, value, want)
+        return value
+    if isinstance(value, bool):
+        raise _type_error(key, value, want)
+    if want is float and isinstance(value, int):
+        return float(value)
+    if not isinstance(value, want):
+        raise _type_error(key, value, want)
+    return value
+
+
+def _items(mapping, key: str) -> dict:
+    if dataclasses.is_dataclass(mapping):
+        return {f.name: getattr(mapping, f.name) for f in dataclasses.fields(mapping)}
+    if not hasattr(mapping, "items"):
+        raise ValueError(f"{key or 'config'}: expected a section of settings, got {type(mapping).__name__} {mapping!r}")
+    return dict(mapping.items())
+
+
+def build(cls, mapping, prefix: str = ""):
+    """`cls` (a section or Settings) from a ConfigDict, dict or dataclass: unknown keys and
+    wrong types are a ValueError naming the key; keys it lacks keep their default (an
+    older config.json); the values are then checked by `cls.__post_init__`."""
+    if type(mapping) is cls:
+        return mapping
+    given = _items(mapping, prefix.rstrip("."))
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(given) - set(fields))
+    if unknown:
+        key = unknown[0]
+        close = difflib.get_close_matches(key, list(fields), n=3, cutoff=0.6)
+        hint = f"did you mean {', '.join(prefix + c for c in close)}?" if close else f"the keys are {sorted(fields)}"
+        raise ValueError(f"unknown config key {prefix + key!r}: {hint} (ds2_jax/settings.py lists and explains them)")
+    values = {}
+    for name, value in given.items():
+        want = hints[name]
+        if dataclasses.is_dataclass(want):
+            values[name] = value if isinstance(value, want) else build(want, value, f"{prefix}{name}.")
+        else:
+            values[name] = _coerce(prefix + name, value, want)
+    return cls(**values)
+
+
+def from_config_dict(config) -> Settings:
+    """The checked Settings of a ConfigDict (or dict, or config.json's contents); a
+    Settings is returned as it is, so entry points can be handed either."""
+    if isinstance(config, Settings):
+        return config
+    return build(Settings, config)
+
+
+def to_dict(config) -> dict:
+    """Nested plain dict of a Settings (or a ConfigDict): what config.json holds."""
+    if isinstance(config, Settings):
+        return dataclasses.asdict(config)
+    return config.to_dict()
+
+
+def defaults(cls=None) -> dict:
+    """Every field's default as a nested dict, read off the dataclasses without building
+    (so without checks, imports or devices): what configs/default.py serves."""
+    cls = cls or Settings
+    hints = typing.get_type_hints(cls)
+    return {f.name: defaults(hints[f.name]) if f.default is dataclasses.MISSING else f.default
+            for f in dataclasses.fields(cls)}
+
+
+def to_config_dict(config: Settings | None = None):
+    """The ml_collections.ConfigDict of a Settings; of the defaults without one."""
+    import ml_collections
+
+    return ml_collections.ConfigDict(defaults() if config is None else to_dict(config))
+
+
+def override(config: Settings, changes: dict[str, Any]) -> Settings:
+    """A Settings with dotted-key changes, e.g. override(s, {"model.dtype": "bfloat16"}), checked again."""
+    nested: dict = to_dict(config)
+    for key, value in changes.items():
+        node = nested
+        *parents, leaf = key.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})  # an unknown section: build names it
+            if not isinstance(node, dict):
+                raise ValueError(f"{key!r}: {p!r} is a setting, not a section of settings")
+        node[leaf] = value  # an unknown key: build names it and the close ones
+    return build(Settings, nested)

@@ -1,0 +1,233 @@
+"""ds2_jax.settings: the config's one schema (types, defaults, checks) and its round trips."""
+
+import dataclasses
+import json
+import os
+import pickle
+import subprocess
+import sys
+import typing
+
+import ml_collections
+import pytest
+
+from configs import default, demo, ds2_8gpu, smoke
+from ds2_jax import checkpoint, model, settings, train
+
+SECTIONS = ["faults", "dataset", "features", "model", "loss", "optimizer", "eval", "decoding"]
+
+
+def flat_keys(d: dict, prefix: str = "") -> set[str]:
+    out = set()
+    for k, v in d.items():
+        out |= flat_keys(v, f"{prefix}{k}.") if isinstance(v, dict) else {prefix + k}
+    return out
+
+
+def with_key(key: str, value) -> ml_collections.ConfigDict:
+    """configs/default.py's ConfigDict with one dotted key set (or added)."""
+    config = default.get_config()
+    node = config
+    *parents, leaf = key.split(".")
+    for p in parents:
+        node = node[p]
+    with config.unlocked():
+        node[leaf] = value
+    return config
+
+
+def test_default_py_keys_are_the_dataclass_fields_and_its_values_their_defaults():
+    config = default.get_config()
+    fields = flat_keys(dataclasses.asdict(settings.Settings()))
+    assert flat_keys(config.to_dict()) == fields
+    for variant in (smoke, demo, ds2_8gpu):  # variants override keys, never add one
+        assert flat_keys(variant.get_config().to_dict()) == fields, variant.__name__
+    assert settings.from_config_dict(config) == settings.Settings()
+    hints = typing.get_type_hints(settings.Settings)
+    assert [k for k, t in hints.items() if dataclasses.is_dataclass(t)] == SECTIONS
+
+
+def test_a_key_in_default_py_but_not_in_the_dataclasses_fails():
+    extra = default.get_config()
+    with extra.unlocked():
+        extra.model.new_knob = 1
+    with pytest.raises(ValueError, match=r"unknown config key 'model.new_knob'"):
+        settings.from_config_dict(extra)
+
+
+@pytest.mark.parametrize("section", ["", *SECTIONS])
+def test_every_section_is_frozen(section):
+    s = settings.Settings()
+    obj = getattr(s, section) if section else s
+    name = dataclasses.fields(obj)[0].name
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        setattr(obj, name, getattr(obj, name))
+
+
+@pytest.mark.parametrize("key,value,message", [
+    ("num_train_steps", 0, r"num_train_steps=0: must be >= 1"),
+    ("per_device_batch_size", 0, r"per_device_batch_size=0: must be >= 1"),
+    ("log_every_steps", 0, r"log_every_steps=0"),
+    ("checkpoint_every_steps", 0, r"checkpoint_every_steps=0"),
+    ("keep_checkpoints", 0, r"keep_checkpoints=0"),
+    ("eval_every_steps", -1, r"eval_every_steps=-1: must be >= 0"),
+    ("num_devices", -1, r"num_devices=-1: must be >= 0"),
+    ("parallelism", "shard", r"parallelism='shard': expected one of \['pmap', 'jit'\]"),
+    ("faults.nan_at_steps", "5,x", r"faults.nan_at_steps='5,x'"),
+    ("faults.kill_at", "later:3", r"faults.kill_at='later:3'.*'step', 'checkpoint', 'eval'"),
+    ("dataset.name", "timit", r"dataset.name='timit': expected one of \['synthetic', 'librispeech_local', 'librispeech'\]"),
+    ("dataset.min_duration_s", 30.0, r"dataset.min_duration_s=30.0 must be >= 0 and < dataset.max_duration_s"),
+    ("dataset.num_buckets", 9, r"dataset.num_buckets=9: must be 1..8"),
+    ("dataset.num_buckets", 0, r"dataset.num_buckets=0: must be 1..8"),
+    ("dataset.name", "librispeech_local", r"needs dataset.manual_dir"),
+    ("dataset.num_workers", -2, r"dataset.num_workers=-2"),
+    ("features.sample_rate", 8000, r"features.sample_rate=8000: must be 16000"),
+    ("features.freq_masks", -1, r"features.freq_masks=-1: must be >= 0"),
+    ("features.time_mask_max_fraction", 1.5, r"features.time_mask_max_fraction=1.5"),
+    ("model.num_conv_layers", 4, r"num_conv_layers"),
+    ("model.rnn_cell", "transformer", r"model.rnn_cell='transformer': expected one of \['gru', 'lstm', 'simple'\]"),
+    ("model.dtype", "float16", r"model.dtype='float16': expected one of \['float32', 'bfloat16'\]"),
+    ("model.conv_impl", "fft", r"model.conv_impl='fft': expected one of \['direct', 'space_to_depth'\]"),
+    ("model.rnn_impl", "cudnn", r"model.rnn_impl='cudnn': expected one of"),
+    ("model.rnn_impl", "mosaic", r"model.rnn_impl='mosaic' computes in bfloat16"),
+    ("model.rnn_size", 0, r"rnn_size"),
+    ("model.scan_unroll", 0, r"model.scan_unroll=0: must be >= 1"),
+    ("loss.ctc_impl", "warp", r"loss.ctc_impl='warp': expected one of \['auto', 'optax', 'pallas'\]"),
+    ("optimizer.schedule", "linear", r"optimizer.schedule='linear': expected one of \['constant', 'cosine', 'exponential'\]"),
+    ("optimizer.learning_rate", 0.0, r"optimizer.learning_rate=0.0: must be > 0"),
+    ("optimizer.max_consecutive_skips", 0, r"optimizer.max_consecutive_skips=0"),
+    ("eval.max_utterances", -1, r"eval.max_utterances=-1"),
+    ("decoding.beam_width", -1, r"decoding.beam_width must be >= 0"),
+    ("decoding.lm_path", "lm.arpa", r"decoding.lm_path='lm.arpa' is used by beam search only"),
+])
+def test_a_bad_value_names_its_key_and_what_is_allowed(key, value, message):
+    config = with_key(key, value)
+    with pytest.raises(ValueError, match=message):
+        settings.from_config_dict(config)
+    with pytest.raises(ValueError, match=message):  # a Settings changed after building is checked again
+        settings.override(settings.Settings(), {key: value})
+
+
+def test_a_kernel_for_the_simple_cell_only_is_refused_for_gru():
+    config = with_key("model.rnn_cell", "gru")
+    config.model.rnn_impl = "scan_vjp"
+    with pytest.raises(ValueError, match=r"model.rnn_impl='scan_vjp' supports rnn_cell='simple' only"):
+        settings.from_config_dict(config)
+    assert settings.override(settings.Settings(), {"model.rnn_cell": "gru"}).model.rnn_impl == "auto"
+
+
+@pytest.mark.parametrize("key,value,message", [
+    ("model.rnn_size", "big", r"model.rnn_size='big': expected int, got str"),
+    ("model.rnn_size", 2048.0, r"model.rnn_size=2048.0: expected int, got float"),
+    ("model.bidirectional", 1, r"model.bidirectional=1: expected bool, got int"),
+    ("compile", "yes", r"compile='yes': expected bool"),
+    ("num_train_steps", True, r"num_train_steps=True: expected int, got bool"),
+    ("dataset.name", 3, r"dataset.name=3: expected str"),
+    ("model", 3, r"model: expected a section of settings"),
+])
+def test_a_wrong_type_names_its_key(key, value, message):
+    config = json.loads(default.get_config().to_json())  # as config.json: any type can be written
+    node = config
+    *parents, leaf = key.split(".")
+    for p in parents:
+        node = node[p]
+    node[leaf] = value
+    with pytest.raises(ValueError, match=message):
+        settings.from_config_dict(config)
+
+
+def test_an_int_is_taken_as_a_float():
+    config = json.loads(default.get_config().to_json())
+    config["optimizer"]["learning_rate"] = 1
+    lr = settings.from_config_dict(config).optimizer.learning_rate
+    assert lr == 1.0 and isinstance(lr, float)
+
+
+@pytest.mark.parametrize("key,message", [
+    ("model.rnn_sise", r"unknown config key 'model.rnn_sise': did you mean model.rnn_size\b"),
+    ("per_device_batch", r"unknown config key 'per_device_batch': did you mean per_device_batch_size\b"),
+    ("optimiser.schedule", r"unknown config key 'optimiser': did you mean optimizer\?"),
+])
+def test_an_unknown_key_is_named_with_the_close_ones(key, message):
+    config = json.loads(default.get_config().to_json())
+    node = config
+    *parents, leaf = key.split(".")
+    for p in parents:
+        node = node.setdefault(p, {})
+    node[leaf] = 1
+    with pytest.raises(ValueError, match=message):
+        settings.from_config_dict(config)
+    with pytest.raises(ValueError, match=message):
+        settings.override(settings.Settings(), {key: 1})
+
+
+@pytest.mark.parametrize("get_config", [default.get_config, smoke.get_config, demo.get_config, ds2_8gpu.get_config])
+def test_config_json_round_trip_is_byte_for_byte_and_loads_equal(get_config, tmp_path):
+    config = get_config()
+    config.dataset.manual_dir = config.dataset.manual_dir or "LibriSpeech"  # ds2_8gpu's comes from a flag
+    built = settings.from_config_dict(config)
+    checkpoint.save_config(built, str(tmp_path))
+    text = (tmp_path / "config.json").read_text()
+    assert text == config.to_json(indent=2)  # the file as written before the dataclasses
+    assert checkpoint.load_config(str(tmp_path)) == built
+    assert settings.from_config_dict(settings.to_config_dict(built)) == built
+
+
+def test_an_older_config_json_without_a_newer_key_loads_with_its_default(tmp_path):
+    old = json.loads(smoke.get_config().to_json())
+    del old["model"]["conv_impl"], old["compilation_cache_dir"]
+    (tmp_path / "config.json").write_text(json.dumps(old))
+    loaded = checkpoint.load_config(str(tmp_path))
+    assert loaded.model.conv_impl == settings.Model().conv_impl and loaded.model.rnn_size == 32
+    assert loaded.compilation_cache_dir == settings.Settings().compilation_cache_dir
+
+
+def test_a_bad_config_json_names_the_file(tmp_path):
+    bad = json.loads(smoke.get_config().to_json())
+    bad["dataset"]["num_buckets"] = 20
+    (tmp_path / "config.json").write_text(json.dumps(bad))
+    with pytest.raises(ValueError, match=r"config.json: dataset.num_buckets=20"):
+        checkpoint.load_config(str(tmp_path))
+
+
+def test_from_config_dict_is_idempotent_and_reads_like_the_config_dict():
+    config = demo.get_config()
+    built = settings.from_config_dict(config)
+    assert settings.from_config_dict(built) is built
+    for key in flat_keys(config.to_dict()):
+        a, b = config, built
+        for part in key.split("."):
+            a, b = getattr(a, part), getattr(b, part)
+        assert a == b and type(a) is type(b), key
+
+
+def test_the_step_arguments_are_the_same_from_a_config_dict_and_from_settings():
+    config = smoke.get_config()
+    config.features.freq_masks = 2
+    from_dict, from_settings = train.step_kwargs(config), train.step_kwargs(settings.from_config_dict(config))
+    for k in ("model_cfg", "feature_cfg", "augment", "norm_by_times", "ctc_impl", "nan_steps"):
+        assert from_dict[k] == from_settings[k], k
+    assert from_dict["augment"] == settings.SpecAugment(freq_masks=2, freq_mask_width=27, time_masks=0,
+                                                        time_mask_max_fraction=0.05)
+    assert type(from_dict["feature_cfg"]) is settings.Spectrogram  # the step's static argument, no SpecAugment
+    assert from_dict["model_cfg"].num_bins == 161 and isinstance(from_dict["model_cfg"], model.ModelConfig)
+
+
+def test_model_config_takes_the_model_section_and_keeps_its_checks():
+    section = settings.from_config_dict(smoke.get_config()).model
+    cfg = model.ModelConfig.from_config(section, num_bins=81)
+    assert cfg.rnn_size == 32 and cfg.num_bins == 81
+    with pytest.raises(ValueError, match=r"unknown config key 'model.rnn_sise'"):
+        model.ModelConfig.from_config({"rnn_sise": 3})
+    with pytest.raises(ValueError, match=r"model.rnn_cell='transformer'"):
+        model.ModelConfig(rnn_cell="transformer")
+
+
+def test_unpickling_settings_imports_no_jax():
+    """Grain and beam-search workers unpickle Settings: that must not import jax."""
+    blob = pickle.dumps(settings.from_config_dict(demo.get_config()))
+    code = ("import sys, pickle; s = pickle.loads(sys.stdin.buffer.read()); assert s.model.rnn_cell == 'gru'; "
+            "print(sorted(m for m in ('jax', 'flax', 'optax', 'ml_collections') if m in sys.modules))")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, input=blob, capture_output=True, check=True)
+    assert out.stdout.decode().strip() == "[]"
