@@ -27,9 +27,15 @@ from jax.experimental.pallas import triton as plt
 from benchmarks import micro, timing
 from ds2_jax.rnn import persistent
 
-_OUT = flags.DEFINE_string("out", None, "Output directory.", required=True)
-_STEPS = flags.DEFINE_integer("steps", 50, "Timed calls per case.")
-_SHAPE = flags.DEFINE_list("shape", ["267", "16", "2048"], "T, batch, hidden (two directions).")
+FLAGS = flags.FLAGS
+
+
+def define_flags() -> None:
+    """The command line; defined only when run, so that tests can import this module."""
+    flags.DEFINE_string("out", None, "Output directory.", required=True)
+    flags.DEFINE_integer("steps", 50, "Timed calls per case.")
+    flags.DEFINE_list("shape", ["267", "16", "2048"], "T, batch, hidden (two directions).")
+
 
 CASES = {
     "full kernel": {},
@@ -68,7 +74,7 @@ def ablated_modules(no_spin=False, no_atomics=False, no_product=False, keep_load
 
 def main(argv):
     del argv
-    t, b, h = (int(v) for v in _SHAPE.value)
+    t, b, h = (int(v) for v in FLAGS.shape)
     xs = (jax.random.normal(jax.random.PRNGKey(0), (b, t, 1, h)) * 2).astype(jnp.bfloat16)
     w = (jax.random.normal(jax.random.PRNGKey(1), (2, h, h)) / np.sqrt(h)).astype(jnp.bfloat16)
     real = persistent.jax, persistent.plt
@@ -77,7 +83,7 @@ def main(argv):
         persistent.jax, persistent.plt = ablated_modules(**removed)
         try:
             fwd = jax.jit(lambda x, r: persistent.persistent_simple_rnn(x, r))
-            _, ms = timing.call_ms(lambda: jax.block_until_ready(fwd(xs, w)), _STEPS.value)
+            _, ms = timing.call_ms(lambda: jax.block_until_ready(fwd(xs, w)), FLAGS.steps)
             row = {"case": name, "fwd_ms": round(ms, 3), "us_per_step": round(ms * 1e3 / xs.shape[1], 2)}
         finally:
             persistent.jax, persistent.plt = real
@@ -85,8 +91,9 @@ def main(argv):
         rows.append(row)
     lines = ["| case | forward ms | us per time step |", "|---|---|---|"]
     lines += [f"| {r['case']} | {r['fwd_ms']:.2f} | {r['us_per_step']:.2f} |" for r in rows]
-    micro.write_report(_OUT.value, "kernel_ablation", rows, lines)
+    micro.write_report(FLAGS.out, "kernel_ablation", rows, lines)
 
 
 if __name__ == "__main__":
+    define_flags()
     app.run(main)

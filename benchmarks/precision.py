@@ -30,13 +30,18 @@ import time
 from absl import app, flags
 from ml_collections import config_flags
 
-_CONFIG = config_flags.DEFINE_config_file("config", "configs/ds2_8gpu.py", "Model and optimizer (dataset: the bundled corpus).")
-_OUT = flags.DEFINE_string("out", None, "Output directory.", required=True)
-_STEPS = flags.DEFINE_integer("steps", 600, "Training steps per run.")
-_EVALS = flags.DEFINE_integer("evals", 6, "Evaluations per run, evenly spaced; the last at the final step.")
-_LOG_EVERY = flags.DEFINE_integer("log_every", 10, "Steps per logged training-loss point.")
-_DTYPES = flags.DEFINE_list("dtypes", ["float32", "bfloat16"], "model.dtype of each run, the reference first.")
-_DATA_DIR = flags.DEFINE_string("data_dir", "", "Prepared corpus (tfds data dir); '' = configs/demo.py's.")
+FLAGS = flags.FLAGS
+
+
+def define_flags() -> None:
+    """The command line; defined only when run, so that tests can import this module."""
+    config_flags.DEFINE_config_file("config", "configs/ds2_8gpu.py", "Model and optimizer (dataset: the bundled corpus).")
+    flags.DEFINE_string("out", None, "Output directory.", required=True)
+    flags.DEFINE_integer("steps", 600, "Training steps per run.")
+    flags.DEFINE_integer("evals", 6, "Evaluations per run, evenly spaced; the last at the final step.")
+    flags.DEFINE_integer("log_every", 10, "Steps per logged training-loss point.")
+    flags.DEFINE_list("dtypes", ["float32", "bfloat16"], "model.dtype of each run, the reference first.")
+    flags.DEFINE_string("data_dir", "", "Prepared corpus (tfds data dir); '' = configs/demo.py's.")
 
 
 def on_bundled_corpus(config, steps: int, evals: int, log_every: int, data_dir: str = ""):
@@ -141,16 +146,16 @@ def main(argv) -> None:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     from ds2_jax import model
 
-    bad = [d for d in _DTYPES.value if d not in model.DTYPES]
-    if bad or not _DTYPES.value:
+    bad = [d for d in FLAGS.dtypes if d not in model.DTYPES]
+    if bad or not FLAGS.dtypes:
         raise app.UsageError(f"--dtypes {bad or '(none)'}: expected some of {sorted(model.DTYPES)}")
     try:
-        config = on_bundled_corpus(_CONFIG.value, _STEPS.value, _EVALS.value, _LOG_EVERY.value, _DATA_DIR.value)
+        config = on_bundled_corpus(FLAGS.config, FLAGS.steps, FLAGS.evals, FLAGS.log_every, FLAGS.data_dir)
     except ValueError as e:
         raise app.UsageError(str(e)) from e
     import jax
 
-    os.makedirs(_OUT.value, exist_ok=True)
+    os.makedirs(FLAGS.out, exist_ok=True)
     m = config.model
     meta = {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
@@ -166,15 +171,16 @@ def main(argv) -> None:
         "seed": config.seed,
     }
     results = []
-    for dtype in _DTYPES.value:
-        results.append(run(config, dtype, os.path.join(_OUT.value, dtype)))
-        with open(os.path.join(_OUT.value, "precision.json"), "w") as f:
+    for dtype in FLAGS.dtypes:
+        results.append(run(config, dtype, os.path.join(FLAGS.out, dtype)))
+        with open(os.path.join(FLAGS.out, "precision.json"), "w") as f:
             json.dump({"meta": meta, "runs": results}, f, indent=1)
-    plot(results, os.path.join(_OUT.value, "precision.png"))
-    with open(os.path.join(_OUT.value, "NOTES.md"), "w") as f:
+    plot(results, os.path.join(FLAGS.out, "precision.png"))
+    with open(os.path.join(FLAGS.out, "NOTES.md"), "w") as f:
         f.write(notes(results, meta))
     print(notes(results, meta))
 
 
 if __name__ == "__main__":
+    define_flags()
     app.run(main)

@@ -26,10 +26,10 @@ import jax
 import numpy as np
 from flax import jax_utils
 
-from ds2_jax import batch_axis, batching
+from ds2_jax import batch_axis, batching, settings
 
 AXIS = batch_axis.AXIS
-KINDS = ("pmap", "jit")
+KINDS = settings.PARALLELISMS
 
 
 @dataclasses.dataclass
@@ -219,9 +219,8 @@ def enable_compilation_cache(path: str) -> str | None:
 
 
 def make(config) -> Parallel:
-    """The strategy named by config.parallelism over config.num_devices local devices."""
-    if config.parallelism not in KINDS:
-        raise ValueError(f"parallelism={config.parallelism!r}: expected one of {KINDS}")
+    """The strategy named by config.parallelism (checked by settings) over config.num_devices
+    local devices."""
     devices = jax.local_devices()
     if config.num_devices > len(devices):
         raise ValueError(f"num_devices={config.num_devices} but only {len(devices)} local devices are present")

@@ -72,11 +72,6 @@ def initial_state(config, source, rng):
     return create_state(config, rng, mean, std)
 
 
-def ctc_impl_for(config) -> str:
-    """config.loss.ctc_impl ('auto' is decided where the loss runs, by rnn.dispatch.ctc_impl)."""
-    return config.loss.ctc_impl
-
-
 def step_kwargs(config) -> dict:
     """The fixed (static) arguments of train_step, derived from the config."""
     f = config.features
@@ -85,7 +80,7 @@ def step_kwargs(config) -> dict:
         feature_cfg=features.FeatureConfig.from_config(f),
         augment=settings.build(settings.Features, f, "features.").augment,
         norm_by_times=config.loss.norm_by_times,
-        ctc_impl=ctc_impl_for(config),
+        ctc_impl=config.loss.ctc_impl,  # 'auto': rnn.dispatch.ctc_impl, where the loss runs
         learning_rate_fn=learning_rate_schedule(config.optimizer),
         nan_steps=resilience.parse_steps(config.faults.nan_at_steps),
     )

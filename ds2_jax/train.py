@@ -27,7 +27,6 @@ from ds2_jax.checkpoint import load_config, save_config  # noqa: F401 - the loop
 from ds2_jax.state import (  # noqa: F401 - re-exported: the step's state and static arguments
     TrainState,
     create_state,
-    ctc_impl_for,
     initial_state,
     learning_rate_schedule,
     make_optimizer,

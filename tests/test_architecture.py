@@ -79,3 +79,43 @@ def test_the_reference_recurrence_imports_no_kernel():
     kernels = {"ds2_jax.rnn.persistent", "ds2_jax.rnn.mosaic", "ds2_jax.rnn.pallas_common", "ds2_jax.ctc_kernel"}
     assert not graph["ds2_jax.rnn.reference"] & kernels, graph["ds2_jax.rnn.reference"]
     assert not graph["ds2_jax.rnn.gates"] & kernels, graph["ds2_jax.rnn.gates"]
+
+
+def _defines_flags_at_import(tree: ast.Module) -> bool:
+    """A top-level statement calls flags.DEFINE_* or config_flags.DEFINE_* (absl)."""
+    for node in tree.body:
+        for call in (n for n in ast.walk(node) if isinstance(n, ast.Call)):
+            if isinstance(call.func, ast.Attribute) and call.func.attr.startswith("DEFINE"):
+                if not isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                    return True
+    return False
+
+
+def _imported_modules(tree: ast.Module) -> set[str]:
+    names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    for n in ast.walk(tree):
+        if isinstance(n, ast.ImportFrom) and n.module and n.level == 0:
+            names |= {n.module} | {f"{n.module}.{a.name}" for a in n.names}
+    return names
+
+
+def test_no_test_imports_a_module_that_defines_flags():
+    """absl flags are global: two imported modules defining --out fail the whole pytest run
+    (DuplicateFlagError at collection). Commands that tests import define theirs in
+    define_flags(), called only when run; the rest are run as subprocesses."""
+    repo = os.path.dirname(ROOT)
+    with_flags = set()
+    for top in (PACKAGE, "benchmarks"):
+        for folder, _, files in os.walk(os.path.join(repo, top)):
+            for name in (f for f in files if f.endswith(".py")):
+                path = os.path.join(folder, name)
+                with open(path) as f:
+                    if _defines_flags_at_import(ast.parse(f.read())):
+                        with_flags.add(os.path.relpath(path, repo)[:-3].replace(os.sep, "."))
+    assert "ds2_jax.demo" in with_flags and "benchmarks.scaling" in with_flags  # the scan sees flags
+    assert not _defines_flags_at_import(ast.parse("def define_flags():\n    flags.DEFINE_string('out', None, '')\n"))
+    tests = os.path.join(repo, "tests")
+    for name in sorted(f for f in os.listdir(tests) if f.endswith(".py")):
+        with open(os.path.join(tests, name)) as f:
+            clash = _imported_modules(ast.parse(f.read())) & with_flags
+        assert not clash, f"tests/{name} imports {sorted(clash)}, which define absl flags at import"

@@ -21,16 +21,21 @@ from absl import logging as absl_logging
 from ml_collections import config_flags
 
 FLAGS = flags.FLAGS
-config_flags.DEFINE_config_file("config", None, "Config file; default: the workdir's config.json.", lock_config=True)
-flags.DEFINE_string("workdir", None, "Training workdir (checkpoints/).")
-flags.DEFINE_string("lm", None, "ARPA or KenLM binary word LM (ds2_jax.tools.build_lm).")
-flags.DEFINE_string("split", "", "Split to tune on (default: eval.split or dataset.eval_split).")
-flags.DEFINE_list("alphas", ["0", "0.25", "0.5", "1", "1.5", "2"], "LM weights to try.")
-flags.DEFINE_list("betas", ["0", "0.5", "1", "2", "3"], "Word bonuses to try.")
-flags.DEFINE_integer("beam_width", 32, "Beam width during the search.")
-flags.DEFINE_integer("max_utterances", 0, "Utterances of the split used; 0 = all.")
-flags.DEFINE_integer("step", None, "Checkpoint step (default: latest).")
-flags.mark_flags_as_required(["workdir", "lm"])
+
+
+def define_flags() -> None:
+    """The command line; defined only when run, so that tests can import this module."""
+    config_flags.DEFINE_config_file("config", None, "Config file; default: the workdir's config.json.", lock_config=True)
+    flags.DEFINE_string("workdir", None, "Training workdir (checkpoints/).")
+    flags.DEFINE_string("lm", None, "ARPA or KenLM binary word LM (ds2_jax.tools.build_lm).")
+    flags.DEFINE_string("split", "", "Split to tune on (default: eval.split or dataset.eval_split).")
+    flags.DEFINE_list("alphas", ["0", "0.25", "0.5", "1", "1.5", "2"], "LM weights to try.")
+    flags.DEFINE_list("betas", ["0", "0.5", "1", "2", "3"], "Word bonuses to try.")
+    flags.DEFINE_integer("beam_width", 32, "Beam width during the search.")
+    flags.DEFINE_integer("max_utterances", 0, "Utterances of the split used; 0 = all.")
+    flags.DEFINE_integer("step", None, "Checkpoint step (default: latest).")
+    flags.mark_flags_as_required(["workdir", "lm"])
+
 
 log = logging.getLogger("ds2_jax")
 
@@ -91,4 +96,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    define_flags()
     app.run(main)
