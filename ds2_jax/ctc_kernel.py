@@ -1,8 +1,8 @@
 """CTC negative log likelihood with the forward-backward recursions as Pallas kernels.
 
 optax.ctc_loss runs the alpha recursion as a lax.scan and its gradient as the scan's
-autodiff: ~270 time steps of several small kernels each way (thousands of launches per
-step; BUILD_NOTES.md, "CTC kernels"). Here each recursion is one kernel launch: one program per
+autodiff: one time step at a time, several small kernels each way (BUILD_NOTES.md,
+"Kernels and the 'auto' policy"). Here each recursion is one kernel launch: one program per
 utterance loops over time with the extended-label vector (blank, l1, blank, l2, ...,
 blank; padded to a power of two) in registers. The s-1 / s-2 (alpha) and s+1 / s+2
 (beta) neighbours are read back from the row just written to global memory, after a
