@@ -25,8 +25,9 @@ INSTALL_REQUIRES = [
 # torch is pinned exactly: the version that installs as a CPU build offline.
 TORCH = "torch==2.13.0"
 
+# pytest < 9.2: pytest-xdist 3.8 cannot group tests (--dist loadgroup) under 9.2 (tests/conftest.py).
 EXTRAS = {
-    "test": ["pytest>=7.4", "pytest-timeout>=2.2", "pytest-xdist>=3.5", TORCH, "matplotlib>=3.7", "psutil>=5.9"],  # benchmarks are tested too
+    "test": ["pytest>=7.4,<9.2", "pytest-timeout>=2.2", "pytest-xdist>=3.5", TORCH, "matplotlib>=3.7", "psutil>=5.9"],  # benchmarks are tested too
     "bench": [TORCH, "matplotlib>=3.7", "psutil>=5.9"],  # psutil: worker memory in benchmarks.input_pipeline
     # A CUDA 12 jax: the pip CUDA/cuDNN/NCCL wheels, so only an NVIDIA driver >= 525 is needed
     # on the host (jax[cuda13] would need >= 580).
