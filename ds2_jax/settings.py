@@ -368,6 +368,10 @@ class Settings:
                   "checkpoint_every_steps", "keep_checkpoints")
         _at_least("", self, 0, "eval_every_steps", "num_devices")  # devices present: parallel.make
         _one_of("parallelism", self.parallelism, PARALLELISMS)
+        if self.parallelism == "jit" and not self.model.sync_batch_norm:
+            raise ValueError("model.sync_batch_norm=False with parallelism='jit': under jit batch norm always sees "
+                             "the global batch; set model.sync_batch_norm=True, or parallelism='pmap' for "
+                             "per-device statistics")
 
 
 # ----------------------------------------------------------------------------- building

@@ -116,6 +116,19 @@ def test_a_kernel_for_the_simple_cell_only_is_refused_for_gru():
     assert settings.override(settings.Settings(), {"model.rnn_cell": "gru"}).model.rnn_impl == "auto"
 
 
+def test_unsynchronized_batch_norm_is_refused_under_jit_where_it_would_do_nothing():
+    message = r"model.sync_batch_norm=False with parallelism='jit'"
+    with pytest.raises(ValueError, match=message):
+        settings.override(settings.Settings(), {"parallelism": "jit", "model.sync_batch_norm": False})
+    config = with_key("model.sync_batch_norm", False)
+    config.parallelism = "jit"
+    with pytest.raises(ValueError, match=message):
+        settings.from_config_dict(config)
+    for parallelism, sync in (("pmap", False), ("jit", True), ("pmap", True)):  # the rest stand
+        s = settings.override(settings.Settings(), {"parallelism": parallelism, "model.sync_batch_norm": sync})
+        assert (s.parallelism, s.model.sync_batch_norm) == (parallelism, sync)
+
+
 @pytest.mark.parametrize("key,value,message", [
     ("model.rnn_size", "big", r"model.rnn_size='big': expected int, got str"),
     ("model.rnn_size", 2048.0, r"model.rnn_size=2048.0: expected int, got float"),
