@@ -178,7 +178,6 @@ def _train(config, workdir: str, mgr) -> TrainState:
         return state
     if is_chief:  # after the restore: a config its checkpoints don't fit never replaces the one they do
         save_config(config, workdir)
-    writer = metrics.MetricWriter(workdir, enabled=is_chief, resume_step=start)
 
     p_train = par.compile(train_step, step_kwargs(config))
     p_eval = evaluation.compile_eval_step(config, par)  # reads the placed train state, as is
@@ -200,53 +199,54 @@ def _train(config, workdir: str, mgr) -> TrainState:
 
     pending: list = []
     last_time, last_step = time.perf_counter(), start
+    writer = metrics.MetricWriter(workdir, enabled=is_chief, resume_step=start)
     bar = progress.StepProgress(start, config.num_train_steps, is_chief)
     watchdog = resilience.Watchdog(config.step_timeout_s)
     done = start
-    with resilience.Preemption() as preemption, contextlib.closing(batches):  # closing stops the workers
-        for step in range(start, config.num_train_steps):
-            resilience.maybe_hang(config.faults, step)
-            t0 = time.perf_counter()
-            batch, idle_s = _next_batch(batches, pending[-1] if pending else None)
-            input_wait.add(idle_s)
-            state, step_metrics = _run_step(p_train, state, batch, step_rng, config, first=step == start)
-            pending.append(step_metrics)
-            if step == start:
-                log.info("first step (compile + run) took %.1f s", time.perf_counter() - t0)
-                input_wait.take(0.0)  # the first batch waits for worker start-up; not an interval
-                last_time, last_step = time.perf_counter(), step + 1
-                watchdog.ping(f"step {step + 1}")
-            resilience.maybe_kill(config.faults, "step", step + 1)
-            done = step + 1
-            bar.dispatched(step_metrics)
-            if done % config.log_every_steps == 0 or done == config.num_train_steps:
-                bar.wait_all()
-                fetched = jax.device_get(pending)  # waits for the interval's steps to finish
-                interval_s = time.perf_counter() - last_time
-                summary = _summarize(fetched, interval_s, done - last_step)
-                summary["input_wait_s"] = input_wait.take(interval_s)
-                summary["skipped_steps"] = float(_first(state.skipped_steps))
-                writer.write(done, summary)
-                log.info("step %d: %s", done, " ".join(f"{k}={v:.4g}" for k, v in summary.items()))
-                _stop_if_diverged(_first(state.consecutive_skips), done, config)
-                pending, last_time, last_step = [], time.perf_counter(), done
-                watchdog.ping(f"step {done}")
-            if config.eval_every_steps and done % config.eval_every_steps == 0:
-                resilience.maybe_kill(config.faults, "eval", done)
-                run_eval(done)
-                watchdog.ping(f"eval at step {done}")
-            if preemption.signal is not None:
-                log.warning("preempted at step %d: writing a checkpoint and exiting", done)
-                break
-            if done % config.checkpoint_every_steps == 0 and done != config.num_train_steps:
-                save(done)
-    bar.close()
-    final = host_state()
-    if done > start and mgr.latest_step() != done:
-        save(done)
-    checkpoint.finish_or_explain(mgr)
-    watchdog.close()
-    writer.close()
+    # Closed on the way out of an error too: a watchdog left running would end the caller's
+    # process step_timeout_s later; the bar would keep its hold on the log handlers.
+    with contextlib.closing(writer), contextlib.closing(watchdog):
+        with contextlib.closing(bar), resilience.Preemption() as preemption, contextlib.closing(batches):
+            for step in range(start, config.num_train_steps):
+                resilience.maybe_hang(config.faults, step)
+                t0 = time.perf_counter()
+                batch, idle_s = _next_batch(batches, pending[-1] if pending else None)
+                input_wait.add(idle_s)
+                state, step_metrics = _run_step(p_train, state, batch, step_rng, config, first=step == start)
+                pending.append(step_metrics)
+                if step == start:
+                    log.info("first step (compile + run) took %.1f s", time.perf_counter() - t0)
+                    input_wait.take(0.0)  # the first batch waits for worker start-up; not an interval
+                    last_time, last_step = time.perf_counter(), step + 1
+                    watchdog.ping(f"step {step + 1}")
+                resilience.maybe_kill(config.faults, "step", step + 1)
+                done = step + 1
+                bar.dispatched(step_metrics)
+                if done % config.log_every_steps == 0 or done == config.num_train_steps:
+                    bar.wait_all()
+                    fetched = jax.device_get(pending)  # waits for the interval's steps to finish
+                    interval_s = time.perf_counter() - last_time
+                    summary = _summarize(fetched, interval_s, done - last_step)
+                    summary["input_wait_s"] = input_wait.take(interval_s)
+                    summary["skipped_steps"] = float(_first(state.skipped_steps))
+                    writer.write(done, summary)
+                    log.info("step %d: %s", done, " ".join(f"{k}={v:.4g}" for k, v in summary.items()))
+                    _stop_if_diverged(_first(state.consecutive_skips), done, config)
+                    pending, last_time, last_step = [], time.perf_counter(), done
+                    watchdog.ping(f"step {done}")
+                if config.eval_every_steps and done % config.eval_every_steps == 0:
+                    resilience.maybe_kill(config.faults, "eval", done)
+                    run_eval(done)
+                    watchdog.ping(f"eval at step {done}")
+                if preemption.signal is not None:
+                    log.warning("preempted at step %d: writing a checkpoint and exiting", done)
+                    break
+                if done % config.checkpoint_every_steps == 0 and done != config.num_train_steps:
+                    save(done)
+        final = host_state()
+        if done > start and mgr.latest_step() != done:
+            save(done)
+        checkpoint.finish_or_explain(mgr)
     return final
 
 

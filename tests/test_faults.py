@@ -9,11 +9,13 @@ for bit with an uninterrupted run. The slow drills run launch.py in a subprocess
 """
 
 import json
+import logging
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 
 import jax
@@ -387,8 +389,16 @@ def test_non_finite_steps_skipped_counted_and_bounded(tmp_path):
     assert [r["skipped_steps"] for r in records] == [0, 0, 1, 2, 3, 3]
     assert all(np.isfinite(r["loss"]) for r in records)
     bad = tiny_config(num_train_steps=6, **common, **{"faults.nan_at_steps": "2-4", "optimizer.max_consecutive_skips": 3})
+    handlers = [h for name in ("", "ds2_jax") for h in logging.getLogger(name).handlers]
+    own_handles = [h.__dict__.get("handle") for h in handlers]
     with pytest.raises(FloatingPointError, match="3 consecutive steps had a non-finite loss or gradient \\(up to step 5\\)"):
         train.train_and_evaluate(bad, str(tmp_path / "b"))
+    # A caller that catches the error keeps its process: the watchdog stopped (left running
+    # it would os._exit step_timeout_s later), and the progress bar let go of the log handlers.
+    for t in [t for t in threading.enumerate() if t.name == "ds2-watchdog"]:
+        t.join(timeout=10)
+        assert not t.is_alive(), "the watchdog outlived the failed run"
+    assert [h.__dict__.get("handle") for h in handlers] == own_handles
 
 
 @pytest.mark.slow
