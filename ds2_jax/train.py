@@ -205,7 +205,7 @@ def _train(config, workdir: str, mgr) -> TrainState:
     done = start
     # Closed on the way out of an error too: a watchdog left running would end the caller's
     # process step_timeout_s later; the bar would keep its hold on the log handlers.
-    with contextlib.closing(writer), contextlib.closing(watchdog):
+    with _closed_after(writer), contextlib.closing(watchdog):
         with contextlib.closing(bar), resilience.Preemption() as preemption, contextlib.closing(batches):
             for step in range(start, config.num_train_steps):
                 resilience.maybe_hang(config.faults, step)
@@ -248,6 +248,19 @@ def _train(config, workdir: str, mgr) -> TrainState:
             save(done)
         checkpoint.finish_or_explain(mgr)
     return final
+
+
+@contextlib.contextmanager
+def _closed_after(resource):
+    """Closes `resource` on the way out; on an error path a failing close (a full disk) does not
+    replace the error that ended the run."""
+    try:
+        yield resource
+    except BaseException:
+        with contextlib.suppress(Exception):
+            resource.close()
+        raise
+    resource.close()
 
 
 def _first(x) -> float:
