@@ -19,14 +19,19 @@ def module_imports() -> dict[str, set[str]]:
     for mod, path in modules.items():
         with open(path) as f:
             tree = ast.parse(f.read())
-        deps = set()
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                deps |= {a.name for a in node.names}
-            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                deps |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
-        graph[mod] = {d for d in deps if d in modules and d != mod}
+        graph[mod] = {d for d in imported_names(tree) if d in modules and d != mod}
     return graph
+
+
+def imported_names(tree: ast.Module) -> set[str]:
+    """Every absolute module name a tree imports, and module.name for each `from module import name`."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+    return names
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -91,14 +96,6 @@ def _defines_flags_at_import(tree: ast.Module) -> bool:
     return False
 
 
-def _imported_modules(tree: ast.Module) -> set[str]:
-    names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-    for n in ast.walk(tree):
-        if isinstance(n, ast.ImportFrom) and n.module and n.level == 0:
-            names |= {n.module} | {f"{n.module}.{a.name}" for a in n.names}
-    return names
-
-
 def test_no_test_imports_a_module_that_defines_flags():
     """absl flags are global: two imported modules defining --out fail the whole pytest run
     (DuplicateFlagError at collection). Commands that tests import define theirs in
@@ -117,5 +114,5 @@ def test_no_test_imports_a_module_that_defines_flags():
     tests = os.path.join(repo, "tests")
     for name in sorted(f for f in os.listdir(tests) if f.endswith(".py")):
         with open(os.path.join(tests, name)) as f:
-            clash = _imported_modules(ast.parse(f.read())) & with_flags
+            clash = imported_names(ast.parse(f.read())) & with_flags
         assert not clash, f"tests/{name} imports {sorted(clash)}, which define absl flags at import"
