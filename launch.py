@@ -99,8 +99,9 @@ def main(argv):
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     absl_logging.set_verbosity(absl_logging.WARNING)  # quiets orbax's per-save chatter
     logging.getLogger("ds2_jax").setLevel(logging.INFO)
-    if FLAGS.config.deterministic:  # must reach XLA before jax starts
-        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_gpu_deterministic_ops=true").strip()
+    from ds2_jax import determinism
+
+    determinism.apply(FLAGS.config)  # must reach XLA before jax starts
     if FLAGS.distributed or FLAGS.coordinator_address:
         start_distributed()
     from ds2_jax import errors, evaluation, train
