@@ -67,6 +67,7 @@ def loss_gradients(
     feats, frames = features_of(state, batch, feature_cfg)
     if augment.enabled:
         feats = features.spec_augment(feats, frames, rng, **dataclasses.asdict(augment))
+    weights = batch["weights"]
 
     def loss_fn(params):
         (logits, out_lengths), updates = net.apply(
@@ -74,7 +75,7 @@ def loss_gradients(
         )
         loss, ok = ctc.per_utterance_loss(logits, out_lengths, batch["labels"], batch["label_lengths"], norm_by_times,
                                           ctc_impl)
-        used = ok.astype(jnp.float32) * batch["weights"]
+        used = ok.astype(jnp.float32) * weights
         count = psum(jnp.sum(used), axis_name)
         local_sum = jnp.sum(loss * used)
         if nan_steps:  # fault injection (config.faults.nan_at_steps)
@@ -114,7 +115,8 @@ def train_step(
         skipped_steps=state.skipped_steps + (~finite).astype(jnp.int32),
         consecutive_skips=jnp.where(finite, 0, state.consecutive_skips + 1),
     )
-    utterances = psum(jnp.sum(batch["weights"]), axis_name)
+    weights = batch["weights"]
+    utterances = psum(jnp.sum(weights), axis_name)
     step_metrics = {
         "loss_sum": jnp.where(finite, loss_sum, 0.0),
         "loss_count": jnp.where(finite, count, 0.0),

@@ -190,6 +190,17 @@ MUTATIONS = [
              "for k in sorted(blocks, reverse=True)]",
              ("tests/test_distributed.py::test_two_processes_under_jit_match_one_process",),
              "with several processes under jit, a process's eval rows read back out of order"),
+    # ---- issue 28: bfloat16 trains like float32
+    Mutation("bf16_output_layer", "ds2_jax/model.py",
+             'nn.Dense(cfg.vocab_size, dtype=jnp.float32, param_dtype=jnp.float32, name="output")',
+             'nn.Dense(cfg.vocab_size, dtype=cfg.compute_dtype, param_dtype=jnp.float32, name="output")',
+             ("tests/test_bf16_step.py",), "the output layer (logits, its bias gradient's sum) in bfloat16"),
+    Mutation("bf16_batch_norm_affine", "ds2_jax/model.py", "return (xf * mul + shift).astype(self.dtype)",
+             "return (x * mul.astype(self.dtype) + shift.astype(self.dtype)).astype(self.dtype)",
+             ("tests/test_bf16_step.py",), "batch norm's affine (and its gradient sums) in bfloat16"),
+    Mutation("deterministic_unchecked", "ds2_jax/determinism.py", 'if config.deterministic and backend == "gpu"',
+             'if False and backend == "gpu"', ("tests/test_determinism.py",),
+             "a deterministic config runs on a GPU without the deterministic flag"),
 ]
 
 
