@@ -21,7 +21,7 @@ sensitivity to a change of that size, the floor no bfloat16 compute can go below
 
 --track_steps=N trains N steps of the --track_dtype run from the config's seed and measures
 the whole gradient's bfloat16 error at --track_points states along the way: how the error
-grows over steps (on a seed that diverges, the diverging run's own states).
+grows over steps (on a seed that diverges, the diverging run's own states), beside the floor.
 
 Writes DIR/parts.json and DIR/NOTES.md (the tables).
 """
@@ -196,6 +196,13 @@ def device_batch(source, step: int) -> dict:
     return jax.device_put(source.train_batch(step))
 
 
+def rounded_params(state):
+    """`state` with its parameters rounded to bfloat16 (and kept in their dtype): the floor's input."""
+    import jax
+
+    return state.replace(params=jax.tree_util.tree_map(lambda p: p.astype("bfloat16").astype(p.dtype), state.params))
+
+
 def measure_parts(config, source, state, runs: list[tuple[str, str]], batches: int) -> dict:
     """{run name: {part: median relative error over `batches` batches}} against REFERENCE."""
     import jax
@@ -203,7 +210,7 @@ def measure_parts(config, source, state, runs: list[tuple[str, str]], batches: i
 
     fns = {run: measure_fn(step_kwargs(config, *run)) for run in [REFERENCE, *runs]}
     per_batch: dict[str, list[dict]] = {f"{d} {i}": [] for d, i in [*runs, FLOOR]}
-    rounded = state.replace(params=jax.tree_util.tree_map(lambda p: p.astype("bfloat16").astype(p.dtype), state.params))
+    rounded = rounded_params(state)
     for step in range(batches):
         batch = device_batch(source, step)
         ref_parts, ref_grads, frames, out_lengths = fns[REFERENCE](state, batch)
@@ -247,6 +254,7 @@ def track(config, source, state, steps: int, points: int, dtype: str, runs: list
             for run in runs:
                 grads, _ = grad_fns[run](state, batch, rng)
                 row[f"{run[0]} {run[1]}"] = whole(grads, ref)
+            row[f"{FLOOR[0]} {FLOOR[1]}"] = whole(grad_fns[REFERENCE](rounded_params(state), batch, rng)[0], ref)
             rows.append(row)
         if step == steps:
             break

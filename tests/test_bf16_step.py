@@ -57,16 +57,12 @@ def gradients(config, dtype, rnn_impl, state, batch) -> dict:
     return {k: np.asarray(v) for k, v in precision_parts.flat_paths(jax.device_get(grads)).items()}
 
 
-def rounded(state):
-    return state.replace(params=jax.tree_util.tree_map(lambda p: p.astype("bfloat16").astype(p.dtype), state.params))
-
-
 @pytest.mark.parametrize("rnn_impl", RNN_IMPLS)
 def test_every_bf16_gradient_is_within_the_floor_of_float32(seed_step, rnn_impl):
     config, state, batches = seed_step
     for batch in batches:
         ref = gradients(config, "float32", "scan_vjp", state, batch)
-        floor = gradients(config, "float32", "scan_vjp", rounded(state), batch)
+        floor = gradients(config, "float32", "scan_vjp", precision_parts.rounded_params(state), batch)
         bf16 = gradients(config, "bfloat16", rnn_impl, state, batch)
         assert all(v.dtype == np.float32 for v in bf16.values())  # what the all-reduce and Adam see
         ratios = {k: precision_parts.relative_error(bf16[k], ref[k]) / max(precision_parts.relative_error(floor[k], ref[k]),
