@@ -56,14 +56,13 @@ GOAL_WORST_POINTS = 2.0  # and its worst seed within this many points of the ref
 def parse_runs(specs: list[str]) -> list[tuple[str, str]]:
     """['float32:scan_vjp', ...] -> [('float32', 'scan_vjp'), ...], each checked against settings."""
     from ds2_jax import settings
-    from ds2_jax.rnn import dispatch
 
     runs = []
     for spec in specs:
         dtype, _, impl = spec.partition(":")
-        if dtype not in settings.DTYPES or impl not in dispatch.RNN_IMPLS:
+        if dtype not in settings.DTYPES or impl not in settings.RNN_IMPLS:
             raise ValueError(f"--runs entry {spec!r}: expected dtype:rnn_impl with dtype in {list(settings.DTYPES)} "
-                             f"and rnn_impl in {list(dispatch.RNN_IMPLS)}")
+                             f"and rnn_impl in {list(settings.RNN_IMPLS)}")
         runs.append((dtype, impl))
     if not runs or len(set(runs)) != len(runs):
         raise ValueError(f"--runs {specs}: expected one or more distinct dtype:rnn_impl entries")

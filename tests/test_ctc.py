@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from ds2_jax import ctc, geometry
-from ds2_jax.rnn import dispatch
+from ds2_jax.kernels import dispatch
 
 pytestmark = pytest.mark.gpu  # kernel numerics: make test-gpu runs them on a GPU
 

@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 
 from ds2_jax.activation import clipped_relu
-from ds2_jax.rnn.gates import passes_gradient
+from ds2_jax.kernels.gates import passes_gradient
 
 
 def simple_cell(carry, proj_t, rec_t):

@@ -34,8 +34,8 @@ from jax.experimental.pallas import mosaic_gpu as plgpu
 from jaxlib.mlir.dialects import nvvm
 
 from ds2_jax.activation import clipped_relu
-from ds2_jax.rnn import pallas_common
-from ds2_jax.rnn.gates import input_gradient, passes_gradient, previous_states
+from ds2_jax.kernels import common
+from ds2_jax.kernels.gates import input_gradient, passes_gradient, previous_states
 
 COLS = 64  # wgmma M: the columns one CTA pair computes
 BATCH = 16  # wgmma N: the batch the kernel takes
@@ -230,7 +230,7 @@ def _run(cell: Callable, xs: jax.Array, weights: jax.Array, *, reverse: bool, op
 
 def supported() -> bool:
     """wgmma kernels: Hopper (compute capability 9.0) only."""
-    return pallas_common.compute_capability() == pallas_common.HOPPER
+    return common.compute_capability() == common.HOPPER
 
 
 def unsupported(dtype, batch: int, directions: int, hidden: int) -> str | None:
