@@ -38,6 +38,7 @@ BN = ("tests/test_model.py::test_batch_norm_normalizes_with_masked_moments_and_u
 SATURATED = "tests/test_recurrence.py::test_saturated_recurrence_matches_numpy_and_its_gradient_stops_at_the_clip"
 BACKWARD = "tests/test_recurrence.py::test_backward_direction_starts_at_each_sequence_end"
 CTC = "tests/test_ctc.py::"
+BOUNDARY = "tests/test_settings.py::test_every_check_holds_at_its_boundary"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -190,6 +191,33 @@ MUTATIONS = [
              "for k in sorted(blocks, reverse=True)]",
              ("tests/test_distributed.py::test_two_processes_under_jit_match_one_process",),
              "with several processes under jit, a process's eval rows read back out of order"),
+    # ---- issue 33: classes of wrong result. 1: settings at their boundaries
+    Mutation("bound_min_duration_le_max", "ds2_jax/settings.py",
+             "if not 0 <= self.min_duration_s < self.max_duration_s:",
+             "if not 0 <= self.min_duration_s <= self.max_duration_s:", (BOUNDARY,),
+             "dataset.min_duration_s == max_duration_s accepted (no utterance can pass)"),
+    Mutation("bound_min_duration_zero_refused", "ds2_jax/settings.py", "if not 0 <= self.min_duration_s <",
+             "if not 0 < self.min_duration_s <", (BOUNDARY,), "dataset.min_duration_s=0 (the default) refused"),
+    Mutation("bound_zero_rnn_layers", "ds2_jax/settings.py", "if self.num_rnn_layers < 1 or",
+             "if self.num_rnn_layers < 0 or", (BOUNDARY,), "model.num_rnn_layers=0 accepted"),
+    Mutation("bound_max_buckets_refused", "ds2_jax/settings.py", "if not 1 <= self.num_buckets <= MAX_BUCKETS:",
+             "if not 1 <= self.num_buckets < MAX_BUCKETS:", (BOUNDARY,), "dataset.num_buckets=8 (the maximum) refused"),
+    Mutation("bound_at_least_strict", "ds2_jax/settings.py", "        if value < minimum:",
+             "        if value <= minimum:", (BOUNDARY,), "every `>= minimum` check refuses the minimum itself"),
+    Mutation("bound_time_fraction_one_refused", "ds2_jax/settings.py",
+             "if not 0 <= self.time_mask_max_fraction <= 1:", "if not 0 <= self.time_mask_max_fraction < 1:",
+             (BOUNDARY,), "features.time_mask_max_fraction=1 refused"),
+    Mutation("bound_zero_learning_rate", "ds2_jax/settings.py", "if self.learning_rate <= 0:",
+             "if self.learning_rate < 0:", (BOUNDARY,), "optimizer.learning_rate=0 accepted (nothing trains)"),
+    Mutation("bound_zero_log_prob_threshold", "ds2_jax/settings.py", "if self.beam_prune_logp >= 0 or",
+             "if self.beam_prune_logp > 0 or", (BOUNDARY,), "decoding.beam_prune_logp=0 accepted (prunes all but the best)"),
+    Mutation("bound_zero_alpha_refused", "ds2_jax/settings.py", "if self.alpha < 0:", "if self.alpha <= 0:",
+             (BOUNDARY,), "decoding.alpha=0 (no LM weight, tune_lm's first grid point) refused"),
+    Mutation("bound_three_conv_layers_refused", "ds2_jax/geometry.py",
+             "if not 1 <= num_conv_layers <= MAX_CONV_LAYERS:", "if not 1 <= num_conv_layers < MAX_CONV_LAYERS:",
+             (BOUNDARY,), "model.num_conv_layers=3 refused"),
+    Mutation("bound_auto_workers_refused", "ds2_jax/settings.py", "if self.num_workers < -1:",
+             "if self.num_workers < 0:", (BOUNDARY,), "dataset.num_workers=-1 (auto, the default) refused"),
 ]
 
 
