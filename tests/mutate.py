@@ -39,6 +39,10 @@ SATURATED = "tests/test_recurrence.py::test_saturated_recurrence_matches_numpy_a
 BACKWARD = "tests/test_recurrence.py::test_backward_direction_starts_at_each_sequence_end"
 CTC = "tests/test_ctc.py::"
 BOUNDARY = "tests/test_settings.py::test_every_check_holds_at_its_boundary"
+SRC = "tests/test_tfds_source.py::"
+DURATION_LIMITS = SRC + "test_duration_filter_keeps_utterances_exactly_at_each_limit"
+CTC_LIMIT = SRC + "test_ctc_filter_keeps_an_utterance_whose_frames_equal_what_its_labels_need"
+EVAL_LIMIT = SRC + "test_eval_keeps_utterances_longer_than_the_largest_bucket_each_in_the_smallest_shape"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -218,6 +222,33 @@ MUTATIONS = [
              (BOUNDARY,), "model.num_conv_layers=3 refused"),
     Mutation("bound_auto_workers_refused", "ds2_jax/settings.py", "if self.num_workers < -1:",
              "if self.num_workers < 0:", (BOUNDARY,), "dataset.num_workers=-1 (auto, the default) refused"),
+    # 2: filters at their limits
+    Mutation("filter_ctc_drops_exact_fit", "ds2_jax/tfds_source.py", "& (frames < need)", "& (frames <= need)",
+             (CTC_LIMIT,), "the CTC filter drops an utterance whose frames are exactly what its labels need"),
+    Mutation("feasible_needs_a_spare_frame", "ds2_jax/ctc.py", "<= logit_lengths)", "< logit_lengths)",
+             (CTC_LIMIT, CTC + "test_frames_exactly_what_the_labels_need_have_one_path_and_its_loss"),
+             "the loss masks out an utterance whose frames are exactly what its labels need"),
+    Mutation("filter_min_duration_exclusive", "ds2_jax/tfds_source.py", "short = n < self.min_samples",
+             "short = n <= self.min_samples", (DURATION_LIMITS,), "an utterance of exactly min_duration_s dropped"),
+    Mutation("filter_max_duration_exclusive", "ds2_jax/tfds_source.py", "long = n > self.max_samples",
+             "long = n >= self.max_samples", (DURATION_LIMITS,), "an utterance of exactly max_duration_s dropped"),
+    Mutation("filter_duration_truncated", "ds2_jax/tfds_source.py",
+             "self.max_samples = round(d.max_duration_s * self.sample_rate)",
+             "self.max_samples = int(d.max_duration_s * self.sample_rate)", (DURATION_LIMITS,),
+             "max_duration_s truncated to samples (4.02 s -> 64319): an utterance at the limit dropped"),
+    Mutation("eval_extra_shape_if_any_fits", "ds2_jax/tfds_source.py", "not fits(*shapes[-1]).all():",
+             "not fits(*shapes[-1]).any():", (EVAL_LIMIT,),
+             "eval silently drops utterances longer than the largest bucket when some fit"),
+    Mutation("eval_bucket_fit_strict", "ds2_jax/tfds_source.py",
+             "fits = lambda s, l: (samples <= s) & (label_lens <= l)",
+             "fits = lambda s, l: (samples < s) & (label_lens <= l)", (EVAL_LIMIT,),
+             "an eval utterance exactly a bucket's size goes to a larger shape"),
+    Mutation("eval_bucket_ignores_labels", "ds2_jax/tfds_source.py",
+             "fits = lambda s, l: (samples <= s) & (label_lens <= l)", "fits = lambda s, l: samples <= s",
+             (EVAL_LIMIT,), "eval buckets by audio only: a transcript longer than the bucket's labels"),
+    Mutation("eval_largest_fitting_bucket", "ds2_jax/tfds_source.py", "for b in reversed(range(len(shapes))):",
+             "for b in range(len(shapes)):", (EVAL_LIMIT,),
+             "eval utterances padded to the largest shape they fit, not the smallest"),
 ]
 
 
