@@ -42,6 +42,15 @@ BOUNDARY = "tests/test_settings.py::test_every_check_holds_at_its_boundary"
 SRC = "tests/test_tfds_source.py::"
 DURATION_LIMITS = SRC + "test_duration_filter_keeps_utterances_exactly_at_each_limit"
 CTC_LIMIT = SRC + "test_ctc_filter_keeps_an_utterance_whose_frames_equal_what_its_labels_need"
+RESTORE = "state = restored.replace(apply_fn=state.apply_fn, tx=state.tx)"  # train.py's resume
+RESUME = "tests/test_train.py::test_killed_and_resumed_run_matches_uninterrupted_in_every_field_and_counter"
+DEC = "tests/test_decoding.py::"
+NEW_WEIGHTS = DEC + "test_new_alpha_and_beta_change_what_the_decoder_outputs"
+GRID = DEC + "test_tune_lm_grid_scores_each_setting_with_its_own_weights"
+PRUNING = (DEC + "test_token_pruning_keeps_each_frames_argmax_and_every_token_at_the_threshold",
+           DEC + "test_beam_search_keeps_each_frames_best_token_however_unsure")
+LOOKAHEAD = ("tests/test_model.py::test_row_convolution_output_at_t_sees_frames_t_to_t_plus_context",
+             "tests/test_model.py::test_unidirectional_model_looks_ahead_by_exactly_the_row_convolution_context")
 EVAL_LIMIT = SRC + "test_eval_keeps_utterances_longer_than_the_largest_bucket_each_in_the_smallest_shape"
 
 
@@ -249,6 +258,16 @@ MUTATIONS = [
     Mutation("eval_largest_fitting_bucket", "ds2_jax/tfds_source.py", "for b in reversed(range(len(shapes))):",
              "for b in range(len(shapes)):", (EVAL_LIMIT,),
              "eval utterances padded to the largest shape they fit, not the smallest"),
+    # 3: state that must survive a resume
+    Mutation("resume_resets_skip_counters", "ds2_jax/train.py", RESTORE,
+             RESTORE[:-1] + ", skipped_steps=state.skipped_steps, consecutive_skips=state.consecutive_skips)", (RESUME,),
+             "a resumed run starts skipped_steps and consecutive_skips from zero"),
+    Mutation("resume_resets_consecutive_skips", "ds2_jax/train.py", RESTORE,
+             RESTORE[:-1] + ", consecutive_skips=state.consecutive_skips)", (RESUME,), "a resumed run forgets the non-finite steps in a row before its checkpoint"),
+    Mutation("resume_fresh_optimizer", "ds2_jax/train.py", RESTORE, RESTORE[:-1] + ", opt_state=state.opt_state)", (RESUME,),
+             "a resumed run restarts Adam's moments"),
+    Mutation("resume_fresh_batch_stats", "ds2_jax/train.py", RESTORE,
+             RESTORE[:-1] + ", batch_stats=state.batch_stats)", (RESUME,), "a resumed run restarts batch norm's running statistics"),
 ]
 
 
