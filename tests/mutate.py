@@ -51,6 +51,8 @@ PRUNING = (DEC + "test_token_pruning_keeps_each_frames_argmax_and_every_token_at
            DEC + "test_beam_search_keeps_each_frames_best_token_however_unsure")
 LOOKAHEAD = ("tests/test_model.py::test_row_convolution_output_at_t_sees_frames_t_to_t_plus_context",
              "tests/test_model.py::test_unidirectional_model_looks_ahead_by_exactly_the_row_convolution_context")
+DISK_FULL = ("tests/test_errors.py::test_disk_full_is_recognized_by_errno_and_by_wrapped_text",
+             "tests/test_errors.py::test_a_full_disk_or_quota_is_explained_as_disk_full_by_checkpoint_and_metrics_writes")
 EVAL_LIMIT = SRC + "test_eval_keeps_utterances_longer_than_the_largest_bucket_each_in_the_smallest_shape"
 
 
@@ -268,6 +270,29 @@ MUTATIONS = [
              "a resumed run restarts Adam's moments"),
     Mutation("resume_fresh_batch_stats", "ds2_jax/train.py", RESTORE,
              RESTORE[:-1] + ", batch_stats=state.batch_stats)", (RESUME,), "a resumed run restarts batch norm's running statistics"),
+    # 4: decoding that must change when its settings do
+    Mutation("set_weights_keeps_the_old_search", "ds2_jax/decoding.py",
+             "self.alpha, self.beta = alpha, beta\n        self._decoder = self._build()",
+             "self.alpha, self.beta = alpha, beta", (NEW_WEIGHTS, GRID),
+             "set_weights records the new alpha/beta but the search keeps the old ones (tune_lm scores one setting)"),
+    Mutation("search_weights_from_config_alpha", "ds2_jax/decoding.py", "lm_weight=self.alpha * math.log(10)",
+             "lm_weight=self.cfg.alpha * math.log(10)", (NEW_WEIGHTS,),
+             "the search takes alpha from the config it was built with, not set_weights'"),
+    Mutation("search_weights_from_config_beta", "ds2_jax/decoding.py", "word_score=self.beta,",
+             "word_score=self.cfg.beta,", (NEW_WEIGHTS,),
+             "the search takes beta from the config it was built with, not set_weights'"),
+    Mutation("workers_decode_with_the_first_weights", "ds2_jax/decoding.py",
+             "tuned = dataclasses.replace(self.cfg, alpha=self.alpha, beta=self.beta)", "tuned = self.cfg",
+             (NEW_WEIGHTS,), "decode_all's workers search with the constructor's alpha/beta"),
+    Mutation("pruning_drops_the_argmax", "ds2_jax/decoding.py",
+             "keep = (log_probs >= min_logp) | (log_probs == log_probs.max(-1, keepdims=True))",
+             "keep = log_probs >= min_logp", PRUNING,
+             "token pruning drops a frame's best token when it is below token_min_logp"),
+    Mutation("pruning_argmax_over_time", "ds2_jax/decoding.py", "(log_probs == log_probs.max(-1, keepdims=True))",
+             "(log_probs == log_probs.max(0, keepdims=True))", PRUNING,
+             "token pruning keeps each token's best frame, not each frame's best token"),
+    Mutation("pruning_threshold_exclusive", "ds2_jax/decoding.py", "keep = (log_probs >= min_logp) |",
+             "keep = (log_probs > min_logp) |", PRUNING, "a token exactly at token_min_logp pruned"),
 ]
 
 
