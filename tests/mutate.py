@@ -293,6 +293,20 @@ MUTATIONS = [
              "token pruning keeps each token's best frame, not each frame's best token"),
     Mutation("pruning_threshold_exclusive", "ds2_jax/decoding.py", "keep = (log_probs >= min_logp) |",
              "keep = (log_probs > min_logp) |", PRUNING, "a token exactly at token_min_logp pruned"),
+    # 5: model semantics (the streaming model's lookahead)
+    Mutation("row_conv_looks_back", "ds2_jax/model.py", "padding=((0, self.context),),",
+             "padding=((self.context, 0),),", LOOKAHEAD, "row convolution sees t - context .. t instead of t .. t + context"),
+    Mutation("row_conv_centered", "ds2_jax/model.py", "padding=((0, self.context),),",
+             "padding=((self.context // 2, self.context - self.context // 2),),", LOOKAHEAD,
+             "row convolution centred on t (half the lookahead, and frames from the past)"),
+    Mutation("row_conv_one_frame_short", "ds2_jax/model.py",
+             "kernel_size=(self.context + 1,),\n            padding=((0, self.context),),",
+             "kernel_size=(self.context,),\n            padding=((0, self.context - 1),),", LOOKAHEAD,
+             "row convolution sees t .. t + context - 1"),
+    Mutation("row_conv_context_off_by_one", "ds2_jax/model.py",
+             "x = RowConv(cfg.row_conv_context, cfg.compute_dtype)(x, lengths)",
+             "x = RowConv(cfg.row_conv_context - 1, cfg.compute_dtype)(x, lengths)", LOOKAHEAD,
+             "the model's row convolution one frame shorter than model.row_conv_context"),
 ]
 
 
