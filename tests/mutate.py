@@ -307,6 +307,21 @@ MUTATIONS = [
              "x = RowConv(cfg.row_conv_context, cfg.compute_dtype)(x, lengths)",
              "x = RowConv(cfg.row_conv_context - 1, cfg.compute_dtype)(x, lengths)", LOOKAHEAD,
              "the model's row convolution one frame shorter than model.row_conv_context"),
+    # 6: error classification (issue 29 may change these rules: keep the tests in step)
+    Mutation("disk_full_without_quota", "ds2_jax/errors.py", "err.errno in (errno.ENOSPC, errno.EDQUOT)",
+             "err.errno in (errno.ENOSPC,)", DISK_FULL, "a quota error (EDQUOT) is not reported as a full disk"),
+    Mutation("disk_full_any_os_error", "ds2_jax/errors.py", "err.errno in (errno.ENOSPC, errno.EDQUOT)",
+             "err.errno is not None", DISK_FULL, "every OSError with an errno (permissions, read-only) is 'disk full'"),
+    Mutation("disk_full_by_text_only", "ds2_jax/errors.py",
+             "if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):", "if False:", DISK_FULL,
+             "a full disk recognized by its message only (an OSError with another wording is missed)"),
+    Mutation("disk_full_wrapped_quota_missed", "ds2_jax/errors.py", ' or "Disk quota exceeded" in text', "",
+             DISK_FULL, "a quota error wrapped by tensorstore (text only) is not a full disk"),
+    Mutation("metrics_disk_full_enospc_only", "ds2_jax/metrics.py", "if not errors.is_disk_full(e):",
+             "if e.errno != 28:  # ENOSPC", DISK_FULL, "a metrics write over quota is not explained as a full disk"),
+    Mutation("checkpoint_disk_full_enospc_only", "ds2_jax/checkpoint.py", "full = errors.is_disk_full(err)",
+             "full = getattr(err, 'errno', None) == 28  # ENOSPC", DISK_FULL,
+             "a checkpoint write over quota is a CheckpointError, not DiskFull"),
 ]
 
 
