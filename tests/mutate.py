@@ -53,6 +53,7 @@ LOOKAHEAD = ("tests/test_model.py::test_row_convolution_output_at_t_sees_frames_
              "tests/test_model.py::test_unidirectional_model_looks_ahead_by_exactly_the_row_convolution_context")
 DISK_FULL = ("tests/test_errors.py::test_disk_full_is_recognized_by_errno_and_by_wrapped_text",
              "tests/test_errors.py::test_a_full_disk_or_quota_is_explained_as_disk_full_by_checkpoint_and_metrics_writes")
+SPLITS = "tests/test_evaluation.py::test_several_splits_are_each_scored_on_their_own_and_written_to_their_own_file"
 EVAL_LIMIT = SRC + "test_eval_keeps_utterances_longer_than_the_largest_bucket_each_in_the_smallest_shape"
 
 
@@ -293,6 +294,24 @@ MUTATIONS = [
              "token pruning keeps each token's best frame, not each frame's best token"),
     Mutation("pruning_threshold_exclusive", "ds2_jax/decoding.py", "keep = (log_probs >= min_logp) |",
              "keep = (log_probs > min_logp) |", PRUNING, "a token exactly at token_min_logp pruned"),
+    # 7: what only slow tests caught (tune_lm's weights; evaluation over several splits)
+    Mutation("grid_ignores_beta", "ds2_jax/tools/tune_lm.py", "beam.set_weights(alpha, beta)",
+             "beam.set_weights(alpha, 0.0)", (GRID,), "tune_lm's grid scores every beta as 0"),
+    Mutation("grid_one_decoding", "ds2_jax/tools/tune_lm.py", "            hyps = beam.decode_all(outputs.log_probs)\n",
+             "            hyps = hyps if rows else beam.decode_all(outputs.log_probs)\n", (GRID,),
+             "tune_lm's grid decodes once and scores that decoding for every setting"),
+    Mutation("eval_first_split_for_each", "ds2_jax/evaluation.py",
+             "result = evaluate(run.p_eval, run.state, run.source, name,",
+             "result = evaluate(run.p_eval, run.state, run.source, split_list(split or config.eval.split or "
+             "config.dataset.eval_split)[0],", (SPLITS,), "--mode=eval scores the first listed split under every name"),
+    Mutation("eval_result_file_without_split", "ds2_jax/evaluation.py",
+             'return os.path.join(workdir, f"eval-{split}-{step}-{decoding_tag(beam)}.json")',
+             'return os.path.join(workdir, f"eval-{step}-{decoding_tag(beam)}.json")', (SPLITS,),
+             "each split's eval json overwrites the previous split's"),
+    Mutation("eval_split_list_first_only", "ds2_jax/evaluation.py",
+             'splits = [s.strip() for s in spec.split(",") if s.strip()]',
+             'splits = [s.strip() for s in spec.split(",")[:1] if s.strip()]', (SPLITS,),
+             "eval.split='a, b' evaluates a only"),
     # 5: model semantics (the streaming model's lookahead)
     Mutation("row_conv_looks_back", "ds2_jax/model.py", "padding=((0, self.context),),",
              "padding=((self.context, 0),),", LOOKAHEAD, "row convolution sees t - context .. t instead of t .. t + context"),

@@ -236,6 +236,23 @@ def test_new_alpha_and_beta_change_what_the_decoder_outputs(tmp_path, monkeypatc
     assert beam.decode_all([lp, lp], workers=2) == [BY_WEIGHTS[0.0, -5.0]] * 2  # the workers got the new weights
 
 
+def test_tune_lm_grid_scores_each_setting_with_its_own_weights(tmp_path):
+    """tools.tune_lm.grid_search on a split of one ambiguous utterance: each (alpha, beta) row
+    is that setting's decoding (not the first setting's, repeated)."""
+    pytest.importorskip("flashlight.lib.text")
+    from ds2_jax import evaluation
+    from ds2_jax.tools import tune_lm
+
+    cfg, lp = _ambiguous(tmp_path)
+    outputs = evaluation.SplitOutputs(references=["the cat sat"], greedy=["the kat sat"], log_probs=[lp], loss=0.0)
+    rows = tune_lm.grid_search(outputs, decoding.BeamSearchDecoder(cfg), [0.0, 3.0], [0.0, -5.0])
+    assert [(r["alpha"], r["beta"]) for r in rows] == [(0.0, 0.0), (0.0, -5.0), (3.0, 0.0), (3.0, -5.0)]
+    wer = {(r["alpha"], r["beta"]): r["wer"] for r in rows}
+    assert wer[0.0, 0.0] == pytest.approx(1 / 3) and wer[0.0, -5.0] == pytest.approx(2 / 3)
+    assert wer[3.0, 0.0] == 0.0
+    assert min(rows, key=lambda r: (r["wer"], r["cer"]))["alpha"] == 3.0
+
+
 def test_token_pruning_keeps_each_frames_argmax_and_every_token_at_the_threshold():
     rng = np.random.default_rng(0)
     logits = rng.standard_normal((40, text.VOCAB_SIZE)) * 3
