@@ -54,6 +54,8 @@ LOOKAHEAD = ("tests/test_model.py::test_row_convolution_output_at_t_sees_frames_
 DISK_FULL = ("tests/test_errors.py::test_disk_full_is_recognized_by_errno_and_by_wrapped_text",
              "tests/test_errors.py::test_a_full_disk_or_quota_is_explained_as_disk_full_by_checkpoint_and_metrics_writes")
 SPLITS = "tests/test_evaluation.py::test_several_splits_are_each_scored_on_their_own_and_written_to_their_own_file"
+DRAWS = STEP + "::test_spec_augment_draws_differ_by_step_and_by_device_and_repeat_for_the_same_step"
+FEATURE_STATS = "tests/test_features.py::test_feature_statistics_count_each_utterances_valid_frames_only"
 EVAL_LIMIT = SRC + "test_eval_keeps_utterances_longer_than_the_largest_bucket_each_in_the_smallest_shape"
 
 
@@ -341,6 +343,27 @@ MUTATIONS = [
     Mutation("checkpoint_disk_full_enospc_only", "ds2_jax/checkpoint.py", "full = errors.is_disk_full(err)",
              "full = getattr(err, 'errno', None) == 28  # ENOSPC", DISK_FULL,
              "a checkpoint write over quota is a CheckpointError, not DiskFull"),
+    # 8: randomness (per step, repeated on resume) and statistics (valid frames only)
+    Mutation("augment_same_every_step", "ds2_jax/train.py", "    rng = jax.random.fold_in(rng, state.step)\n", "",
+             (DRAWS,), "SpecAugment draws the same masks at every step"),
+    Mutation("augment_same_on_every_device", "ds2_jax/train.py",
+             "        rng = jax.random.fold_in(rng, jax.lax.axis_index(axis_name))\n", "        pass\n", (DRAWS,),
+             "under pmap every device draws the same SpecAugment masks for its rows"),
+    Mutation("augment_reseeded_on_resume", "ds2_jax/train.py",
+             "state, step_rng = par.put_replicated(state), par.put_replicated(step_rng)",
+             "state, step_rng = par.put_replicated(state), par.put_replicated(jax.random.fold_in(step_rng, start))",
+             (RESUME,), "a resumed run draws other SpecAugment masks for the steps it repeats"),
+    Mutation("feature_stats_count_padding", "ds2_jax/batching.py",
+             "spec = np.asarray(spectrogram(padded[None]), np.float64)[0, :frames]",
+             "spec = np.asarray(spectrogram(padded[None]), np.float64)[0]", (FEATURE_STATS,),
+             "feature mean/std include the frames of the padding to pad_to samples"),
+    Mutation("rnn_bn_counts_padding", "ds2_jax/model.py", "        mask = time_mask(lengths, x.shape[1])\n",
+             "        mask = jnp.ones(x.shape[:2], bool)\n", (PADDING, *BN),
+             "the RNN input projection's batch norm counts padded frames"),
+    Mutation("conv_bn_counts_padding", "ds2_jax/model.py",
+             "x = _batch_norm(self.cfg, self.axis_name)(x, time_mask(lengths, x.shape[1]), train)",
+             "x = _batch_norm(self.cfg, self.axis_name)(x, jnp.ones(x.shape[:2], bool), train)", (PADDING, *BN),
+             "the conv blocks' batch norm counts padded frames"),
 ]
 
 

@@ -97,20 +97,23 @@ TIMING = ("step_time_s", "utterances_per_s", "input_wait_s")  # the only metrics
 
 
 def test_killed_and_resumed_run_matches_uninterrupted_in_every_field_and_counter(tmp_path, monkeypatch):
-    """Every field of the train state and every metrics counter after kill + resume equals the
-    uninterrupted run's: non-finite steps on both sides of the checkpoint (skipped_steps and
-    consecutive_skips are non-zero in it) and SpecAugment's per-step draws, repeated exactly."""
+    """Every field of the train state and every metrics counter after two kills and resumes
+    equals the uninterrupted run's. SpecAugment is on; non-finite steps (2, 5-8) lie on both
+    sides of the checkpoints: resumed from checkpoint 3 (1 skipped step), steps 3-4 train with
+    their own masks; resumed from checkpoint 6 (2 skipped, the last 1 in a row), every step
+    after it is skipped, so the consecutive count has to come from the checkpoint."""
     real_kill = os.kill
     monkeypatch.setattr(os, "kill", lambda pid, sig: (_ for _ in ()).throw(Killed()) if pid == os.getpid()
                         else real_kill(pid, sig))
-    common = {"num_train_steps": 8, "log_every_steps": 1, "eval_every_steps": 4, "checkpoint_every_steps": 3,
-              "eval.max_utterances": 8, "faults.nan_at_steps": "2,5-7", "features.freq_masks": 2,
+    common = {"num_train_steps": 9, "log_every_steps": 1, "eval_every_steps": 4, "checkpoint_every_steps": 3,
+              "eval.max_utterances": 8, "faults.nan_at_steps": "2,5-8", "features.freq_masks": 2,
               "features.time_masks": 2, "features.time_mask_max_fraction": 0.2}
     full = train.train_and_evaluate(tiny_config(**common), str(tmp_path / "full"))
-    with pytest.raises(Killed):  # after step 7: checkpoint 6 holds 2 skipped steps, the last 1 in a row
-        train.train_and_evaluate(tiny_config(**common, **{"faults.kill_at": "step:7"}), str(tmp_path / "split"))
+    for kill_at in ("step:5", "step:8"):  # each after a checkpoint (3, 6) and before the next
+        with pytest.raises(Killed):
+            train.train_and_evaluate(tiny_config(**common, **{"faults.kill_at": kill_at}), str(tmp_path / "split"))
     resumed = train.train_and_evaluate(tiny_config(**common), str(tmp_path / "split"))
-    assert (int(full.skipped_steps), int(full.consecutive_skips)) == (4, 3)
+    assert (int(full.skipped_steps), int(full.consecutive_skips)) == (5, 4)
     fields = [f.name for f in dataclasses.fields(full) if f.name not in ("apply_fn", "tx")]
     assert {"step", "params", "opt_state", "batch_stats", "skipped_steps", "consecutive_skips"} <= set(fields)
     for name in fields:
@@ -120,7 +123,7 @@ def test_killed_and_resumed_run_matches_uninterrupted_in_every_field_and_counter
             np.testing.assert_array_equal(x, y, err_msg=name)
     records = {w: metrics.read_jsonl(str(tmp_path / w / "metrics.jsonl")) for w in ("full", "split")}
     assert [r["step"] for r in records["split"]] == [r["step"] for r in records["full"]]
-    assert [r["skipped_steps"] for r in records["full"] if "skipped_steps" in r] == [0, 0, 1, 1, 1, 2, 3, 4]
+    assert [r["skipped_steps"] for r in records["full"] if "skipped_steps" in r] == [0, 0, 1, 1, 1, 2, 3, 4, 5]
     for a, b in zip(records["full"], records["split"], strict=True):
         assert a.keys() == b.keys()
         assert {k: v for k, v in a.items() if k not in TIMING} == {k: v for k, v in b.items() if k not in TIMING}
