@@ -51,8 +51,9 @@ PRUNING = (DEC + "test_token_pruning_keeps_each_frames_argmax_and_every_token_at
            DEC + "test_beam_search_keeps_each_frames_best_token_however_unsure")
 LOOKAHEAD = ("tests/test_model.py::test_row_convolution_output_at_t_sees_frames_t_to_t_plus_context",
              "tests/test_model.py::test_unidirectional_model_looks_ahead_by_exactly_the_row_convolution_context")
-DISK_FULL = ("tests/test_errors.py::test_disk_full_is_recognized_by_errno_and_by_wrapped_text",
-             "tests/test_errors.py::test_a_full_disk_or_quota_is_explained_as_disk_full_by_checkpoint_and_metrics_writes")
+ERR = "tests/test_errors.py::"
+DISK_FULL = (ERR + "test_disk_full_is_recognized_by_errno_and_by_wrapped_text",
+             ERR + "test_a_full_disk_or_quota_is_explained_as_disk_full_by_checkpoint_and_metrics_writes")
 SPLITS = "tests/test_evaluation.py::test_several_splits_are_each_scored_on_their_own_and_written_to_their_own_file"
 DRAWS = STEP + "::test_spec_augment_draws_differ_by_step_and_by_device_and_repeat_for_the_same_step"
 FEATURE_STATS = "tests/test_features.py::test_feature_statistics_count_each_utterances_valid_frames_only"
@@ -228,7 +229,8 @@ MUTATIONS = [
     Mutation("bound_zero_learning_rate", "ds2_jax/settings.py", "if self.learning_rate <= 0:",
              "if self.learning_rate < 0:", (BOUNDARY,), "optimizer.learning_rate=0 accepted (nothing trains)"),
     Mutation("bound_zero_log_prob_threshold", "ds2_jax/settings.py", "if self.beam_prune_logp >= 0 or",
-             "if self.beam_prune_logp > 0 or", (BOUNDARY,), "decoding.beam_prune_logp=0 accepted (prunes all but the best)"),
+             "if self.beam_prune_logp > 0 or", (BOUNDARY,),
+             "decoding.beam_prune_logp=0 accepted (prunes all but the best)"),
     Mutation("bound_zero_alpha_refused", "ds2_jax/settings.py", "if self.alpha < 0:", "if self.alpha <= 0:",
              (BOUNDARY,), "decoding.alpha=0 (no LM weight, tune_lm's first grid point) refused"),
     Mutation("bound_three_conv_layers_refused", "ds2_jax/geometry.py",
@@ -265,14 +267,16 @@ MUTATIONS = [
              "eval utterances padded to the largest shape they fit, not the smallest"),
     # 3: state that must survive a resume
     Mutation("resume_resets_skip_counters", "ds2_jax/train.py", RESTORE,
-             RESTORE[:-1] + ", skipped_steps=state.skipped_steps, consecutive_skips=state.consecutive_skips)", (RESUME,),
-             "a resumed run starts skipped_steps and consecutive_skips from zero"),
+             RESTORE[:-1] + ", skipped_steps=state.skipped_steps, consecutive_skips=state.consecutive_skips)",
+             (RESUME,), "a resumed run starts skipped_steps and consecutive_skips from zero"),
     Mutation("resume_resets_consecutive_skips", "ds2_jax/train.py", RESTORE,
-             RESTORE[:-1] + ", consecutive_skips=state.consecutive_skips)", (RESUME,), "a resumed run forgets the non-finite steps in a row before its checkpoint"),
-    Mutation("resume_fresh_optimizer", "ds2_jax/train.py", RESTORE, RESTORE[:-1] + ", opt_state=state.opt_state)", (RESUME,),
-             "a resumed run restarts Adam's moments"),
+             RESTORE[:-1] + ", consecutive_skips=state.consecutive_skips)", (RESUME,),
+             "a resumed run forgets the non-finite steps in a row before its checkpoint"),
+    Mutation("resume_fresh_optimizer", "ds2_jax/train.py", RESTORE,
+             RESTORE[:-1] + ", opt_state=state.opt_state)", (RESUME,), "a resumed run restarts Adam's moments"),
     Mutation("resume_fresh_batch_stats", "ds2_jax/train.py", RESTORE,
-             RESTORE[:-1] + ", batch_stats=state.batch_stats)", (RESUME,), "a resumed run restarts batch norm's running statistics"),
+             RESTORE[:-1] + ", batch_stats=state.batch_stats)", (RESUME,),
+             "a resumed run restarts batch norm's running statistics"),
     # 4: decoding that must change when its settings do
     Mutation("set_weights_keeps_the_old_search", "ds2_jax/decoding.py",
              "self.alpha, self.beta = alpha, beta\n        self._decoder = self._build()",
@@ -316,7 +320,8 @@ MUTATIONS = [
              "eval.split='a, b' evaluates a only"),
     # 5: model semantics (the streaming model's lookahead)
     Mutation("row_conv_looks_back", "ds2_jax/model.py", "padding=((0, self.context),),",
-             "padding=((self.context, 0),),", LOOKAHEAD, "row convolution sees t - context .. t instead of t .. t + context"),
+             "padding=((self.context, 0),),", LOOKAHEAD,
+             "row convolution sees t - context .. t instead of t .. t + context"),
     Mutation("row_conv_centered", "ds2_jax/model.py", "padding=((0, self.context),),",
              "padding=((self.context // 2, self.context - self.context // 2),),", LOOKAHEAD,
              "row convolution centred on t (half the lookahead, and frames from the past)"),
