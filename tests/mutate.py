@@ -277,6 +277,11 @@ MUTATIONS = [
     Mutation("resume_fresh_batch_stats", "ds2_jax/train.py", RESTORE,
              RESTORE[:-1] + ", batch_stats=state.batch_stats)", (RESUME,),
              "a resumed run restarts batch norm's running statistics"),
+    Mutation("resume_drops_the_checkpoints_record", "ds2_jax/metrics.py", 'if r.get("step", 0) <= step]',
+             'if r.get("step", 0) < step]', (RESUME,), "a resumed run deletes the metrics record of its checkpoint's step"),
+    Mutation("resume_keeps_a_stale_record", "ds2_jax/metrics.py", 'if r.get("step", 0) <= step]',
+             'if r.get("step", 0) <= step + 1]', (RESUME,),
+             "a resumed run keeps the killed run's record of the step after the checkpoint (it appears twice)"),
     # 4: decoding that must change when its settings do
     Mutation("set_weights_keeps_the_old_search", "ds2_jax/decoding.py",
              "self.alpha, self.beta = alpha, beta\n        self._decoder = self._build()",
