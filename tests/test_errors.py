@@ -1,4 +1,4 @@
-"""errors.run_explained: the one-line message is the last thing on stderr."""
+"""ds2_jax.errors: the one-line message is the last thing on stderr; which errors are a full disk."""
 
 import errno
 import subprocess

@@ -1,7 +1,7 @@
 """The eval step is compiled and placed by `parallel.Parallel`, as the train step is:
 evaluating during training reads the train state where it lives on the devices (no host
 round trip under parallelism='jit'), and --mode=eval gives the same figures under pmap,
-jit and eager, placing the restored state once."""
+jit and eager, placing the restored state once, and scores several splits each on its own."""
 
 import jax
 import numpy as np

@@ -1,4 +1,4 @@
-"""Featurization: Paddle's spectrogram, padding invariance, SpecAugment."""
+"""Featurization: Paddle's spectrogram, padding invariance, SpecAugment, feature statistics."""
 
 import jax
 import jax.numpy as jnp

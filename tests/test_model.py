@@ -1,4 +1,4 @@
-"""Model: conv output lengths, padding invariance, variants, parameter counts."""
+"""Model: conv output lengths, padding invariance, variants, parameter counts, the row convolution's lookahead."""
 
 import jax
 import jax.numpy as jnp

@@ -1,4 +1,4 @@
-"""TfdsSource: filters, buckets, SortaGrad, determinism, sharding, eval coverage, no TF."""
+"""TfdsSource: filters (and at their limits), buckets, SortaGrad, determinism, sharding, eval coverage, no TF."""
 
 import os
 import subprocess
