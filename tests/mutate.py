@@ -190,6 +190,11 @@ MUTATIONS = [
              "for k in sorted(blocks, reverse=True)]",
              ("tests/test_distributed.py::test_two_processes_under_jit_match_one_process",),
              "with several processes under jit, a process's eval rows read back out of order"),
+    # ---- issue 29's list
+    Mutation("metrics_rewritten_in_place", "ds2_jax/metrics.py", "with files.replacing(path) as f:",
+             'with open(path, "w") as f:',
+             ("tests/test_faults.py::test_rewriting_metrics_on_resume_is_atomic_a_kill_midway_keeps_the_history",),
+             "a resume rewrites metrics.jsonl in place: a kill midway leaves it empty"),
 ]
 
 

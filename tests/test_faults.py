@@ -480,3 +480,32 @@ def test_prepared_dataset_refuses_a_different_manual_dir_naming_both(tmp_path, c
                             "dataset.data_dir": data_dir})
     with pytest.raises(errors.DatasetMismatch, match="holds other files"):  # the training path too
         tfds_source._open_builder(config, input_pipeline.Sharding(16))
+
+
+# ----------------------------------------------------------------------------- issue 29
+
+
+def test_rewriting_metrics_on_resume_is_atomic_a_kill_midway_keeps_the_history(tmp_path, monkeypatch):
+    """A resume drops the records after its checkpoint by rewriting metrics.jsonl; a run
+    killed in the middle of that rewrite must leave the old file whole (not 0 bytes)."""
+    path = tmp_path / "metrics.jsonl"
+    original = "".join(json.dumps({"step": s, "loss": 1.0 / s}) + "\n" for s in (1, 2, 3, 4))
+    path.write_text(original)
+    written = []
+
+    def killed_after_one(record):
+        written.append(record)
+        if len(written) == 2:
+            raise KeyboardInterrupt  # stands in for the kill: the rewrite stops half way
+        return json.dumps(record)
+
+    fake = type("json", (), {"dumps": staticmethod(killed_after_one), "loads": staticmethod(json.loads),
+                             "JSONDecodeError": json.JSONDecodeError})
+    monkeypatch.setattr(metrics, "json", fake)
+    with pytest.raises(KeyboardInterrupt):
+        metrics.MetricWriter(str(tmp_path), resume_step=2)
+    assert path.read_text() == original
+    assert os.listdir(tmp_path) == ["metrics.jsonl"]  # no temporary file left behind
+    monkeypatch.undo()
+    metrics.MetricWriter(str(tmp_path), resume_step=2).close()
+    assert [r["step"] for r in metrics.read_jsonl(str(path))] == [1, 2]
