@@ -56,6 +56,19 @@ def _move_aside(mgr: ocp.CheckpointManager, step: int) -> str:
     return dst
 
 
+FINISHED_MARKER = "_CHECKPOINT_METADATA"  # orbax writes it when a save is committed
+
+
+def unfinished(mgr: ocp.CheckpointManager, step: int) -> str | None:
+    """What a step folder lacks that every finished save has (None: nothing), without
+    asking orbax (an empty or partial folder is a save that never finished)."""
+    folder = os.path.join(os.fspath(mgr.directory), str(step))
+    if not os.path.isfile(os.path.join(folder, FINISHED_MARKER)):
+        return FINISHED_MARKER
+    items = [n for n in os.listdir(folder) if os.path.isdir(os.path.join(folder, n))]
+    return None if items else "item folder (e.g. default/)"
+
+
 def restore_latest(mgr: ocp.CheckpointManager, target, move_damaged: bool = False):
     """(state, step) from the newest checkpoint that restores, shaped like `target`.
 
@@ -70,6 +83,12 @@ def restore_latest(mgr: ocp.CheckpointManager, target, move_damaged: bool = Fals
         return None, None
     failures = []
     for step in steps:
+        if (missing := unfinished(mgr, step)) is not None:
+            # Not handed to orbax: its failed guess at an empty folder's layout made every
+            # later restore of this manager fail too (good checkpoints called damaged).
+            failures.append((step, f"never finished: no {missing} (a save cut short by a crash or a slow file system)"))
+            log.warning("checkpoint %d in %s is damaged, trying the previous one (%s)", step, mgr.directory, failures[-1][1])
+            continue
         try:
             state = mgr.restore(step, args=ocp.args.StandardRestore(target))
         except Exception as e:  # orbax raises many types for damaged files
@@ -83,9 +102,10 @@ def restore_latest(mgr: ocp.CheckpointManager, target, move_damaged: bool = Fals
                             bad, _move_aside(mgr, bad), step + 1, bad)
             mgr.reload()
         return state, step
-    newest, reason = failures[0]
+    # Name a failure orbax saw (a model mismatch, damaged files) before a merely unfinished folder.
+    newest, reason = next((f for f in failures if not f[1].startswith("never finished")), failures[0])
     raise errors.CheckpointError(
-        f"none of the {len(steps)} checkpoints in {mgr.directory} restores into this model (newest, step {newest}: "
+        f"none of the {len(steps)} checkpoints in {mgr.directory} restores into this model (step {newest}: "
         f"{reason[:200]}). If the model or optimizer settings differ from the run that wrote them, use its "
         f"config ({os.path.join(os.path.dirname(os.fspath(mgr.directory)), 'config.json')}); if the files are "
         f"damaged, move {mgr.directory} away to start over"

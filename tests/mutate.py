@@ -195,6 +195,10 @@ MUTATIONS = [
              'with open(path, "w") as f:',
              ("tests/test_faults.py::test_rewriting_metrics_on_resume_is_atomic_a_kill_midway_keeps_the_history",),
              "a resume rewrites metrics.jsonl in place: a kill midway leaves it empty"),
+    Mutation("unfinished_folder_to_orbax", "ds2_jax/checkpoint.py",
+             "if (missing := unfinished(mgr, step)) is not None:", "if False:",
+             ("tests/test_faults.py::test_an_unfinished_step_folder_is_set_aside_and_good_checkpoints_restore",),
+             "an empty step folder is handed to orbax, whose failure makes every good checkpoint 'damaged'"),
 ]
 
 

@@ -509,3 +509,27 @@ def test_rewriting_metrics_on_resume_is_atomic_a_kill_midway_keeps_the_history(t
     monkeypatch.undo()
     metrics.MetricWriter(str(tmp_path), resume_step=2).close()
     assert [r["step"] for r in metrics.read_jsonl(str(path))] == [1, 2]
+
+
+@pytest.mark.parametrize("how", ["empty", "partial"])
+def test_an_unfinished_step_folder_is_set_aside_and_good_checkpoints_restore(six_steps, tmp_path, how, caplog):
+    """checkpoints/9 made by a crash (empty) or a save cut short (files, no commit metadata):
+    eval and training use checkpoint 6; training sets 9 aside and trains it again."""
+    w = copy_of(six_steps, tmp_path)
+    folder = os.path.join(w, "checkpoints", "9")
+    if how == "empty":
+        os.makedirs(folder)
+    else:
+        shutil.copytree(os.path.join(w, "checkpoints", "6"), folder)
+        os.remove(os.path.join(folder, checkpoint.FINISHED_MARKER))
+    state, step = restored_latest(w)  # --mode=eval: skips it, moves nothing
+    assert step == 6 and os.path.isdir(folder)
+    assert_same_state(state, six_steps[1])
+    with pytest.raises(errors.CheckpointError, match="checkpoint 9 .* was never finished"):
+        evaluation.restore_state(run_config(), w, step=9)  # --eval_step=9
+    with caplog.at_level("INFO", logger="ds2_jax"):
+        state = train.train_and_evaluate(run_config(num_train_steps=9), w)
+    assert "restored checkpoint at step 6" in caplog.text and "never finished" in caplog.text
+    assert "checkpoint 6 in" not in caplog.text and "checkpoint 3 in" not in caplog.text  # never called damaged
+    assert "moved damaged checkpoint 9 aside" in caplog.text
+    assert int(state.step) == 9 and restored_latest(w)[1] == 9
