@@ -7,10 +7,11 @@ import datetime
 import json
 import logging
 import os
+import re
 
 import orbax.checkpoint as ocp
 
-from ds2_jax import errors, settings
+from ds2_jax import errors, files, settings
 
 log = logging.getLogger("ds2_jax")
 
@@ -144,26 +145,55 @@ def finish_or_explain(mgr: ocp.CheckpointManager) -> None:
 
 def save_config(config, workdir: str) -> None:
     """Writes workdir/config.json (settings.to_dict: a Settings or a ConfigDict), so eval and
-    transcription rebuild the same model."""
+    transcription rebuild the same model. Atomic: a kill mid-write leaves the old file."""
     os.makedirs(workdir, exist_ok=True)
-    with open(os.path.join(workdir, "config.json"), "w") as f:
-        json.dump(settings.to_dict(config), f, indent=2)
+    files.write_text(os.path.join(workdir, "config.json"), json.dumps(settings.to_dict(config), indent=2))
+
+
+def key_at(text: str, pos: int) -> str:
+    """The dotted key of a JSON text whose value is being read at character `pos`
+    ('model.rnn_size'; '' at the top level), for errors about a torn or hand-edited file."""
+    stack: list = []
+    tokens = re.findall(r'"(?:[^"\\]|\\.)*"|[{}\[\]:]', text[:pos])
+    for i, tok in enumerate(tokens):
+        if tok in "{[":
+            stack.append(None)
+        elif tok in "}]":
+            stack = stack[:-1]
+        elif tok.startswith('"') and i + 1 < len(tokens) and tokens[i + 1] == ":" and stack:
+            stack[-1] = json.loads(tok)
+    return ".".join(k for k in stack if k is not None)
 
 
 def read_config_json(workdir: str) -> dict:
-    """workdir/config.json as written (a nested dict; keys added since keep their absence)."""
+    """workdir/config.json as written (a nested dict; keys added since keep their absence).
+    A torn or hand-broken file is a ValueError naming the file, the place and the key."""
     path = os.path.join(workdir, "config.json")
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path} not found: is {workdir} a ds2_jax training workdir?")
     with open(path) as f:
-        return json.load(f)
+        text = f.read()
+    try:
+        config = json.loads(text)
+    except json.JSONDecodeError as e:
+        key = key_at(text, e.pos)
+        raise ValueError(
+            f"{path} is not valid JSON at line {e.lineno} column {e.colno}"
+            f"{f' (after key {key})' if key else ''}: {e.msg}. It was cut short or edited by hand: repair it (it "
+            "records the settings this workdir's checkpoints were trained with), or move the workdir away to "
+            "start over"
+        ) from e
+    if not isinstance(config, dict):
+        raise ValueError(f"{path} holds a JSON {type(config).__name__}, not the settings of a run (an object of "
+                         "sections); repair it or move the workdir away to start over")
+    return config
 
 
 def load_config(workdir: str) -> settings.Settings:
     """The checked Settings a workdir was trained with (see save_config); keys newer than
     its config.json take their defaults."""
-    path = os.path.join(workdir, "config.json")
+    trained = read_config_json(workdir)
     try:
-        return settings.from_config_dict(read_config_json(workdir))
+        return settings.from_config_dict(trained)
     except ValueError as e:
-        raise ValueError(f"{path}: {e}") from e
+        raise ValueError(f"{os.path.join(workdir, 'config.json')}: {e}") from e

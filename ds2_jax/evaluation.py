@@ -283,7 +283,10 @@ def config_for_eval(config, workdir: str) -> settings.Settings:
         log.warning("eval restores with %s: %d setting(s) of --config differ and are taken from it: %s%s",
                     os.path.join(workdir, "config.json"), len(diff), shown, more)
     # Knobs newer than the workdir keep --config's value (their default when it was trained).
-    return settings.from_config_dict(_overlay(given, {k: v for k, v in trained.items() if k not in EVAL_SETTINGS}))
+    try:
+        return settings.from_config_dict(_overlay(given, {k: v for k, v in trained.items() if k not in EVAL_SETTINGS}))
+    except ValueError as e:  # --config was checked before: the workdir's file holds the bad value
+        raise ValueError(f"{os.path.join(workdir, 'config.json')}: {e}") from e
 
 
 def decoding_tag(beam: decoding.BeamSearchDecoder | None) -> str:

@@ -199,6 +199,15 @@ MUTATIONS = [
              "if (missing := unfinished(mgr, step)) is not None:", "if False:",
              ("tests/test_faults.py::test_an_unfinished_step_folder_is_set_aside_and_good_checkpoints_restore",),
              "an empty step folder is handed to orbax, whose failure makes every good checkpoint 'damaged'"),
+    Mutation("torn_config_json_unexplained", "ds2_jax/checkpoint.py", "    except json.JSONDecodeError as e:\n        key",
+             "    except KeyError as e:\n        key",
+             ("tests/test_faults.py::test_a_torn_or_hand_edited_config_json_names_the_file_and_the_key",),
+             "a torn config.json is a bare JSONDecodeError naming neither the file nor the key"),
+    Mutation("config_json_written_in_place", "ds2_jax/checkpoint.py",
+             'files.write_text(os.path.join(workdir, "config.json"), json.dumps(settings.to_dict(config), indent=2))',
+             'open(os.path.join(workdir, "config.json"), "w").write(json.dumps(settings.to_dict(config), indent=2))',
+             ("tests/test_faults.py::test_config_json_is_written_atomically",),
+             "config.json rewritten in place: a kill mid-write leaves it torn"),
 ]
 
 

@@ -533,3 +533,40 @@ def test_an_unfinished_step_folder_is_set_aside_and_good_checkpoints_restore(six
     assert "checkpoint 6 in" not in caplog.text and "checkpoint 3 in" not in caplog.text  # never called damaged
     assert "moved damaged checkpoint 9 aside" in caplog.text
     assert int(state.step) == 9 and restored_latest(w)[1] == 9
+
+
+@pytest.mark.parametrize("how", ["truncated", "hand_edited", "bad_value", "not_an_object"])
+def test_a_torn_or_hand_edited_config_json_names_the_file_and_the_key(tmp_path, how):
+    """Eval, transcription (load_config) and a resume read workdir/config.json: a broken one
+    is one ValueError naming the file and the key (not a bare JSONDecodeError)."""
+    from ds2_jax import settings
+
+    text = json.dumps(settings.to_dict(run_config()), indent=2)
+    at = text.index('"rnn_size"')
+    broken = {"truncated": text[: at + len('"rnn_size": 3')] + '"',  # cut mid-value
+              "hand_edited": text.replace('"rnn_size": 32,', '"rnn_size": 32,,'),
+              "bad_value": text.replace('"rnn_size": 32', '"rnn_size": "32 units"'),
+              "not_an_object": "[]"}[how]
+    (tmp_path / "config.json").write_text(broken)
+    path = str(tmp_path / "config.json")
+    for read in (lambda: checkpoint.load_config(str(tmp_path)),
+                 lambda: evaluation.config_for_eval(run_config(), str(tmp_path))):
+        with pytest.raises(ValueError) as err:
+            read()
+        message = str(err.value)
+        assert path in message, message
+        if how != "not_an_object":
+            assert "model.rnn_size" in message, message
+
+
+def test_config_json_is_written_atomically(tmp_path, monkeypatch):
+    (tmp_path / "config.json").write_text('{"old": 1}')
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(checkpoint.json, "dumps", killed)
+    monkeypatch.setattr(checkpoint.json, "dump", killed)
+    with pytest.raises(KeyboardInterrupt):
+        checkpoint.save_config(run_config(), str(tmp_path))
+    assert (tmp_path / "config.json").read_text() == '{"old": 1}'
