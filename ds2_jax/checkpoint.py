@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import json
 import logging
@@ -197,3 +198,79 @@ def load_config(workdir: str) -> settings.Settings:
         return settings.from_config_dict(trained)
     except ValueError as e:
         raise ValueError(f"{os.path.join(workdir, 'config.json')}: {e}") from e
+
+
+# ----------------------------------------------------------------------------- resume
+
+# Settings a resumed run cannot change: the checkpoints' parameter shapes and the meaning
+# of their inputs (the feature statistics are per bin of this spectrogram).
+FIXED_ON_RESUME = (*(f"model.{k}" for k in ("num_conv_layers", "conv_channels", "num_rnn_layers", "rnn_size", "rnn_cell",
+                                            "share_rnn_weights", "bidirectional", "row_conv_context")),
+                   *(f"features.{f.name}" for f in dataclasses.fields(settings.Spectrogram)))
+CHANGES_FILE = "config_changes.jsonl"  # {"step", "time", "changes": {key: [before, after]}} per resume that changed any
+
+
+def flat(d: dict, prefix: str = "") -> dict:
+    """{'model.rnn_size': 32, ...} of a nested settings dict (lists as lists, so tuples compare equal)."""
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(flat(v, f"{prefix}{k}."))
+        else:
+            out[prefix + k] = list(v) if isinstance(v, tuple) else v
+    return out
+
+
+def _differences(before: dict, after: dict) -> list[tuple[str, object, object]]:
+    return [(k, before[k], after[k]) for k in sorted(set(before) & set(after)) if before[k] != after[k]]
+
+
+def _shown(diff) -> str:
+    return ", ".join(f"{k} {a!r} -> {b!r}" for k, a, b in diff)
+
+
+def refuse_fixed_changes(config, workdir: str) -> None:
+    """Before a restore: a ValueError naming every FIXED_ON_RESUME setting `config` changes
+    from the workdir's config.json (such a checkpoint would not restore: not 'damaged')."""
+    if not os.path.exists(os.path.join(workdir, "config.json")):
+        return
+    trained = flat(settings.to_dict(load_config(workdir)))
+    given = flat(settings.to_dict(config))
+    fixed = [d for d in _differences(trained, given) if d[0] in FIXED_ON_RESUME]
+    if fixed:
+        shown = ", ".join(f"{k} (trained {a!r}, --config {b!r})" for k, a, b in fixed)
+        raise ValueError(
+            f"the checkpoints in {workdir} were trained with other model settings than --config: {shown}; a "
+            f"resumed run cannot change them. Drop those flags to resume (the workdir's config.json has the "
+            f"trained values), or choose another --workdir to train a new model"
+        )
+
+
+def record_resume_changes(config, workdir: str, step: int) -> list[tuple[str, object, object]]:
+    """Settings `config` changes from those the workdir's checkpoints were trained with last
+    (config.json, then config_changes.jsonl up to `step`): (key, before, after), logged and
+    appended to workdir/config_changes.jsonl as a change at `step`. config.json keeps the
+    settings the run started with; a fresh start (step 0) writes it and forgets old changes."""
+    path = os.path.join(workdir, CHANGES_FILE)
+    if step == 0 or not os.path.exists(os.path.join(workdir, "config.json")):
+        save_config(config, workdir)
+        if os.path.exists(path):
+            os.remove(path)
+        return []
+    records = []
+    if os.path.exists(path):
+        with open(path) as f:
+            records = [json.loads(line) for line in f if line.strip()]
+    kept = [r for r in records if r["step"] <= step]  # changes of steps a crash undid are made again
+    current = flat(settings.to_dict(load_config(workdir)))
+    for r in kept:
+        current.update({k: after for k, (_, after) in r["changes"].items()})
+    diff = [d for d in _differences(current, flat(settings.to_dict(config))) if not d[0].startswith("faults.")]
+    if diff:
+        log.warning("settings changed at step %d (resuming %s): %s; recorded in %s (config.json keeps the settings "
+                    "the run started with)", step, workdir, _shown(diff), path)
+        kept.append({"step": step, "time": datetime.datetime.now().isoformat(timespec="seconds"),
+                     "changes": {k: [a, b] for k, a, b in diff}})
+    if kept != records:
+        files.write_text(path, "".join(json.dumps(r) + "\n" for r in kept))
+    return diff

@@ -170,14 +170,17 @@ def _train(config, workdir: str, mgr) -> TrainState:
     state = initial_state(config, source, init_rng)
     log.info("model parameters: %s", f"{model.count_params(state.params):,}")
     resilience.check_workdir(workdir, resilience.tree_bytes(state))
+    if mgr.all_steps():  # before the restore: another model's checkpoints are not "damaged"
+        checkpoint.refuse_fixed_changes(config, workdir)
     restored, _ = checkpoint.restore_latest(mgr, state, move_damaged=is_chief)
     if restored is not None:
         state = restored.replace(apply_fn=state.apply_fn, tx=state.tx)
     start = int(state.step)
     if _nothing_to_train(start, config, workdir):
         return state
-    if is_chief:  # after the restore: a config its checkpoints don't fit never replaces the one they do
-        save_config(config, workdir)
+    # After the restore: a config its checkpoints don't fit never replaces the one they do;
+    # a resume's changed settings are recorded beside it, not over it.
+    changes = checkpoint.record_resume_changes(config, workdir, start) if is_chief else []
 
     p_train = par.compile(train_step, step_kwargs(config))
     p_eval = evaluation.compile_eval_step(config, par)  # reads the placed train state, as is
@@ -203,6 +206,9 @@ def _train(config, workdir: str, mgr) -> TrainState:
     bar = progress.StepProgress(start, config.num_train_steps, is_chief)
     watchdog = resilience.Watchdog(config.step_timeout_s)
     done = start
+    # A marker in metrics.jsonl where a resume changed a (numeric) setting; all in config_changes.jsonl.
+    if changes:
+        writer.write(start, {k: v for k, _, v in changes if isinstance(v, (int, float))}, prefix="config_change/")
     # Closed on the way out of an error too: a watchdog left running would end the caller's
     # process step_timeout_s later; the bar would keep its hold on the log handlers.
     with _closed_after(writer), contextlib.closing(watchdog):

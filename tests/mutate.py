@@ -208,6 +208,14 @@ MUTATIONS = [
              'open(os.path.join(workdir, "config.json"), "w").write(json.dumps(settings.to_dict(config), indent=2))',
              ("tests/test_faults.py::test_config_json_is_written_atomically",),
              "config.json rewritten in place: a kill mid-write leaves it torn"),
+    Mutation("resume_shape_change_unchecked", "ds2_jax/train.py", "        checkpoint.refuse_fixed_changes(config, workdir)\n",
+             "        pass\n",
+             ("tests/test_faults.py::test_a_resume_refuses_another_model_shape_naming_the_keys_and_moves_nothing",),
+             "a resume with another model shape calls every checkpoint damaged (and moves them aside)"),
+    Mutation("resume_changes_forgotten", "ds2_jax/checkpoint.py",
+             "        current.update({k: after for k, (_, after) in r[\"changes\"].items()})", "        pass",
+             ("tests/test_faults.py::test_a_resume_with_changed_settings_logs_and_records_them_keeping_config_json",),
+             "a resume compares with the first config.json only: a change is recorded again on every resume"),
 ]
 
 

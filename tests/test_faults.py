@@ -570,3 +570,36 @@ def test_config_json_is_written_atomically(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         checkpoint.save_config(run_config(), str(tmp_path))
     assert (tmp_path / "config.json").read_text() == '{"old": 1}'
+
+
+def test_a_resume_refuses_another_model_shape_naming_the_keys_and_moves_nothing(six_steps, tmp_path):
+    w = copy_of(six_steps, tmp_path)
+    before = sorted(os.listdir(os.path.join(w, "checkpoints")))
+    with pytest.raises(ValueError) as err:
+        train.train_and_evaluate(run_config(num_train_steps=9, **{"model.rnn_size": 64, "model.num_rnn_layers": 2}), w)
+    message = str(err.value)
+    assert "model.rnn_size (trained 32, --config 64)" in message and "model.num_rnn_layers" in message
+    assert "another --workdir" in message and "damaged" not in message
+    assert sorted(os.listdir(os.path.join(w, "checkpoints"))) == before  # nothing moved aside as "damaged"
+
+
+def test_a_resume_with_changed_settings_logs_and_records_them_keeping_config_json(six_steps, tmp_path, caplog):
+    w = copy_of(six_steps, tmp_path)
+    original = open(os.path.join(w, "config.json")).read()
+    changed = {"optimizer.learning_rate": 0.01, "per_device_batch_size": 4}
+    with caplog.at_level("INFO", logger="ds2_jax"):
+        train.train_and_evaluate(run_config(num_train_steps=9, **changed), w)
+    assert "settings changed at step 6" in caplog.text
+    assert "optimizer.learning_rate 0.0005 -> 0.01" in caplog.text and "per_device_batch_size 2 -> 4" in caplog.text
+    assert open(os.path.join(w, "config.json")).read() == original  # still the settings of steps 1-6
+    (record,) = metrics.read_jsonl(os.path.join(w, checkpoint.CHANGES_FILE))
+    assert record["step"] == 6 and record["changes"]["optimizer.learning_rate"] == [0.0005, 0.01]
+    assert record["changes"]["num_train_steps"] == [6, 9]
+    marker = [r for r in metrics.read_jsonl(os.path.join(w, "metrics.jsonl")) if "config_change/per_device_batch_size" in r]
+    assert marker == [{"step": 6, "config_change/optimizer.learning_rate": 0.01, "config_change/per_device_batch_size": 4.0,
+                       "config_change/num_train_steps": 9.0}]
+    caplog.clear()
+    with caplog.at_level("INFO", logger="ds2_jax"):  # the same settings again: no new change
+        train.train_and_evaluate(run_config(num_train_steps=12, **changed), w)
+    assert "optimizer.learning_rate" not in caplog.text and "num_train_steps 9 -> 12" in caplog.text
+    assert [r["step"] for r in metrics.read_jsonl(os.path.join(w, checkpoint.CHANGES_FILE))] == [6, 9]
