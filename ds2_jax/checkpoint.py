@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import re
+import weakref
 
 import orbax.checkpoint as ocp
 
@@ -26,17 +27,20 @@ def manager(workdir: str, keep: int = 3) -> ocp.CheckpointManager:
 
 @contextlib.contextmanager
 def managed(workdir: str, keep: int = 3):
-    """manager(), closed on the way out: an in-flight save finishes even when an error ends the run."""
+    """manager(), closed on the way out: an in-flight save finishes even when an error ends the run.
+    Meanwhile orbax's background threads log their errors to workdir/error.log, not the terminal:
+    the failure reaches the main thread and is explained there in one line."""
     mgr = manager(workdir, keep)
-    try:
-        yield mgr
-    except BaseException:
+    with errors.background_errors_to_log(workdir, "orbax", "Event loop is closed"):
         try:
-            mgr.close()
-        except Exception as e:  # noqa: BLE001  (the error already propagating is the one to report)
-            log.warning("while stopping after an error, the checkpoint manager failed too: %s", str(e)[:300])
-        raise
-    mgr.close()
+            yield mgr
+        except BaseException:
+            try:
+                mgr.close()
+            except Exception as e:  # noqa: BLE001  (the error already propagating is the one to report)
+                log.warning("while stopping after an error, the checkpoint manager failed too: %s", str(e)[:300])
+            raise
+        mgr.close()
 
 
 def save(mgr: ocp.CheckpointManager, step: int, state, wait: bool = False) -> None:
@@ -114,9 +118,24 @@ def restore_latest(mgr: ocp.CheckpointManager, target, move_damaged: bool = Fals
     )
 
 
+def failed_step(directory: str, err: BaseException) -> int | None:
+    """The step whose save `err` (or an error it chains) reports, read off the path it names
+    (`<directory>/<step>.orbax-checkpoint-tmp/...`); None if it names none."""
+    pattern = re.compile(re.escape(os.fspath(directory).rstrip("/")) + r"/(\d+)(?:\.orbax-checkpoint-tmp|/|\b)")
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if match := pattern.search(str(err)):
+            return int(match.group(1))
+        err = err.__cause__ or err.__context__
+    return None
+
+
 def explain_save_error(mgr: ocp.CheckpointManager, step: int | None, err: BaseException) -> errors.Ds2Error:
-    """A short error naming the checkpoint directory, its free space and the way out."""
+    """A short error naming the checkpoint directory, the step whose save failed (saves are
+    asynchronous: an earlier save's failure surfaces at the next), its free space and the way out."""
     directory = os.fspath(mgr.directory)
+    step = failed_step(directory, err) or step
     what = f"writing checkpoint {step}" if step is not None else "finishing the last checkpoint"
     full = errors.is_disk_full(err)
     cause = "disk full" if full else f"{type(err).__name__}: {' '.join(str(err).split())[:200]}"
@@ -126,9 +145,15 @@ def explain_save_error(mgr: ocp.CheckpointManager, step: int | None, err: BaseEx
     )
 
 
+_STARTED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # manager -> the step of its last save()
+
+
 def save_or_explain(mgr: ocp.CheckpointManager, step: int, state) -> None:
-    """save(), turning a failure (disk full, permissions, an orbax error) into a clear error."""
+    """save(), turning a failure (disk full, permissions, an orbax error) into a clear error
+    naming the step whose save failed: the previous (asynchronous) one, or this one."""
+    finish_or_explain(mgr)  # orbax's save waits for the previous one anyway: its failure is its own
     try:
+        _STARTED[mgr] = step
         save(mgr, step, state)
         mgr.check_for_errors()
     except Exception as e:  # noqa: BLE001  (orbax and tensorstore raise many types)
@@ -141,7 +166,7 @@ def finish_or_explain(mgr: ocp.CheckpointManager) -> None:
         mgr.wait_until_finished()
         mgr.check_for_errors()
     except Exception as e:  # noqa: BLE001
-        raise explain_save_error(mgr, None, e) from e
+        raise explain_save_error(mgr, _STARTED.get(mgr), e) from e
 
 
 def save_config(config, workdir: str) -> None:

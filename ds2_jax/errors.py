@@ -8,8 +8,10 @@ Anything else (a bug) keeps its full traceback.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import errno
+import logging
 import os
 import shutil
 import sys
@@ -101,6 +103,49 @@ def _divert_stderr(log_path: str | None) -> int:
     os.dup2(sink.fileno(), 2)
     sys.stderr = sink
     return terminal
+
+
+class _ToLog(logging.Filter):
+    """Keeps ERROR records of the absl logger that come from `package`'s code off the terminal,
+    appending them (with their tracebacks) to a file instead."""
+
+    def __init__(self, path: str, package: str):
+        super().__init__()
+        self.path, self.package = path, f"{os.sep}{package}{os.sep}"
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.ERROR or self.package not in record.pathname:
+            return True
+        with contextlib.suppress(OSError):  # a full disk: dropping them is still better than 400 tracebacks
+            with open(self.path, "a") as f:
+                f.write(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s").format(record) + "\n")
+        return False
+
+
+@contextlib.contextmanager
+def background_errors_to_log(workdir: str, package: str, unraisable: str):
+    """While the block runs, `package`'s (absl-logged) errors, and the unraisable exceptions
+    whose text is `unraisable` (asyncio callbacks of a loop that is gone), go to
+    workdir/error.log: the error that reaches the caller is the one explained."""
+    path = os.path.join(workdir, "error.log")
+    keep = _ToLog(path, package)
+    logger = logging.getLogger("absl")
+    logger.addFilter(keep)
+    previous = sys.unraisablehook
+
+    def hook(info):
+        if str(info.exc_value) != unraisable:
+            return previous(info)
+        with contextlib.suppress(OSError):
+            with open(path, "a") as f:
+                f.write("".join(traceback.format_exception(info.exc_type, info.exc_value, info.exc_traceback)))
+
+    sys.unraisablehook = hook
+    try:
+        yield
+    finally:
+        logger.removeFilter(keep)
+        sys.unraisablehook = previous
 
 
 def run_explained(fn: Callable[[], object], workdir: str | None, show_traceback: bool = False) -> int:

@@ -216,6 +216,12 @@ MUTATIONS = [
              "        current.update({k: after for k, (_, after) in r[\"changes\"].items()})", "        pass",
              ("tests/test_faults.py::test_a_resume_with_changed_settings_logs_and_records_them_keeping_config_json",),
              "a resume compares with the first config.json only: a change is recorded again on every resume"),
+    Mutation("save_error_names_the_next_step", "ds2_jax/checkpoint.py", "    step = failed_step(directory, err) or step\n", "",
+             ("tests/test_faults.py::test_the_failing_step_is_read_off_the_error",),
+             "disk full during an asynchronous save names the next checkpoint, not the one that failed"),
+    Mutation("orbax_tracebacks_on_the_terminal", "ds2_jax/errors.py", "    logger.addFilter(keep)\n", "",
+             ("tests/test_faults.py::test_orbax_background_errors_go_to_error_log_not_the_terminal",),
+             "orbax's background threads print hundreds of tracebacks before the one-line error"),
 ]
 
 

@@ -603,3 +603,48 @@ def test_a_resume_with_changed_settings_logs_and_records_them_keeping_config_jso
         train.train_and_evaluate(run_config(num_train_steps=12, **changed), w)
     assert "optimizer.learning_rate" not in caplog.text and "num_train_steps 9 -> 12" in caplog.text
     assert [r["step"] for r in metrics.read_jsonl(os.path.join(w, checkpoint.CHANGES_FILE))] == [6, 9]
+
+
+def test_disk_full_during_an_asynchronous_save_names_that_step_in_one_line(tmpfs, capfd):
+    """Saves are asynchronous: checkpoint N's failure surfaces while N+1 is saved. The error
+    names N (the step that is missing afterwards), and orbax's background threads' tracebacks
+    go to error.log, not the terminal."""
+    w = str(tmpfs("420k") / "run")
+    config = run_config(checkpoint_every_steps=1, keep_checkpoints=5, log_every_steps=100)  # metrics at the end only
+    with pytest.raises(errors.DiskFull) as err:
+        train.train_and_evaluate(config, w)
+    _, step = restored_latest(w)
+    assert str(err.value).startswith(f"writing checkpoint {step + 1} to "), (step, str(err.value))
+    assert "Traceback" not in capfd.readouterr().err
+
+
+def test_the_failing_step_is_read_off_the_error(tmp_path):
+    mgr = checkpoint.manager(str(tmp_path))
+    text = (f'RESOURCE_EXHAUSTED: Error writing "params.x/0" in OCDBT database at local file '
+            f'"{tmp_path}/checkpoints/2.orbax-checkpoint-tmp/default.orbax-checkpoint-tmp/ocdbt.process_0/": '
+            "Failed to write 368 bytes to file 7: No space left on device [os_error_code='28']")
+    err = checkpoint.explain_save_error(mgr, 3, ValueError(text))
+    assert str(err).startswith(f"writing checkpoint 2 to {tmp_path / 'checkpoints'} failed (disk full; ")
+
+
+def test_orbax_background_errors_go_to_error_log_not_the_terminal(tmp_path, capfd):
+    import sys
+
+    seen = []
+    handler = logging.Handler()
+    handler.emit = seen.append
+    absl = logging.getLogger("absl")
+    absl.addHandler(handler)
+    orbax_code = compile("log.error('thread raised', exc_info=err)", os.path.join("site", "orbax", "x.py"), "exec")
+    try:
+        with errors.background_errors_to_log(str(tmp_path), "orbax", "Event loop is closed"):
+            exec(orbax_code, {"log": absl, "err": RuntimeError("RESOURCE_EXHAUSTED")})
+            absl.error("not orbax's")
+            sys.unraisablehook(type("Info", (), {"exc_type": RuntimeError, "exc_value": RuntimeError("Event loop is closed"),
+                                                 "exc_traceback": None, "err_msg": None, "object": None})())
+    finally:
+        absl.removeHandler(handler)
+    assert [r.getMessage() for r in seen] == ["not orbax's"]
+    log_text = (tmp_path / "error.log").read_text()
+    assert "thread raised" in log_text and "RESOURCE_EXHAUSTED" in log_text and "Event loop is closed" in log_text
+    assert "Event loop" not in capfd.readouterr().err
