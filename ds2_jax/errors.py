@@ -42,12 +42,22 @@ class DatasetMismatch(Ds2Error, ValueError):
     """A prepared dataset was built from other files than dataset.manual_dir holds."""
 
 
+# One rule each, not overlapping: XLA and tensorstore both say RESOURCE_EXHAUSTED, so that
+# word alone decides nothing; the operating system's words for a full disk decide disk full.
+DISK_FULL_TEXT = ("No space left on device", "Disk quota exceeded", "os_error_code='28'", "os_error_code='122'")
+
+
 def is_disk_full(err: BaseException) -> bool:
-    """ENOSPC/EDQUOT, or orbax/tensorstore's RESOURCE_EXHAUSTED wrapping of it."""
+    """ENOSPC/EDQUOT, or a wrapping of it (tensorstore: RESOURCE_EXHAUSTED ... No space left on device)."""
     if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
         return True
+    return any(t in str(err) for t in DISK_FULL_TEXT)
+
+
+def is_out_of_memory(err: BaseException) -> bool:
+    """Out of (device or host) memory: XLA's RESOURCE_EXHAUSTED or 'out of memory', never a full disk."""
     text = str(err)
-    return "RESOURCE_EXHAUSTED" in text or "No space left" in text
+    return not is_disk_full(err) and ("RESOURCE_EXHAUSTED" in text or "out of memory" in text.lower())
 
 
 def free_space(path: str) -> str:
@@ -165,7 +175,7 @@ def run_explained(fn: Callable[[], object], workdir: str | None, show_traceback:
             traceback.print_exc()
         hint = f"traceback: {log_path}" if log_path else f"traceback: rerun with {TRACEBACK_ENV}=1"
         message = one_line(e)
-        if is_disk_full(e) and not isinstance(e, Ds2Error):  # a write this code did not expect to fail
+        if is_disk_full(e) and not isinstance(e, (Ds2Error, MemoryError)):  # a write this code did not expect to fail
             where = workdir or os.getcwd()
             message = (f"disk full ({free_space(where)} in {where}): {message}; free disk space or choose another "
                        "--workdir, then rerun the same command")

@@ -206,9 +206,37 @@ def check_workdir(workdir: str, checkpoint_bytes: int) -> None:
         )
 
 
-def is_out_of_memory(err: BaseException) -> bool:
-    text = str(err)
-    return "RESOURCE_EXHAUSTED" in text or "Out of memory" in text or "out of memory" in text
+is_out_of_memory = errors.is_out_of_memory  # the rule lives beside is_disk_full, so the two cannot overlap
+
+
+def host_memory_bytes() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_host_memory(config, local_batch: int, shapes: list[tuple[int, int]], batches_in_flight: int,
+                      memory_bytes: int | None = None) -> None:
+    """Before anything is allocated: a MemoryError naming per_device_batch_size (and about the
+    largest that fits) when the host copies of the batches in flight (staged, in the workers'
+    buffers) exceed this machine's memory; numpy would fail at the first step otherwise."""
+    memory = memory_bytes or host_memory_bytes()
+    if not memory:
+        return
+    samples, label_len = max(shapes)
+    row = samples * 2 + label_len * 4 + 12  # int16 audio, int32 labels; lengths and weight
+    need = local_batch * row * batches_in_flight
+    if need <= memory:
+        return
+    devices = max(local_batch // config.per_device_batch_size, 1)
+    fits = memory // (row * batches_in_flight * devices)
+    raise MemoryError(
+        f"per_device_batch_size={config.per_device_batch_size} is too large for this machine: the "
+        f"{batches_in_flight} batches in flight on the host ({local_batch} rows of {samples} samples each) need "
+        f"{need / 2**30:,.1f} GiB of memory, it has {memory / 2**30:,.1f} GiB. The largest that fits the host is "
+        f"about per_device_batch_size={fits} (the devices may hold fewer)"
+    )
 
 
 def out_of_memory_error(err: BaseException, batch_shapes: dict, config) -> MemoryError:

@@ -222,6 +222,14 @@ MUTATIONS = [
     Mutation("orbax_tracebacks_on_the_terminal", "ds2_jax/errors.py", "    logger.addFilter(keep)\n", "",
              ("tests/test_faults.py::test_orbax_background_errors_go_to_error_log_not_the_terminal",),
              "orbax's background threads print hundreds of tracebacks before the one-line error"),
+    Mutation("disk_full_on_resource_exhausted", "ds2_jax/errors.py", "    return any(t in str(err) for t in DISK_FULL_TEXT)",
+             '    return "RESOURCE_EXHAUSTED" in str(err) or any(t in str(err) for t in DISK_FULL_TEXT)',
+             ("tests/test_faults.py::test_out_of_memory_and_disk_full_have_one_rule_each_and_print_their_own_line",),
+             "device out of memory reads 'error: disk full'"),
+    Mutation("absurd_batch_reaches_numpy", "ds2_jax/train.py",
+             "    resilience.check_host_memory(config, sharding.local_batch,", "    (lambda *a: None)(config, sharding.local_batch,",
+             ("tests/test_faults.py::test_an_absurd_batch_is_refused_before_numpy_allocates_naming_per_device_batch_size",),
+             "per_device_batch_size=100000000 dies in numpy ('Unable to allocate 23 TiB') after minutes"),
 ]
 
 

@@ -374,7 +374,7 @@ def test_disk_full_during_a_save_names_the_workdir_and_free_space(tmpfs):
 
 def test_a_checkpoint_write_failure_of_any_type_is_explained(tmp_path):
     mgr = checkpoint.manager(str(tmp_path))
-    err = checkpoint.explain_save_error(mgr, 7, ValueError("RESOURCE_EXHAUSTED: " + "x" * 5000))
+    err = checkpoint.explain_save_error(mgr, 7, ValueError("RESOURCE_EXHAUSTED: No space left on device " + "x" * 5000))
     assert isinstance(err, errors.DiskFull) and isinstance(err, OSError)
     assert str(err).startswith(f"writing checkpoint 7 to {tmp_path / 'checkpoints'} failed (disk full; ")
     other = checkpoint.explain_save_error(mgr, 7, RuntimeError("permission denied"))
@@ -648,3 +648,54 @@ def test_orbax_background_errors_go_to_error_log_not_the_terminal(tmp_path, capf
     log_text = (tmp_path / "error.log").read_text()
     assert "thread raised" in log_text and "RESOURCE_EXHAUSTED" in log_text and "Event loop is closed" in log_text
     assert "Event loop" not in capfd.readouterr().err
+
+
+XLA_OOM = "RESOURCE_EXHAUSTED: Out of memory while trying to allocate 5368709120 bytes."
+TENSORSTORE_FULL = ('RESOURCE_EXHAUSTED: Error writing "params.x/0" in OCDBT database: Failed to write 368 bytes to '
+                    "file 7: No space left on device [os_error_code='28']")
+
+
+def test_out_of_memory_and_disk_full_have_one_rule_each_and_print_their_own_line(tmp_path):
+    import errno
+    import subprocess
+    import sys
+    import types
+
+    config = types.SimpleNamespace(per_device_batch_size=4096, dataset=types.SimpleNamespace(max_duration_s=27.0),
+                                   model=types.SimpleNamespace(rnn_size=2048, dtype="bfloat16"))
+    oom = resilience.out_of_memory_error(RuntimeError(XLA_OOM), {"audio": (8, 4096, 128000)}, config)
+    cases = {XLA_OOM: "oom", str(oom): "oom", "CUDA out of memory": "oom", TENSORSTORE_FULL: "disk",
+             OSError(errno.ENOSPC, "No space left on device"): "disk", OSError(errno.EDQUOT, "quota"): "disk"}
+    for err, kind in cases.items():
+        err = err if isinstance(err, BaseException) else RuntimeError(err)
+        assert (errors.is_out_of_memory(err), errors.is_disk_full(err)) == (kind == "oom", kind == "disk"), err
+    script = ("import sys, types; from ds2_jax import errors, resilience\n"
+              "config = types.SimpleNamespace(per_device_batch_size=4096, dataset=types.SimpleNamespace("
+              "max_duration_s=27.0), model=types.SimpleNamespace(rnn_size=2048, dtype='bfloat16'))\n"
+              "def fail():\n"
+              f"    raise resilience.out_of_memory_error(RuntimeError({XLA_OOM!r}), {{'audio': (8, 4096, 128000)}}, config)\n"
+              "errors.run_explained(fail, sys.argv[1])\n")
+    proc = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=helpers.ROOT), timeout=120)
+    last = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode == 1 and last.startswith("error: out of device memory for batch shapes"), proc.stderr
+    assert "disk full" not in last and "per_device_batch_size=4096" in last
+
+
+def test_an_absurd_batch_is_refused_before_numpy_allocates_naming_per_device_batch_size(tmp_path):
+    import types
+
+    start = time.time()
+    with pytest.raises(MemoryError, match="per_device_batch_size=100000000 is too large for this machine") as err:
+        train.train_and_evaluate(tiny_config(per_device_batch_size=100_000_000), str(tmp_path / "w"))
+    assert "largest that fits the host is about per_device_batch_size=" in str(err.value)
+    assert time.time() - start < 60 and not os.path.exists(tmp_path / "w" / "metrics.jsonl")
+    # The largest it names fits; one more does not.
+    memory, shapes = 10 * 2**20, [(16000, 20)]
+    with pytest.raises(MemoryError) as err:
+        resilience.check_host_memory(types.SimpleNamespace(per_device_batch_size=100), 800, shapes, 3, memory)
+    fits = int(str(err.value).split("per_device_batch_size=")[-1].split()[0])
+    resilience.check_host_memory(types.SimpleNamespace(per_device_batch_size=fits), 8 * fits, shapes, 3, memory)
+    with pytest.raises(MemoryError):
+        resilience.check_host_memory(types.SimpleNamespace(per_device_batch_size=fits + 1), 8 * (fits + 1), shapes, 3,
+                                     memory)
