@@ -23,6 +23,23 @@ from ds2_jax import errors
 log = logging.getLogger("ds2_jax")
 
 
+STEPS_IN_FLIGHT = 2  # steps dispatched ahead of the device: enough to hide dispatch, few to wait for on a stop
+
+
+def wait_ready(tree, poll_s: float = 0.0005) -> None:
+    """Waits until every array of `tree` is computed, polling from Python (not blocking in
+    C), so that a signal's handler runs at once: a second Ctrl-C can abandon the wait."""
+    leaves = [x for x in _leaves(tree) if hasattr(x, "is_ready")]
+    while not all(x.is_ready() for x in leaves):
+        time.sleep(poll_s)
+
+
+def _leaves(tree) -> list:
+    import jax
+
+    return jax.tree_util.tree_leaves(tree)
+
+
 class Preemption:
     """Turns SIGTERM / SIGINT into a flag checked at step boundaries (main thread only)."""
 
@@ -37,10 +54,17 @@ class Preemption:
         return self
 
     def _handle(self, signum, frame):
-        if self.signal is not None:  # a second signal: stop now
-            raise KeyboardInterrupt
+        name = signal.Signals(signum).name
+        if self.signal is not None:  # a second signal: the user will not wait for the checkpoint
+            msg = (f"received {name} again: exiting now without writing a checkpoint; the checkpoints on disk are "
+                   "intact (rerun the same command to resume from the newest)")
+            log.error(msg)
+            sys.stderr.flush()
+            os.write(2, f"ds2_jax: {msg}\n".encode())
+            os._exit(128 + signum)
         self.signal = signum
-        log.warning("received %s: checkpointing at the next step boundary, then exiting", signal.Signals(signum).name)
+        log.warning("received %s: checkpointing after the steps in flight (at most %d), then exiting; send it again "
+                    "to exit at once without a checkpoint", name, STEPS_IN_FLIGHT)
 
     def __exit__(self, *exc):
         for sig, handler in self._previous.items():

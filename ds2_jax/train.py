@@ -230,6 +230,8 @@ def _train(config, workdir: str, mgr) -> TrainState:
                 resilience.maybe_kill(config.faults, "step", step + 1)
                 done = step + 1
                 bar.dispatched(step_metrics)
+                if len(pending) > resilience.STEPS_IN_FLIGHT:  # bounded: a stop waits for few steps, not ~30
+                    resilience.wait_ready(pending[-1 - resilience.STEPS_IN_FLIGHT])
                 if done % config.log_every_steps == 0 or done == config.num_train_steps:
                     bar.wait_all()
                     fetched = jax.device_get(pending)  # waits for the interval's steps to finish
@@ -251,6 +253,7 @@ def _train(config, workdir: str, mgr) -> TrainState:
                     break
                 if done % config.checkpoint_every_steps == 0 and done != config.num_train_steps:
                     save(done)
+            resilience.wait_ready(state)  # polled, with the handlers on: a second signal can abandon it
         final = host_state()
         if done > start and mgr.latest_step() != done:
             save(done)

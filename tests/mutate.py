@@ -230,6 +230,15 @@ MUTATIONS = [
              "    resilience.check_host_memory(config, sharding.local_batch,", "    (lambda *a: None)(config, sharding.local_batch,",
              ("tests/test_faults.py::test_an_absurd_batch_is_refused_before_numpy_allocates_naming_per_device_batch_size",),
              "per_device_batch_size=100000000 dies in numpy ('Unable to allocate 23 TiB') after minutes"),
+    Mutation("steps_in_flight_unbounded", "ds2_jax/train.py",
+             "                    resilience.wait_ready(pending[-1 - resilience.STEPS_IN_FLIGHT])\n",
+             "                    pass\n",
+             ("tests/test_faults.py::test_a_stop_signal_checkpoints_within_two_steps_of_the_device",),
+             "the loop queues steps without bound: a stop waits for all of them (20 minutes on a slow device)"),
+    Mutation("second_signal_waits", "ds2_jax/resilience.py", "            os._exit(128 + signum)\n",
+             "            raise KeyboardInterrupt\n",
+             ("tests/test_faults.py::test_a_second_signal_abandons_the_wait_at_once_with_a_clear_line",),
+             "a second Ctrl-C raises inside the loop, which still waits for the in-flight checkpoint"),
 ]
 
 

@@ -699,3 +699,92 @@ def test_an_absurd_batch_is_refused_before_numpy_allocates_naming_per_device_bat
     with pytest.raises(MemoryError):
         resilience.check_host_memory(types.SimpleNamespace(per_device_batch_size=fits + 1), 8 * (fits + 1), shapes, 3,
                                      memory)
+
+
+class _FakeDevice:
+    """Stands in for a slow device: steps dispatched by the loop finish one by one, every
+    `step_s` seconds, on a thread; each step's metrics are FakeScalars ready when it finishes."""
+
+    def __init__(self, step_s: float):
+        self.step_s, self.dispatched, self.finished = step_s, 0, 0
+        self._lock = threading.Condition()
+        self._stop = False
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self):
+        while not self._stop:
+            with self._lock:
+                self._lock.wait_for(lambda: self.dispatched > self.finished or self._stop)
+            time.sleep(self.step_s)
+            with self._lock:
+                self.finished += 1
+
+    def step(self, p_train, state, batch, rng, config, first):
+        with self._lock:
+            self.dispatched += 1
+            index = self.dispatched
+            self._lock.notify_all()
+        keys = ("loss_sum", "loss_count", "infeasible", "utterances", "grad_norm_sum", "finite_steps", "steps",
+                "learning_rate_sum")
+        return state, {k: _FakeScalar(self, index) for k in keys}
+
+    def close(self):
+        self._stop = True
+        with self._lock:
+            self._lock.notify_all()
+
+
+class _FakeScalar:
+    def __init__(self, device, index):
+        self.device, self.index = device, index
+
+    def is_ready(self):
+        return self.device.finished >= self.index
+
+    def __array__(self, dtype=None, copy=None):
+        return np.ones((), dtype or np.float32)
+
+
+def test_a_stop_signal_checkpoints_within_two_steps_of_the_device(six_steps, tmp_path, monkeypatch, caplog):
+    """The loop dispatches at most resilience.STEPS_IN_FLIGHT steps ahead of the device, so
+    SIGTERM is answered by a checkpoint a step or two after the one running (the seed config
+    without a GPU queued ~30 steps of 38 s: 20 minutes)."""
+    w = copy_of(six_steps, tmp_path)
+    device = _FakeDevice(step_s=0.05)
+    monkeypatch.setattr(train, "_run_step", device.step)
+    at_signal = []
+
+    def stop_after_three():
+        while device.finished < 3:
+            time.sleep(0.001)
+        at_signal.append(device.finished)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=stop_after_three, daemon=True).start()
+    try:
+        with caplog.at_level("INFO", logger="ds2_jax"):
+            train.train_and_evaluate(run_config(num_train_steps=2000, log_every_steps=10_000, checkpoint_every_steps=10_000), w)
+    finally:
+        device.close()
+    saved = checkpoint.manager(w).latest_step()
+    assert "received SIGTERM" in caplog.text and f"preempted at step {saved}" in caplog.text
+    assert saved - 6 <= at_signal[0] + 2 + 1, (saved, at_signal)  # 2 in flight, 1 for the race with the signal
+
+
+def test_a_second_signal_abandons_the_wait_at_once_with_a_clear_line(monkeypatch, capfd):
+    class Exited(Exception):
+        pass
+
+    def exit_(code):
+        raise Exited(code)
+
+    monkeypatch.setattr(resilience.os, "_exit", exit_)
+    never = type("Never", (), {"is_ready": lambda self: False})()
+    start = time.time()
+    with resilience.Preemption() as preemption, pytest.raises(Exited) as exited:
+        threading.Timer(0.1, os.kill, (os.getpid(), signal.SIGINT)).start()
+        threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
+        resilience.wait_ready([never])  # a step (or the final state) the device never finishes
+    assert preemption.signal == signal.SIGINT and exited.value.args == (128 + signal.SIGINT,)
+    assert time.time() - start < 5
+    assert "received SIGINT again: exiting now without writing a checkpoint" in capfd.readouterr().err
