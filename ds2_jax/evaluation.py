@@ -99,9 +99,10 @@ class SplitOutputs:
     loss: float
 
 
-def run_split(p_eval, state, source, split: str, max_utterances: int, par: parallel.Parallel) -> SplitOutputs:
+def run_split(p_eval, state, source, split: str, max_utterances: int, par: parallel.Parallel,
+              on_batch: Callable[[], None] | None = None) -> SplitOutputs:
     """Runs `p_eval` (compile_eval_step for `par`) on `state` (placed by `par`) over a split;
-    keeps log-probs when the step returns them."""
+    keeps log-probs when the step returns them. `on_batch()` after each batch (the watchdog)."""
     refs, hyps, lps, sums = [], [], [], []
     # Read and place ahead in a thread, so the next batches load while this one runs.
     with contextlib.closing(par.put_batches(source.eval_batches(split, max_utterances), 2, with_host=True)) as batches:
@@ -114,6 +115,8 @@ def run_split(p_eval, state, source, split: str, max_utterances: int, par: paral
             hyps += decoding.greedy_texts(out["ids"][rows], out["lengths"][rows])
             if "log_probs" in out:
                 lps += [out["log_probs"][i, : out["lengths"][i]] for i in rows]
+            if on_batch is not None:
+                on_batch()
     total = metrics.reduce_sums(sums)
     loss = total.get("loss_sum", 0.0) / max(total.get("loss_count", 0.0), 1.0)
     return SplitOutputs(refs, hyps, lps if lps else None, loss)
@@ -138,13 +141,14 @@ def evaluate(
     max_utterances: int,
     par: parallel.Parallel,
     beam: decoding.BeamSearchDecoder | None = None,
+    on_batch: Callable[[], None] | None = None,
 ) -> dict:
     """Greedy (and, with `beam` and a log-prob step, beam search) WER/CER and loss of a split.
 
     The top-level wer/cer/examples/worst are greedy's, as during training; beam search
     adds a 'beam' section with its own figures and settings.
     """
-    out = run_split(p_eval, state, source, split, max_utterances, par)
+    out = run_split(p_eval, state, source, split, max_utterances, par, on_batch)
     # With several processes each one decoded its own rows; every process scores them all.
     references, greedy = gather_texts(out.references), gather_texts(out.greedy)
     result = {**score(references, greedy), "loss": out.loss, "utterances": len(references)}

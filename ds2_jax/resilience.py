@@ -5,6 +5,7 @@ and the fault-injection hooks (config.faults) that the tests use to prove all of
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import logging
@@ -85,6 +86,7 @@ class Watchdog:
         self.timeout_s = timeout_s
         self._last = time.monotonic()
         self._what = "start"
+        self._suspended = 0
         self._stop = threading.Event()
         self._thread = None
         if timeout_s > 0:
@@ -94,8 +96,22 @@ class Watchdog:
     def ping(self, what: str) -> None:
         self._last, self._what = time.monotonic(), what
 
+    @contextlib.contextmanager
+    def suspended(self, what: str):
+        """No timeout while the block runs: work that is progress but cannot ping (compiling
+        the first step, writing a checkpoint). Its end counts as progress."""
+        self.ping(what)
+        self._suspended += 1
+        try:
+            yield
+        finally:
+            self._suspended -= 1
+            self.ping(f"{what} (done)")
+
     def _run(self):
         while not self._stop.wait(min(self.timeout_s / 4, 5.0)):
+            if self._suspended:
+                continue
             idle = time.monotonic() - self._last
             if idle > self.timeout_s:
                 msg = (f"no progress for {idle:.0f} s after {self._what} (step_timeout_s={self.timeout_s}): "

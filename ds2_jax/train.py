@@ -194,12 +194,20 @@ def _train(config, workdir: str, mgr) -> TrainState:
     def host_state():
         return par.get(state)
 
+    evals = []
+
     def run_eval(step):
-        result = evaluation.evaluate(p_eval, state, source, config.dataset.eval_split, config.eval.max_utterances, par)
+        # The watchdog: each eval batch is progress; the first eval compiles its step first.
+        first = contextlib.nullcontext() if evals else watchdog.suspended(f"compiling the eval step at step {step}")
+        with first:
+            result = evaluation.evaluate(p_eval, state, source, config.dataset.eval_split, config.eval.max_utterances,
+                                         par, on_batch=lambda: watchdog.ping(f"eval at step {step}"))
+        evals.append(step)
         evaluation.report(writer, step, result, config.eval.num_examples_to_print)
 
     def save(step):
-        checkpoint.save_or_explain(mgr, step, host_state())
+        with watchdog.suspended(f"checkpoint {step}"):  # waits for the previous save, then writes
+            checkpoint.save_or_explain(mgr, step, host_state())
         resilience.maybe_kill(config.faults, "checkpoint", step)
 
     pending: list = []
@@ -220,7 +228,8 @@ def _train(config, workdir: str, mgr) -> TrainState:
                 t0 = time.perf_counter()
                 batch, idle_s = _next_batch(batches, pending[-1] if pending else None)
                 input_wait.add(idle_s)
-                state, step_metrics = _run_step(p_train, state, batch, step_rng, config, first=step == start)
+                with watchdog.suspended("compiling the first step") if step == start else contextlib.nullcontext():
+                    state, step_metrics = _run_step(p_train, state, batch, step_rng, config, first=step == start)
                 pending.append(step_metrics)
                 if step == start:
                     log.info("first step (compile + run) took %.1f s", time.perf_counter() - t0)
@@ -232,6 +241,7 @@ def _train(config, workdir: str, mgr) -> TrainState:
                 bar.dispatched(step_metrics)
                 if len(pending) > resilience.STEPS_IN_FLIGHT:  # bounded: a stop waits for few steps, not ~30
                     resilience.wait_ready(pending[-1 - resilience.STEPS_IN_FLIGHT])
+                    watchdog.ping(f"step {done - resilience.STEPS_IN_FLIGHT}")
                 if done % config.log_every_steps == 0 or done == config.num_train_steps:
                     bar.wait_all()
                     fetched = jax.device_get(pending)  # waits for the interval's steps to finish
@@ -257,7 +267,8 @@ def _train(config, workdir: str, mgr) -> TrainState:
         final = host_state()
         if done > start and mgr.latest_step() != done:
             save(done)
-        checkpoint.finish_or_explain(mgr)
+        with watchdog.suspended("the last checkpoint"):
+            checkpoint.finish_or_explain(mgr)
     return final
 
 

@@ -239,6 +239,12 @@ MUTATIONS = [
              "            raise KeyboardInterrupt\n",
              ("tests/test_faults.py::test_a_second_signal_abandons_the_wait_at_once_with_a_clear_line",),
              "a second Ctrl-C raises inside the loop, which still waits for the in-flight checkpoint"),
+    Mutation("eval_batches_no_progress", "ds2_jax/evaluation.py", "            if on_batch is not None:\n                on_batch()\n",
+             "", ("tests/test_faults.py::test_the_watchdog_counts_compiles_evals_and_saves_as_progress",),
+             "an eval longer than step_timeout_s reads as a hang: the watchdog ends a healthy run (exit 3)"),
+    Mutation("watchdog_ignores_suspension", "ds2_jax/resilience.py", "            if self._suspended:\n                continue\n",
+             "", ("tests/test_faults.py::test_the_watchdog_does_not_fire_while_suspended_and_fires_after",),
+             "the first compile or a checkpoint save longer than step_timeout_s trips the watchdog"),
 ]
 
 

@@ -788,3 +788,36 @@ def test_a_second_signal_abandons_the_wait_at_once_with_a_clear_line(monkeypatch
     assert preemption.signal == signal.SIGINT and exited.value.args == (128 + signal.SIGINT,)
     assert time.time() - start < 5
     assert "received SIGINT again: exiting now without writing a checkpoint" in capfd.readouterr().err
+
+
+def test_the_watchdog_counts_compiles_evals_and_saves_as_progress(tmp_path, monkeypatch):
+    """An eval longer than step_timeout_s (each batch slowed down here), the first compile and
+    the checkpoint saves never trip the watchdog; a hang still does (test_hung_step_*)."""
+    exits = []
+    monkeypatch.setattr(resilience.os, "_exit", exits.append)
+    greedy = evaluation.decoding.greedy_texts
+
+    def slow_greedy(*args):
+        time.sleep(1.0)
+        return greedy(*args)
+
+    monkeypatch.setattr(evaluation.decoding, "greedy_texts", slow_greedy)
+    config = run_config(eval_every_steps=3, step_timeout_s=2.5, **{"eval.max_utterances": 64})  # 4 batches: 4 s
+    train.train_and_evaluate(config, str(tmp_path / "w"))
+    evals = [r for r in metrics.read_jsonl(str(tmp_path / "w" / "metrics.jsonl")) if "eval_wer" in r]
+    assert [r["step"] for r in evals] == [3, 6]
+    assert exits == []
+
+
+def test_the_watchdog_does_not_fire_while_suspended_and_fires_after(monkeypatch):
+    exits = []
+    monkeypatch.setattr(resilience.os, "_exit", exits.append)
+    dog = resilience.Watchdog(0.4)
+    try:
+        with dog.suspended("compiling"):
+            time.sleep(1.2)
+        assert exits == []
+        time.sleep(1.5)
+        assert exits and exits[0] == resilience.Watchdog.EXIT_CODE
+    finally:
+        dog.close()
