@@ -821,3 +821,24 @@ def test_the_watchdog_does_not_fire_while_suspended_and_fires_after(monkeypatch)
         assert exits and exits[0] == resilience.Watchdog.EXIT_CODE
     finally:
         dog.close()
+
+
+def test_a_missing_eval_split_is_found_before_training(tmp_path):
+    """dataset.eval_split absent from the prepared data: an error naming it before the first
+    step (it used to surface at the first eval, thousands of steps in, before that step's
+    checkpoint, so a requeued job looped)."""
+    from ds2_jax.datasets import build
+    from tests import librispeech_testdata as td
+
+    manual = tmp_path / "manual"
+    td.write_bad_inputs(str(manual / "LibriSpeech" / "dev-clean"))
+    data_dir = str(tmp_path / "tfds")
+    build.build(str(manual), data_dir)
+    config = tiny_config(**{"dataset.name": "librispeech_local", "dataset.manual_dir": str(manual),
+                            "dataset.data_dir": data_dir, "dataset.train_splits": "dev-clean",
+                            "dataset.eval_split": "test-clean", "eval_every_steps": 4, "num_devices": 1,
+                            "per_device_batch_size": 1, "dataset.num_workers": 0})
+    w = tmp_path / "w"
+    with pytest.raises(ValueError, match="dataset.eval_split='test-clean': split 'test_clean' is not in the prepared"):
+        train.train_and_evaluate(config, str(w))
+    assert not (w / "metrics.jsonl").exists() and not os.listdir(w / "checkpoints")  # no step trained
