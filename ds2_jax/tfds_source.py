@@ -99,10 +99,6 @@ class TfdsSource:
         self._indexes: dict[str, SplitIndex] = {}
         self.train_splits = [self._resolve(s) for s in split_names(d.train_splits)]
         self.eval_split = d.eval_split
-        if config.eval_every_steps:  # found now, not at the first eval thousands of steps in
-            for split in split_names(d.eval_split):
-                self._check_split(self._resolve(split), f"dataset.eval_split={d.eval_split!r}: ",
-                                  " (or --config.eval_every_steps=0 to train without evals)")
 
         # Training set: (split, record) of every kept utterance, then buckets.
         parts = [(s, self._filtered(s)) for s in self.train_splits]
@@ -127,6 +123,13 @@ class TfdsSource:
             if name in self.builder.info.splits:
                 return name
         return split  # _source names the splits that exist
+
+    def check_eval_split(self, spec: str) -> None:
+        """A ValueError naming dataset.eval_split when `spec` is not prepared (training checks it
+        before the first step, not at the first eval thousands of steps in)."""
+        for split in split_names(spec):
+            self._check_split(self._resolve(split), f"dataset.eval_split={spec!r}: ",
+                              " (or --config.eval_every_steps=0 to train without evals)")
 
     def _check_split(self, split: str, setting: str = "", alternative: str = "") -> None:
         if split not in self.builder.info.splits:

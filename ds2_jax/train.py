@@ -165,6 +165,8 @@ def _train(config, workdir: str, mgr) -> TrainState:
              n_dev, devices[0].platform, jax.process_count(), par.kind, sharding.global_batch)
     source = input_pipeline.make_source(config, sharding)
     log.info("compiled batch shapes (samples, labels): %s", source.shapes())
+    if config.eval_every_steps and hasattr(source, "check_eval_split"):  # synthetic data has every split
+        source.check_eval_split(config.dataset.eval_split)
     resilience.check_host_memory(config, sharding.local_batch, source.shapes(), config.prefetch_batches + 1 +
                                  loader.resolve_num_workers(config) * config.dataset.worker_buffer_size)
 

@@ -245,8 +245,8 @@ MUTATIONS = [
     Mutation("watchdog_ignores_suspension", "ds2_jax/resilience.py", "            if self._suspended:\n                continue\n",
              "", ("tests/test_faults.py::test_the_watchdog_does_not_fire_while_suspended_and_fires_after",),
              "the first compile or a checkpoint save longer than step_timeout_s trips the watchdog"),
-    Mutation("eval_split_checked_late", "ds2_jax/tfds_source.py", "        if config.eval_every_steps:  # found now",
-             "        if False:  # found now", ("tests/test_faults.py::test_a_missing_eval_split_is_found_before_training",),
+    Mutation("eval_split_checked_late", "ds2_jax/train.py", "    if config.eval_every_steps and hasattr(source, \"check_eval_split\"):",
+             "    if False:", ("tests/test_faults.py::test_a_missing_eval_split_is_found_before_training",),
              "a missing dataset.eval_split is found at the first eval, thousands of steps in"),
 ]
 
