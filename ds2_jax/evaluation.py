@@ -16,16 +16,19 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import json
 import logging
 import os
+import re
 from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ds2_jax import checkpoint, ctc, decoding, errors, features, input_pipeline, metrics, model, parallel, settings, text
+from ds2_jax import (checkpoint, ctc, decoding, errors, features, files, input_pipeline, metrics, model, parallel,
+                     settings, text)
 from ds2_jax.batch_axis import AXIS, psum
 from ds2_jax.state import TrainState, create_state, step_kwargs
 
@@ -293,11 +296,30 @@ def config_for_eval(config, workdir: str) -> settings.Settings:
         raise ValueError(f"{os.path.join(workdir, 'config.json')}: {e}") from e
 
 
+def _stem(path: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_]+", "_", os.path.basename(path).split(".")[0]) or "lm"
+
+
+def lm_name(path: str) -> str:
+    """'<file stem>-<hash of its absolute path>': two LMs named lm.arpa in two folders differ."""
+    return f"{_stem(path)}-{hashlib.sha256(os.path.abspath(path).encode()).hexdigest()[:8]}"
+
+
 def decoding_tag(beam: decoding.BeamSearchDecoder | None) -> str:
-    """'greedy', 'beam32' or 'beam32-lm': eval results of different decoders never share a file."""
+    """'greedy', 'beam32', or with an LM 'beam32-lm-<lm file stem>-a0.5-b1-<hash>': eval results
+    of different decoders never share a file. The hash covers every other decoding setting
+    (the LM's and lexicon's full paths, the pruning), and appears when any differs from its default."""
     if beam is None:
         return "greedy"
-    return f"beam{beam.cfg.beam_width}" + ("-lm" if beam.cfg.lm_path else "")
+    cfg = beam.cfg
+    tag = f"beam{cfg.beam_width}"
+    if cfg.lm_path:
+        tag += f"-lm-{_stem(cfg.lm_path)}-a{beam.alpha:g}-b{beam.beta:g}"
+    rest = lambda c: {k: os.path.abspath(v) if k.endswith("_path") and v else v  # noqa: E731
+                      for k, v in dataclasses.asdict(c).items() if k not in ("beam_width", "alpha", "beta")}
+    if rest(cfg) != rest(settings.Decoding()):
+        tag += "-" + hashlib.sha256(json.dumps(rest(cfg), sort_keys=True).encode()).hexdigest()[:8]
+    return tag
 
 
 def result_path(workdir: str, split: str, step: int, beam: decoding.BeamSearchDecoder | None) -> str:
@@ -323,7 +345,7 @@ def evaluate_splits(config, workdir: str, split: str = "", step: int | None = No
             line += f"; beam WER {result['beam']['wer']:.4f} CER {result['beam']['cer']:.4f}"
         log.info("%s over %d utterances -> %s", line, result["utterances"], path)
         try:
-            with open(path, "w") as f:
+            with files.replacing(path) as f:  # atomic: a kill leaves the old result or the new one
                 json.dump(result, f, indent=2)
         except OSError as e:
             unwritten.append(f"{path} ({e.strerror or e})")

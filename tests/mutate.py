@@ -248,6 +248,10 @@ MUTATIONS = [
     Mutation("eval_split_checked_late", "ds2_jax/train.py", "    if config.eval_every_steps and hasattr(source, \"check_eval_split\"):",
              "    if False:", ("tests/test_faults.py::test_a_missing_eval_split_is_found_before_training",),
              "a missing dataset.eval_split is found at the first eval, thousands of steps in"),
+    Mutation("eval_name_ignores_lm_settings", "ds2_jax/evaluation.py",
+             'tag += f"-lm-{_stem(cfg.lm_path)}-a{beam.alpha:g}-b{beam.beta:g}"', 'tag += "-lm"',
+             ("tests/test_faults.py::test_eval_result_names_tell_every_decoder_apart_and_are_written_atomically",),
+             "evals with other LMs or alpha/beta write the same eval-...-beam32-lm.json: the first is lost"),
 ]
 
 

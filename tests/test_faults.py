@@ -8,6 +8,7 @@ the checkpoint, bad configs. Where training continues, the final state is compar
 for bit with an uninterrupted run. The slow drills run launch.py in a subprocess.
 """
 
+import dataclasses
 import json
 import logging
 import os
@@ -842,3 +843,37 @@ def test_a_missing_eval_split_is_found_before_training(tmp_path):
     with pytest.raises(ValueError, match="dataset.eval_split='test-clean': split 'test_clean' is not in the prepared"):
         train.train_and_evaluate(config, str(w))
     assert not (w / "metrics.jsonl").exists() and not os.listdir(w / "checkpoints")  # no step trained
+
+
+def test_eval_result_names_tell_every_decoder_apart_and_are_written_atomically(six_steps, tmp_path, monkeypatch):
+    """Two beam+LM evals with another LM (even one named alike) or alpha/beta wrote the same
+    eval-...-beam32-lm.json: the first was lost. And a kill mid-write left a torn file."""
+    import types
+
+    from ds2_jax import settings
+
+    def beam(**changes):
+        cfg = dataclasses.replace(settings.Decoding(beam_width=32), **changes)
+        return types.SimpleNamespace(cfg=cfg, alpha=cfg.alpha, beta=cfg.beta)
+
+    decoders = [None, beam(), beam(beam_width=8), beam(beam_prune_logp=-5.0), beam(lm_path="a/lm.arpa"),
+                beam(lm_path="b/lm.arpa"), beam(lm_path="a/lm.arpa", alpha=1.0), beam(lm_path="a/lm.arpa", beta=0.0),
+                beam(lm_path="a/lm.arpa", lexicon_path="words.txt")]
+    names = [evaluation.result_path("w", "dev-clean", 6, d) for d in decoders]
+    assert len(set(names)) == len(names), names
+    assert names[:3] == [os.path.join("w", f"eval-dev-clean-6-{t}.json") for t in ("greedy", "beam32", "beam8")]
+    assert os.path.basename(names[4]).startswith("eval-dev-clean-6-beam32-lm-lm-a0.5-b1-")
+    assert names[4] == evaluation.result_path("w", "dev-clean", 6, beam(lm_path="a/lm.arpa"))  # same decoder, same name
+
+    w = copy_of(six_steps, tmp_path)
+    path = os.path.join(w, "eval-dev-clean-6-greedy.json")
+    open(path, "w").write('{"old": 1}')
+
+    def torn_dump(obj, f, **kwargs):
+        f.write('{"wer": 0.')
+        raise KeyboardInterrupt  # killed mid-write
+
+    monkeypatch.setattr(evaluation.json, "dump", torn_dump)
+    with pytest.raises(KeyboardInterrupt):
+        evaluation.evaluate_checkpoint(run_config(), w)
+    assert open(path).read() == '{"old": 1}'
