@@ -252,6 +252,11 @@ MUTATIONS = [
              'tag += f"-lm-{_stem(cfg.lm_path)}-a{beam.alpha:g}-b{beam.beta:g}"', 'tag += "-lm"',
              ("tests/test_faults.py::test_eval_result_names_tell_every_decoder_apart_and_are_written_atomically",),
              "evals with other LMs or alpha/beta write the same eval-...-beam32-lm.json: the first is lost"),
+    Mutation("fingerprint_sizes_only", "ds2_jax/datasets/build.py",
+             '"content_fingerprint": hashlib.sha256(sizes + texts.digest()).hexdigest()[:16]}',
+             '"content_fingerprint": hashlib.sha256(sizes).hexdigest()[:16]}',
+             ("tests/test_faults.py::test_the_prepared_data_fingerprint_sees_a_same_size_transcript_edit",),
+             "a same-size transcript edit passes the prepared data's check: training reads the old text"),
 ]
 
 

@@ -877,3 +877,30 @@ def test_eval_result_names_tell_every_decoder_apart_and_are_written_atomically(s
     with pytest.raises(KeyboardInterrupt):
         evaluation.evaluate_checkpoint(run_config(), w)
     assert open(path).read() == '{"old": 1}'
+
+
+def test_the_prepared_data_fingerprint_sees_a_same_size_transcript_edit(tmp_path, caplog):
+    from ds2_jax.datasets import build
+    from tests import librispeech_testdata as td
+
+    manual = tmp_path / "manual"
+    td.write_bad_inputs(str(manual / "LibriSpeech" / "dev-clean"))
+    data_dir = str(tmp_path / "tfds")
+    build.build(str(manual), data_dir)
+    build.build(str(manual), data_dir)  # unchanged: fine
+    transcript = sorted((manual / "LibriSpeech" / "dev-clean").rglob("*.trans.txt"))[0]
+    text = transcript.read_bytes()
+    i = next(i for i in range(len(text) - 1) if chr(text[i]).isalpha() and chr(text[i + 1]).isalpha()
+             and text[i] != text[i + 1] and i > text.index(b" "))
+    transcript.write_bytes(text[:i] + text[i + 1:i + 2] + text[i:i + 1] + text[i + 2:])  # two letters swapped
+    with pytest.raises(errors.DatasetMismatch, match="the same sizes but other transcript text"):
+        build.build(str(manual), data_dir)
+    # A record from before the transcripts were hashed: checked by sizes, then upgraded.
+    record = os.path.join(os.fspath(build.get_builder(data_dir).data_dir), build.SOURCE_RECORD)
+    old = json.load(open(record))
+    del old["content_fingerprint"]
+    open(record, "w").write(json.dumps(old))
+    with caplog.at_level("INFO"):
+        build.build(str(manual), data_dir)
+    assert "recorded its manual dir's file sizes only" in caplog.text
+    assert "content_fingerprint" in json.load(open(record))
