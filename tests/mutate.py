@@ -257,6 +257,9 @@ MUTATIONS = [
              '"content_fingerprint": hashlib.sha256(sizes).hexdigest()[:16]}',
              ("tests/test_faults.py::test_the_prepared_data_fingerprint_sees_a_same_size_transcript_edit",),
              "a same-size transcript edit passes the prepared data's check: training reads the old text"),
+    Mutation("transcribe_whole_files", "ds2_jax/transcribe.py", "        if num_samples <= window:", "        if True:",
+             ("tests/test_faults.py::test_long_audio_is_transcribed_in_windows_with_memory_bounded_by_the_window",),
+             "a long file runs in one forward pass: memory grows with its length (a 10-minute file aborted)"),
 ]
 
 
