@@ -67,12 +67,17 @@ FINISHED_MARKER = "_CHECKPOINT_METADATA"  # orbax writes it when a save is commi
 
 def unfinished(mgr: ocp.CheckpointManager, step: int) -> str | None:
     """What a step folder lacks that every finished save has (None: nothing), without
-    asking orbax (an empty or partial folder is a save that never finished)."""
-    folder = os.path.join(os.fspath(mgr.directory), str(step))
-    if not os.path.isfile(os.path.join(folder, FINISHED_MARKER)):
-        return FINISHED_MARKER
+    asking orbax (an empty or partial folder is a save that never finished). The marker
+    counts only where another step has it (an orbax that writes none has no such rule)."""
+    directory = os.fspath(mgr.directory)
+    folder = os.path.join(directory, str(step))
     items = [n for n in os.listdir(folder) if os.path.isdir(os.path.join(folder, n))]
-    return None if items else "item folder (e.g. default/)"
+    if not items:
+        return "item folder (e.g. default/): an empty or partial folder"
+    if not os.path.isfile(os.path.join(folder, FINISHED_MARKER)) and any(
+            os.path.isfile(os.path.join(directory, str(s), FINISHED_MARKER)) for s in mgr.all_steps() if s != step):
+        return FINISHED_MARKER
+    return None
 
 
 def restore_latest(mgr: ocp.CheckpointManager, target, move_damaged: bool = False):
