@@ -237,6 +237,10 @@ def load_config(workdir: str) -> settings.Settings:
 FIXED_ON_RESUME = (*(f"model.{k}" for k in ("num_conv_layers", "conv_channels", "num_rnn_layers", "rnn_size", "rnn_cell",
                                             "share_rnn_weights", "bidirectional", "row_conv_context")),
                    *(f"features.{f.name}" for f in dataclasses.fields(settings.Spectrogram)))
+# Settings that change how a run is driven or watched, not what it trains: never a "change".
+NOT_TRAINING = ("faults.", "eval.", "decoding.", "num_train_steps", "log_every_steps", "eval_every_steps",
+                "checkpoint_every_steps", "keep_checkpoints", "prefetch_batches", "input_wait_warn_fraction",
+                "step_timeout_s", "compilation_cache_dir", "dataset.num_workers", "dataset.worker_buffer_size")
 CHANGES_FILE = "config_changes.jsonl"  # {"step", "time", "changes": {key: [before, after]}} per resume that changed any
 
 
@@ -295,7 +299,7 @@ def record_resume_changes(config, workdir: str, step: int) -> list[tuple[str, ob
     current = flat(settings.to_dict(load_config(workdir)))
     for r in kept:
         current.update({k: after for k, (_, after) in r["changes"].items()})
-    diff = [d for d in _differences(current, flat(settings.to_dict(config))) if not d[0].startswith("faults.")]
+    diff = [d for d in _differences(current, flat(settings.to_dict(config))) if not d[0].startswith(NOT_TRAINING)]
     if diff:
         log.warning("settings changed at step %d (resuming %s): %s; recorded in %s (config.json keeps the settings "
                     "the run started with)", step, workdir, _shown(diff), path)
