@@ -751,7 +751,7 @@ def test_a_stop_signal_checkpoints_within_two_steps_of_the_device(six_steps, tmp
     SIGTERM is answered by a checkpoint a step or two after the one running (the seed config
     without a GPU queued ~30 steps of 38 s: 20 minutes)."""
     w = copy_of(six_steps, tmp_path)
-    device = _FakeDevice(step_s=0.05)
+    device = _FakeDevice(step_s=0.2)  # slow enough that a loaded machine delivers the signal within a step
     monkeypatch.setattr(train, "_run_step", device.step)
     at_signal = []
 
