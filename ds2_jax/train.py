@@ -221,9 +221,9 @@ def _train(config, workdir: str, mgr) -> TrainState:
     # A marker in metrics.jsonl where a resume changed a (numeric) setting; all in config_changes.jsonl.
     if changes:
         writer.write(start, {k: v for k, _, v in changes if isinstance(v, (int, float))}, prefix="config_change/")
+    log.info("compiling the train step for batch shapes %s (the first step: minutes for a large batch)", source.shapes())
     # Closed on the way out of an error too: a watchdog left running would end the caller's
     # process step_timeout_s later; the bar would keep its hold on the log handlers.
-    log.info("compiling the train step for batch shapes %s (the first step: minutes for a large batch)", source.shapes())
     with _closed_after(writer), contextlib.closing(watchdog):
         with contextlib.closing(bar), resilience.Preemption() as preemption, contextlib.closing(batches):
             for step in range(start, config.num_train_steps):
