@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ds2_jax import (checkpoint, ctc, decoding, errors, features, files, input_pipeline, metrics, model, parallel,
-                     settings, text)
+                     resilience, settings, text)
 from ds2_jax.batch_axis import AXIS, psum
 from ds2_jax.state import TrainState, create_state, step_kwargs
 
@@ -232,7 +232,9 @@ def prepare(config, workdir: str, step: int | None = None, log_probs: bool = Fal
     """Restores checkpoint `step` (default: latest), places it on the devices as
     config.parallelism says, and builds the source (this process's rows) and the eval step."""
     par = parallel.make(config)
-    source = input_pipeline.make_source(config, par.batch_sharding(config.per_device_batch_size))
+    sharding = par.batch_sharding(config.per_device_batch_size)
+    source = input_pipeline.make_source(config, sharding)
+    resilience.check_host_memory(config, sharding.local_batch, source.shapes(), 3)  # 2 read ahead, 1 in the step
     state, step = restore_state(config, workdir, step)
     return EvalRun(compile_eval_step(config, par, log_probs), par.put_replicated(state), source, par, step)
 

@@ -683,7 +683,7 @@ def test_out_of_memory_and_disk_full_have_one_rule_each_and_print_their_own_line
     assert "disk full" not in last and "per_device_batch_size=4096" in last
 
 
-def test_an_absurd_batch_is_refused_before_numpy_allocates_naming_per_device_batch_size(tmp_path):
+def test_an_absurd_batch_is_refused_before_numpy_allocates_naming_per_device_batch_size(six_steps, tmp_path):
     import types
 
     start = time.time()
@@ -691,6 +691,8 @@ def test_an_absurd_batch_is_refused_before_numpy_allocates_naming_per_device_bat
         train.train_and_evaluate(tiny_config(per_device_batch_size=100_000_000), str(tmp_path / "w"))
     assert "largest that fits the host is about per_device_batch_size=" in str(err.value)
     assert time.time() - start < 60 and not os.path.exists(tmp_path / "w" / "metrics.jsonl")
+    with pytest.raises(MemoryError, match="per_device_batch_size=100000000 is too large"):  # --mode=eval too
+        evaluation.evaluate_checkpoint(run_config(per_device_batch_size=100_000_000), copy_of(six_steps, tmp_path / "e"))
     # The largest it names fits; one more does not.
     memory, shapes = 10 * 2**20, [(16000, 20)]
     with pytest.raises(MemoryError) as err:
