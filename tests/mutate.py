@@ -260,6 +260,9 @@ MUTATIONS = [
     Mutation("transcribe_whole_files", "ds2_jax/transcribe.py", "        if num_samples <= window:", "        if True:",
              ("tests/test_faults.py::test_long_audio_is_transcribed_in_windows_with_memory_bounded_by_the_window",),
              "a long file runs in one forward pass: memory grows with its length (a 10-minute file aborted)"),
+    Mutation("read_long_file_whole", "ds2_jax/transcribe.py", "        if 0 < frames <= block:", "        if True:",
+             ("tests/test_transcribe.py::test_a_long_file_is_read_block_by_block_like_in_one_piece",),
+             "a long file is read whole as float32 channels (an hour of 44.1 kHz stereo: 1.3 GB)"),
 ]
 
 
