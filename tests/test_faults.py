@@ -4,8 +4,11 @@ kill -9 at three points, SIGTERM, a damaged newest (or every) checkpoint, a busy
 stale workdir lock, a torn metrics line, a full disk before and during a save,
 non-finite steps, a hung step, an unwritable workdir, out-of-memory, a changed manual
 dir, eval with a different config or into a read-only workdir, num_train_steps below
-the checkpoint, bad configs. Where training continues, the final state is compared bit
-for bit with an uninterrupted run. The slow drills run launch.py in a subprocess.
+the checkpoint, bad configs; and issue 29's: signals with steps in flight, an unfinished
+step folder, a resume with other settings, torn config.json / metrics / result files, a
+long eval under the watchdog, OOM vs disk full, a missing eval split, long audio. Where
+training continues, the final state is compared bit for bit with an uninterrupted run.
+The slow drills run launch.py in a subprocess.
 """
 
 import dataclasses
