@@ -8,8 +8,10 @@ Anything else (a bug) keeps its full traceback.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import errno
+import logging
 import os
 import shutil
 import sys
@@ -40,12 +42,22 @@ class DatasetMismatch(Ds2Error, ValueError):
     """A prepared dataset was built from other files than dataset.manual_dir holds."""
 
 
+# One rule each, not overlapping: XLA and tensorstore both say RESOURCE_EXHAUSTED, so that
+# word alone decides nothing; the operating system's words for a full disk decide disk full.
+DISK_FULL_TEXT = ("No space left on device", "Disk quota exceeded", "os_error_code='28'", "os_error_code='122'")
+
+
 def is_disk_full(err: BaseException) -> bool:
-    """ENOSPC/EDQUOT, or orbax/tensorstore's RESOURCE_EXHAUSTED wrapping of it (or their text)."""
+    """ENOSPC/EDQUOT, or a wrapping of it (tensorstore: RESOURCE_EXHAUSTED ... No space left on device)."""
     if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
         return True
+    return any(t in str(err) for t in DISK_FULL_TEXT)
+
+
+def is_out_of_memory(err: BaseException) -> bool:
+    """Out of (device or host) memory: XLA's RESOURCE_EXHAUSTED or 'out of memory', never a full disk."""
     text = str(err)
-    return "RESOURCE_EXHAUSTED" in text or "No space left" in text or "Disk quota exceeded" in text
+    return not is_disk_full(err) and ("RESOURCE_EXHAUSTED" in text or "out of memory" in text.lower())
 
 
 def free_space(path: str) -> str:
@@ -103,6 +115,49 @@ def _divert_stderr(log_path: str | None) -> int:
     return terminal
 
 
+class _ToLog(logging.Filter):
+    """Keeps ERROR records of the absl logger that come from `package`'s code off the terminal,
+    appending them (with their tracebacks) to a file instead."""
+
+    def __init__(self, path: str, package: str):
+        super().__init__()
+        self.path, self.package = path, f"{os.sep}{package}{os.sep}"
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.ERROR or self.package not in record.pathname:
+            return True
+        with contextlib.suppress(OSError):  # a full disk: dropping them is still better than 400 tracebacks
+            with open(self.path, "a") as f:
+                f.write(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s").format(record) + "\n")
+        return False
+
+
+@contextlib.contextmanager
+def background_errors_to_log(workdir: str, package: str, unraisable: str):
+    """While the block runs, `package`'s (absl-logged) errors, and the unraisable exceptions
+    whose text is `unraisable` (asyncio callbacks of a loop that is gone), go to
+    workdir/error.log: the error that reaches the caller is the one explained."""
+    path = os.path.join(workdir, "error.log")
+    keep = _ToLog(path, package)
+    logger = logging.getLogger("absl")
+    logger.addFilter(keep)
+    previous = sys.unraisablehook
+
+    def hook(info):
+        if str(info.exc_value) != unraisable:
+            return previous(info)
+        with contextlib.suppress(OSError):
+            with open(path, "a") as f:
+                f.write("".join(traceback.format_exception(info.exc_type, info.exc_value, info.exc_traceback)))
+
+    sys.unraisablehook = hook
+    try:
+        yield
+    finally:
+        logger.removeFilter(keep)
+        sys.unraisablehook = previous
+
+
 def run_explained(fn: Callable[[], object], workdir: str | None, show_traceback: bool = False) -> int:
     """fn()'s exit code (0 unless it returns an int); an explained error becomes `error: ...`
     as the last line of stderr, and exit code 1.
@@ -120,7 +175,7 @@ def run_explained(fn: Callable[[], object], workdir: str | None, show_traceback:
             traceback.print_exc()
         hint = f"traceback: {log_path}" if log_path else f"traceback: rerun with {TRACEBACK_ENV}=1"
         message = one_line(e)
-        if is_disk_full(e) and not isinstance(e, Ds2Error):  # a write this code did not expect to fail
+        if is_disk_full(e) and not isinstance(e, (Ds2Error, MemoryError)):  # a write this code did not expect to fail
             where = workdir or os.getcwd()
             message = (f"disk full ({free_space(where)} in {where}): {message}; free disk space or choose another "
                        "--workdir, then rerun the same command")

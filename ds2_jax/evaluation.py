@@ -16,16 +16,19 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import json
 import logging
 import os
+import re
 from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ds2_jax import checkpoint, ctc, decoding, errors, features, input_pipeline, metrics, model, parallel, settings, text
+from ds2_jax import (checkpoint, ctc, decoding, errors, features, files, input_pipeline, metrics, model, parallel,
+                     resilience, settings, text)
 from ds2_jax.batch_axis import AXIS, psum
 from ds2_jax.state import TrainState, create_state, step_kwargs
 
@@ -99,9 +102,10 @@ class SplitOutputs:
     loss: float
 
 
-def run_split(p_eval, state, source, split: str, max_utterances: int, par: parallel.Parallel) -> SplitOutputs:
+def run_split(p_eval, state, source, split: str, max_utterances: int, par: parallel.Parallel,
+              on_batch: Callable[[], None] | None = None) -> SplitOutputs:
     """Runs `p_eval` (compile_eval_step for `par`) on `state` (placed by `par`) over a split;
-    keeps log-probs when the step returns them."""
+    keeps log-probs when the step returns them. `on_batch()` after each batch (the watchdog)."""
     refs, hyps, lps, sums = [], [], [], []
     # Read and place ahead in a thread, so the next batches load while this one runs.
     with contextlib.closing(par.put_batches(source.eval_batches(split, max_utterances), 2, with_host=True)) as batches:
@@ -114,6 +118,8 @@ def run_split(p_eval, state, source, split: str, max_utterances: int, par: paral
             hyps += decoding.greedy_texts(out["ids"][rows], out["lengths"][rows])
             if "log_probs" in out:
                 lps += [out["log_probs"][i, : out["lengths"][i]] for i in rows]
+            if on_batch is not None:
+                on_batch()
     total = metrics.reduce_sums(sums)
     loss = total.get("loss_sum", 0.0) / max(total.get("loss_count", 0.0), 1.0)
     return SplitOutputs(refs, hyps, lps if lps else None, loss)
@@ -138,13 +144,14 @@ def evaluate(
     max_utterances: int,
     par: parallel.Parallel,
     beam: decoding.BeamSearchDecoder | None = None,
+    on_batch: Callable[[], None] | None = None,
 ) -> dict:
     """Greedy (and, with `beam` and a log-prob step, beam search) WER/CER and loss of a split.
 
     The top-level wer/cer/examples/worst are greedy's, as during training; beam search
     adds a 'beam' section with its own figures and settings.
     """
-    out = run_split(p_eval, state, source, split, max_utterances, par)
+    out = run_split(p_eval, state, source, split, max_utterances, par, on_batch)
     # With several processes each one decoded its own rows; every process scores them all.
     references, greedy = gather_texts(out.references), gather_texts(out.greedy)
     result = {**score(references, greedy), "loss": out.loss, "utterances": len(references)}
@@ -194,6 +201,9 @@ def restore_state(config, workdir: str, step: int | None = None) -> tuple[TrainS
         if state is None:
             raise FileNotFoundError(f"no checkpoint in {os.path.join(workdir, 'checkpoints')}: train first")
     elif step in mgr.all_steps():
+        if (missing := checkpoint.unfinished(mgr, step)) is not None:
+            raise errors.CheckpointError(f"checkpoint {step} in {mgr.directory} was never finished (no {missing}); "
+                                         f"choose another step of {sorted(mgr.all_steps())}")
         try:
             state = mgr.restore(step, args=checkpoint.ocp.args.StandardRestore(template))
         except Exception as e:  # noqa: BLE001  (orbax raises many types)
@@ -222,7 +232,9 @@ def prepare(config, workdir: str, step: int | None = None, log_probs: bool = Fal
     """Restores checkpoint `step` (default: latest), places it on the devices as
     config.parallelism says, and builds the source (this process's rows) and the eval step."""
     par = parallel.make(config)
-    source = input_pipeline.make_source(config, par.batch_sharding(config.per_device_batch_size))
+    sharding = par.batch_sharding(config.per_device_batch_size)
+    source = input_pipeline.make_source(config, sharding)
+    resilience.check_host_memory(config, sharding.local_batch, source.shapes(), 3)  # 2 read ahead, 1 in the step
     state, step = restore_state(config, workdir, step)
     return EvalRun(compile_eval_step(config, par, log_probs), par.put_replicated(state), source, par, step)
 
@@ -280,14 +292,36 @@ def config_for_eval(config, workdir: str) -> settings.Settings:
         log.warning("eval restores with %s: %d setting(s) of --config differ and are taken from it: %s%s",
                     os.path.join(workdir, "config.json"), len(diff), shown, more)
     # Knobs newer than the workdir keep --config's value (their default when it was trained).
-    return settings.from_config_dict(_overlay(given, {k: v for k, v in trained.items() if k not in EVAL_SETTINGS}))
+    try:
+        return settings.from_config_dict(_overlay(given, {k: v for k, v in trained.items() if k not in EVAL_SETTINGS}))
+    except ValueError as e:  # --config was checked before: the workdir's file holds the bad value
+        raise ValueError(f"{os.path.join(workdir, 'config.json')}: {e}") from e
+
+
+def _stem(path: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_]+", "_", os.path.basename(path).split(".")[0]) or "lm"
+
+
+def lm_name(path: str) -> str:
+    """'<file stem>-<hash of its absolute path>': two LMs named lm.arpa in two folders differ."""
+    return f"{_stem(path)}-{hashlib.sha256(os.path.abspath(path).encode()).hexdigest()[:8]}"
 
 
 def decoding_tag(beam: decoding.BeamSearchDecoder | None) -> str:
-    """'greedy', 'beam32' or 'beam32-lm': eval results of different decoders never share a file."""
+    """'greedy', 'beam32', or with an LM 'beam32-lm-<lm file stem>-a0.5-b1-<hash>': eval results
+    of different decoders never share a file. The hash covers every other decoding setting
+    (the LM's and lexicon's full paths, the pruning), and appears when any differs from its default."""
     if beam is None:
         return "greedy"
-    return f"beam{beam.cfg.beam_width}" + ("-lm" if beam.cfg.lm_path else "")
+    cfg = beam.cfg
+    tag = f"beam{cfg.beam_width}"
+    if cfg.lm_path:
+        tag += f"-lm-{_stem(cfg.lm_path)}-a{beam.alpha:g}-b{beam.beta:g}"
+    rest = lambda c: {k: os.path.abspath(v) if k.endswith("_path") and v else v  # noqa: E731
+                      for k, v in dataclasses.asdict(c).items() if k not in ("beam_width", "alpha", "beta")}
+    if rest(cfg) != rest(settings.Decoding()):
+        tag += "-" + hashlib.sha256(json.dumps(rest(cfg), sort_keys=True).encode()).hexdigest()[:8]
+    return tag
 
 
 def result_path(workdir: str, split: str, step: int, beam: decoding.BeamSearchDecoder | None) -> str:
@@ -313,7 +347,7 @@ def evaluate_splits(config, workdir: str, split: str = "", step: int | None = No
             line += f"; beam WER {result['beam']['wer']:.4f} CER {result['beam']['cer']:.4f}"
         log.info("%s over %d utterances -> %s", line, result["utterances"], path)
         try:
-            with open(path, "w") as f:
+            with files.replacing(path) as f:  # atomic: a kill leaves the old result or the new one
                 json.dump(result, f, indent=2)
         except OSError as e:
             unwritten.append(f"{path} ({e.strerror or e})")

@@ -10,7 +10,7 @@ from typing import Mapping
 import jiwer
 import numpy as np
 
-from ds2_jax import errors
+from ds2_jax import errors, files
 
 log = logging.getLogger("ds2_jax")
 
@@ -76,11 +76,14 @@ class MetricWriter:
 
 
 def _drop_records_after(path: str, step: int) -> None:
-    """A resumed run repeats the steps after its checkpoint: forget their old records."""
+    """A resumed run repeats the steps after its checkpoint: forget their old records.
+
+    The kept records go to a new file renamed over the old one: a run killed while
+    rewriting it leaves the old history whole, never an empty or half file."""
     if not os.path.exists(path):
         return
     kept = [r for r in read_jsonl(path) if r.get("step", 0) <= step]
-    with open(path, "w") as f:
+    with files.replacing(path) as f:
         f.writelines(json.dumps(r) + "\n" for r in kept)
 
 

@@ -5,6 +5,7 @@ and the fault-injection hooks (config.faults) that the tests use to prove all of
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import logging
@@ -23,6 +24,23 @@ from ds2_jax import errors
 log = logging.getLogger("ds2_jax")
 
 
+STEPS_IN_FLIGHT = 2  # steps dispatched ahead of the device: enough to hide dispatch, few to wait for on a stop
+
+
+def wait_ready(tree, poll_s: float = 0.0005) -> None:
+    """Waits until every array of `tree` is computed, polling from Python (not blocking in
+    C), so that a signal's handler runs at once: a second Ctrl-C can abandon the wait."""
+    leaves = [x for x in _leaves(tree) if hasattr(x, "is_ready")]
+    while not all(x.is_ready() for x in leaves):
+        time.sleep(poll_s)
+
+
+def _leaves(tree) -> list:
+    import jax
+
+    return jax.tree_util.tree_leaves(tree)
+
+
 class Preemption:
     """Turns SIGTERM / SIGINT into a flag checked at step boundaries (main thread only)."""
 
@@ -37,10 +55,17 @@ class Preemption:
         return self
 
     def _handle(self, signum, frame):
-        if self.signal is not None:  # a second signal: stop now
-            raise KeyboardInterrupt
+        name = signal.Signals(signum).name
+        if self.signal is not None:  # a second signal: the user will not wait for the checkpoint
+            msg = (f"received {name} again: exiting now without writing a checkpoint; the checkpoints on disk are "
+                   "intact (rerun the same command to resume from the newest)")
+            log.error(msg)
+            sys.stderr.flush()
+            os.write(2, f"ds2_jax: {msg}\n".encode())
+            os._exit(128 + signum)
         self.signal = signum
-        log.warning("received %s: checkpointing at the next step boundary, then exiting", signal.Signals(signum).name)
+        log.warning("received %s: checkpointing after the steps in flight (at most %d), then exiting; send it again "
+                    "to exit at once without a checkpoint", name, STEPS_IN_FLIGHT)
 
     def __exit__(self, *exc):
         for sig, handler in self._previous.items():
@@ -61,6 +86,7 @@ class Watchdog:
         self.timeout_s = timeout_s
         self._last = time.monotonic()
         self._what = "start"
+        self._suspended = 0
         self._stop = threading.Event()
         self._thread = None
         if timeout_s > 0:
@@ -70,8 +96,22 @@ class Watchdog:
     def ping(self, what: str) -> None:
         self._last, self._what = time.monotonic(), what
 
+    @contextlib.contextmanager
+    def suspended(self, what: str):
+        """No timeout while the block runs: work that is progress but cannot ping (compiling
+        the first step, writing a checkpoint). Its end counts as progress."""
+        self.ping(what)
+        self._suspended += 1
+        try:
+            yield
+        finally:
+            self._suspended -= 1
+            self.ping(f"{what} (done)")
+
     def _run(self):
         while not self._stop.wait(min(self.timeout_s / 4, 5.0)):
+            if self._suspended:
+                continue
             idle = time.monotonic() - self._last
             if idle > self.timeout_s:
                 msg = (f"no progress for {idle:.0f} s after {self._what} (step_timeout_s={self.timeout_s}): "
@@ -206,9 +246,37 @@ def check_workdir(workdir: str, checkpoint_bytes: int) -> None:
         )
 
 
-def is_out_of_memory(err: BaseException) -> bool:
-    text = str(err)
-    return "RESOURCE_EXHAUSTED" in text or "Out of memory" in text or "out of memory" in text
+is_out_of_memory = errors.is_out_of_memory  # the rule lives beside is_disk_full, so the two cannot overlap
+
+
+def host_memory_bytes() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_host_memory(config, local_batch: int, shapes: list[tuple[int, int]], batches_in_flight: int,
+                      memory_bytes: int | None = None) -> None:
+    """Before anything is allocated: a MemoryError naming per_device_batch_size (and about the
+    largest that fits) when the host copies of the batches in flight (staged, in the workers'
+    buffers) exceed this machine's memory; numpy would fail at the first step otherwise."""
+    memory = memory_bytes or host_memory_bytes()
+    if not memory:
+        return
+    samples, label_len = max(shapes)
+    row = samples * 2 + label_len * 4 + 12  # int16 audio, int32 labels; lengths and weight
+    need = local_batch * row * batches_in_flight
+    if need <= memory:
+        return
+    devices = max(local_batch // config.per_device_batch_size, 1)
+    fits = memory // (row * batches_in_flight * devices)
+    raise MemoryError(
+        f"per_device_batch_size={config.per_device_batch_size} is too large for this machine: the "
+        f"{batches_in_flight} batches in flight on the host ({local_batch} rows of {samples} samples each) need "
+        f"{need / 2**30:,.1f} GiB of memory, it has {memory / 2**30:,.1f} GiB. The largest that fits the host is "
+        f"about per_device_batch_size={fits} (the devices may hold fewer)"
+    )
 
 
 def out_of_memory_error(err: BaseException, batch_shapes: dict, config) -> MemoryError:

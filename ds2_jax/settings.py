@@ -350,7 +350,7 @@ class Settings:
     # Warn once when the devices sit idle waiting for input more than this fraction of
     # two log intervals in a row (metrics: input_wait_s).
     input_wait_warn_fraction: float = 0.05
-    step_timeout_s: float = 1800.0  # Watchdog: exit (code 3) if no step finishes for this long; 0 = off.
+    step_timeout_s: float = 1800.0  # Watchdog: exit 3 if no step/eval batch ends for this long (compiles, saves exempt); 0 = off.
     # JAX's persistent compilation cache: a restart with the same shapes loads its
     # compiled steps instead of compiling them again. '' = off; JAX_COMPILATION_CACHE_DIR wins.
     compilation_cache_dir: str = "~/.cache/ds2_jax/xla"

@@ -125,15 +125,25 @@ class TfdsSource:
                 return name
         return split  # _source names the splits that exist
 
+    def check_eval_split(self, spec: str) -> None:
+        """A ValueError naming dataset.eval_split when `spec` is not prepared (training checks it
+        before the first step, not at the first eval thousands of steps in)."""
+        for split in split_names(spec):
+            self._check_split(self._resolve(split), f"dataset.eval_split={spec!r}: ",
+                              " (or --config.eval_every_steps=0 to train without evals)")
+
+    def _check_split(self, split: str, setting: str = "", alternative: str = "") -> None:
+        if split not in self.builder.info.splits:
+            raise ValueError(
+                f"{setting}split {split!r} is not in the prepared {self.builder.name} at "
+                f"{self.builder.data_dir} (it has {sorted(self.builder.info.splits)}): put it in "
+                "dataset.manual_dir and delete that directory to rebuild, or change "
+                f"dataset.train_splits / dataset.eval_split{alternative}"
+            )
+
     def _source(self, split: str):
         if split not in self._sources:
-            if split not in self.builder.info.splits:
-                raise ValueError(
-                    f"split {split!r} is not in the prepared {self.builder.name} at "
-                    f"{self.builder.data_dir} (it has {sorted(self.builder.info.splits)}): put it in "
-                    "dataset.manual_dir and delete that directory to rebuild, or change "
-                    "dataset.train_splits / dataset.eval_split"
-                )
+            self._check_split(split)
             self._sources[split] = self.builder.as_data_source(split)
         return self._sources[split]
 

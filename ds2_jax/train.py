@@ -183,19 +183,26 @@ def _train(config, workdir: str, mgr) -> TrainState:
              n_dev, devices[0].platform, jax.process_count(), par.kind, sharding.global_batch)
     source = input_pipeline.make_source(config, sharding)
     log.info("compiled batch shapes (samples, labels): %s", source.shapes())
+    if config.eval_every_steps and hasattr(source, "check_eval_split"):  # synthetic data has every split
+        source.check_eval_split(config.dataset.eval_split)
+    resilience.check_host_memory(config, sharding.local_batch, source.shapes(), config.prefetch_batches + 1 +
+                                 loader.resolve_num_workers(config) * config.dataset.worker_buffer_size)
 
     init_rng, step_rng = jax.random.split(jax.random.PRNGKey(config.seed))
     state = initial_state(config, source, init_rng)
     log.info("model parameters: %s", f"{model.count_params(state.params):,}")
     resilience.check_workdir(workdir, resilience.tree_bytes(state))
+    if mgr.all_steps():  # before the restore: another model's checkpoints are not "damaged"
+        checkpoint.refuse_fixed_changes(config, workdir)
     restored, _ = checkpoint.restore_latest(mgr, state, move_damaged=is_chief)
     if restored is not None:
         state = restored.replace(apply_fn=state.apply_fn, tx=state.tx)
     start = int(state.step)
     if _nothing_to_train(start, config, workdir):
         return state
-    if is_chief:  # after the restore: a config its checkpoints don't fit never replaces the one they do
-        save_config(config, workdir)
+    # After the restore: a config its checkpoints don't fit never replaces the one they do;
+    # a resume's changed settings are recorded beside it, not over it.
+    changes = checkpoint.record_resume_changes(config, workdir, start) if is_chief else []
 
     p_train = par.compile(train_step, step_kwargs(config))
     p_eval = evaluation.compile_eval_step(config, par)  # reads the placed train state, as is
@@ -207,12 +214,20 @@ def _train(config, workdir: str, mgr) -> TrainState:
     def host_state():
         return par.get(state)
 
+    evals = []
+
     def run_eval(step):
-        result = evaluation.evaluate(p_eval, state, source, config.dataset.eval_split, config.eval.max_utterances, par)
+        # The watchdog: each eval batch is progress; the first eval compiles its step first.
+        first = contextlib.nullcontext() if evals else watchdog.suspended(f"compiling the eval step at step {step}")
+        with first:
+            result = evaluation.evaluate(p_eval, state, source, config.dataset.eval_split, config.eval.max_utterances,
+                                         par, on_batch=lambda: watchdog.ping(f"eval at step {step}"))
+        evals.append(step)
         evaluation.report(writer, step, result, config.eval.num_examples_to_print)
 
     def save(step):
-        checkpoint.save_or_explain(mgr, step, host_state())
+        with watchdog.suspended(f"checkpoint {step}"):  # waits for the previous save, then writes
+            checkpoint.save_or_explain(mgr, step, host_state())
         resilience.maybe_kill(config.faults, "checkpoint", step)
 
     pending: list = []
@@ -221,6 +236,10 @@ def _train(config, workdir: str, mgr) -> TrainState:
     bar = progress.StepProgress(start, config.num_train_steps, is_chief)
     watchdog = resilience.Watchdog(config.step_timeout_s)
     done = start
+    # A marker in metrics.jsonl where a resume changed a (numeric) setting; all in config_changes.jsonl.
+    if changes:
+        writer.write(start, {k: v for k, _, v in changes if isinstance(v, (int, float))}, prefix="config_change/")
+    log.info("compiling the train step for batch shapes %s (the first step: minutes for a large batch)", source.shapes())
     # Closed on the way out of an error too: a watchdog left running would end the caller's
     # process step_timeout_s later; the bar would keep its hold on the log handlers.
     with _closed_after(writer), contextlib.closing(watchdog):
@@ -230,7 +249,8 @@ def _train(config, workdir: str, mgr) -> TrainState:
                 t0 = time.perf_counter()
                 batch, idle_s = _next_batch(batches, pending[-1] if pending else None)
                 input_wait.add(idle_s)
-                state, step_metrics = _run_step(p_train, state, batch, step_rng, config, first=step == start)
+                with watchdog.suspended("compiling the first step") if step == start else contextlib.nullcontext():
+                    state, step_metrics = _run_step(p_train, state, batch, step_rng, config, first=step == start)
                 pending.append(step_metrics)
                 if step == start:
                     log.info("first step (compile + run) took %.1f s", time.perf_counter() - t0)
@@ -240,6 +260,9 @@ def _train(config, workdir: str, mgr) -> TrainState:
                 resilience.maybe_kill(config.faults, "step", step + 1)
                 done = step + 1
                 bar.dispatched(step_metrics)
+                if len(pending) > resilience.STEPS_IN_FLIGHT:  # bounded: a stop waits for few steps, not ~30
+                    resilience.wait_ready(pending[-1 - resilience.STEPS_IN_FLIGHT])
+                    watchdog.ping(f"step {done - resilience.STEPS_IN_FLIGHT}")
                 if done % config.log_every_steps == 0 or done == config.num_train_steps:
                     bar.wait_all()
                     fetched = jax.device_get(pending)  # waits for the interval's steps to finish
@@ -261,10 +284,12 @@ def _train(config, workdir: str, mgr) -> TrainState:
                     break
                 if done % config.checkpoint_every_steps == 0 and done != config.num_train_steps:
                     save(done)
+            resilience.wait_ready(state)  # polled, with the handlers on: a second signal can abandon it
         final = host_state()
         if done > start and mgr.latest_step() != done:
             save(done)
-        checkpoint.finish_or_explain(mgr)
+        with watchdog.suspended("the last checkpoint"):
+            checkpoint.finish_or_explain(mgr)
     return final
 
 

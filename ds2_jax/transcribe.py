@@ -10,7 +10,8 @@ libsndfile reads (WAV, FLAC, OGG, ...) at any sample rate and channel count: cha
 are averaged, other rates resampled to 16 kHz with soxr (a lower rate with a warning:
 the model was trained on 16 kHz). A missing, empty or undecodable file gets
 an 'error: <path>: <reason>' line on stderr and the rest still run; the exit code is 1
-if any file failed.
+if any file failed. Long files run in overlapping windows (WINDOW_SECONDS), so memory is
+bounded by the window, not by the file.
 """
 
 from __future__ import annotations
@@ -24,19 +25,28 @@ import sys
 
 import numpy as np
 
-from ds2_jax import decoding
+from ds2_jax import decoding, errors, geometry, settings
 
 log = logging.getLogger("ds2_jax")
 DEFAULT_LM_BEAM_WIDTH = 64  # --lm without --beam_width
 PAD_SECONDS = 4.0  # Files are padded to a multiple of this: each multiple is one compiled shape.
+# Longer files run in windows of WINDOW_SECONDS (memory and compiled shapes bounded by it),
+# each overlapping its neighbours by CONTEXT_SECONDS on either side; the output frames of
+# the overlaps are dropped (they lack context beyond the window), the rest are joined and
+# decoded as one utterance.
+WINDOW_SECONDS = 24.0
+CONTEXT_SECONDS = 3.0
 
 
 class AudioError(ValueError):
     """A file that gives no audio: missing, empty, or not decodable; the message names it."""
 
 
-def read_audio(path: str) -> tuple[np.ndarray, int]:
-    """(<float32>[S, C], rate) of a file; an AudioError that says what is wrong with it."""
+READ_BLOCK_SECONDS = 60.0  # A longer file is read, downmixed and resampled a block at a time.
+
+
+def _open(path: str):
+    """An open soundfile.SoundFile with frames; an AudioError that says what is wrong with it."""
     import soundfile
 
     if not os.path.exists(path):
@@ -46,31 +56,55 @@ def read_audio(path: str) -> tuple[np.ndarray, int]:
     if os.path.getsize(path) == 0:
         raise AudioError("empty file (0 bytes)")
     try:
-        audio, rate = soundfile.read(path, dtype="float32", always_2d=True)
+        f = soundfile.SoundFile(path)
     except (soundfile.LibsndfileError, RuntimeError, TypeError) as e:
         raise AudioError(f"not audio that libsndfile reads (WAV, FLAC, OGG, ...): {e}") from e
-    if audio.shape[0] == 0:
+    if f.frames == 0:
+        f.close()
         raise AudioError("no samples (0 frames)")
-    return audio, rate
+    return f
+
+
+def read_audio(path: str) -> tuple[np.ndarray, int]:
+    """(<float32>[S, C], rate) of a file; an AudioError that says what is wrong with it."""
+    with _open(path) as f:
+        return f.read(dtype="float32", always_2d=True), f.samplerate
+
+
+def _int16(audio: np.ndarray) -> np.ndarray:
+    return np.clip(np.round(audio * 32768.0), -32768, 32767).astype(np.int16)
 
 
 def load_audio(path: str, sample_rate: int = 16_000) -> np.ndarray:
     """<int16>[S] mono waveform at `sample_rate` (downmixed, resampled with soxr).
 
     Audio below `sample_rate` is upsampled with a warning: the model never saw it, and
-    nothing above half the file's rate is in it."""
-    audio, rate = read_audio(path)
-    audio = audio.mean(axis=1)
-    if rate < sample_rate:
-        log.warning("%s: %d Hz audio resampled to %d Hz; the model was trained on %d Hz audio, and nothing "
-                    "above %d Hz is in this file, so expect more errors", path, rate, sample_rate, sample_rate, rate // 2)
-    if rate != sample_rate:
-        try:
-            import soxr
-        except ImportError as e:
-            raise ImportError(f"{rate} Hz audio needs soxr to resample to {sample_rate} Hz: pip install soxr") from e
-        audio = soxr.resample(audio, rate, sample_rate, quality="HQ")
-    return np.clip(np.round(audio * 32768.0), -32768, 32767).astype(np.int16)
+    nothing above half the file's rate is in it. A file longer than READ_BLOCK_SECONDS is
+    read block by block, so memory holds the int16 result and one block, not the file's
+    float32 channels (an hour of 44.1 kHz stereo: 1.3 GB)."""
+    with _open(path) as f:
+        rate, frames = f.samplerate, f.frames
+        if rate < sample_rate:
+            log.warning("%s: %d Hz audio resampled to %d Hz; the model was trained on %d Hz audio, and nothing above "
+                        "%d Hz is in this file, so expect more errors", path, rate, sample_rate, sample_rate, rate // 2)
+        if rate != sample_rate:
+            try:
+                import soxr
+            except ImportError as e:
+                raise ImportError(f"{rate} Hz audio needs soxr to resample to {sample_rate} Hz: pip install soxr") from e
+        block = int(READ_BLOCK_SECONDS * rate)
+        if 0 < frames <= block:
+            audio = f.read(dtype="float32", always_2d=True).mean(axis=1)
+            return _int16(audio if rate == sample_rate else soxr.resample(audio, rate, sample_rate, quality="HQ"))
+        stream = None if rate == sample_rate else soxr.ResampleStream(rate, sample_rate, 1, dtype="float32",
+                                                                          quality="HQ")
+        parts = []
+        for chunk in f.blocks(blocksize=block, dtype="float32", always_2d=True):
+            mono = chunk.mean(axis=1)
+            parts.append(_int16(mono if stream is None else stream.resample_chunk(mono)))
+        if stream is not None:
+            parts.append(_int16(stream.resample_chunk(np.zeros(0, np.float32), last=True)))
+        return np.concatenate(parts)
 
 
 def _infer(state, audio, audio_lengths, *, model_cfg, feature_cfg, log_probs: bool):
@@ -104,27 +138,77 @@ class Transcriber:
         ))
 
     def transcribe(self, waveforms: list[np.ndarray]) -> list[str]:
-        """Texts of <int16>[S_i] waveforms, batched by length, padded to fixed shapes."""
+        """Texts of <int16>[S_i] waveforms (see transcribe_each); the first failure is raised."""
+        texts = self.transcribe_each(waveforms)
+        for t in texts:
+            if isinstance(t, BaseException):
+                raise t
+        return texts
+
+    def transcribe_each(self, waveforms: list[np.ndarray]) -> list[str | Exception]:
+        """Each waveform's text, or the error that stopped it (the others still run). Long
+        files run in windows (see WINDOW_SECONDS), all windows batched by length."""
+        outputs = self.frame_outputs(waveforms)
+        texts: list[str | Exception] = list(outputs)
+        good = [i for i, o in enumerate(outputs) if not isinstance(o, BaseException)]
+        if self.beam is not None:
+            decoded = self.beam.decode_all([outputs[i] for i in good])
+        else:
+            decoded = [decoding.greedy_texts(outputs[i][None], np.array([len(outputs[i])]))[0] for i in good]
+        for i, t in zip(good, decoded):
+            texts[i] = t
+        return texts
+
+    def windows(self, num_samples: int) -> list[tuple[int, int, int, int]]:
+        """(first sample, end sample, first kept output frame, end kept frame, both counted from
+        the window's first) of each window of a file; one window for a file that fits in one."""
+        f = self.config.features
+        hop, length = settings.Spectrogram.from_config(f).hop, settings.Spectrogram.from_config(f).window
+        layers = self.config.model.num_conv_layers
+        total = geometry.output_frames(geometry.num_frames(num_samples, length, hop), layers)
+        window = int(WINDOW_SECONDS * self.sample_rate)
+        if num_samples <= window:
+            return [(0, num_samples, 0, total)]
+        stride = hop * geometry.FIRST_CONV.strides[0]  # samples per output frame; windows start on one
+        window_frames, context = window // stride, int(CONTEXT_SECONDS * self.sample_rate) // stride
+        core = window_frames - 2 * context
+        out = []
+        for first in range(0, total, core):
+            start = max(first - context, 0)
+            out.append((start * stride, min(start * stride + window, num_samples), first - start,
+                        min(first + core, total) - start))
+        return out
+
+    def frame_outputs(self, waveforms: list[np.ndarray]) -> list[np.ndarray | Exception]:
+        """Per waveform: <int32>[T] greedy ids (or <float32>[T, 29] log-probs with a beam decoder)
+        of its windows joined, or the error of a batch holding one of its windows."""
         pad = int(PAD_SECONDS * self.sample_rate)
-        order = sorted(range(len(waveforms)), key=lambda i: len(waveforms[i]))
-        texts = [""] * len(waveforms)
+        pieces = [(i, *w) for i, wav in enumerate(waveforms) for w in self.windows(len(wav))]
+        order = sorted(range(len(pieces)), key=lambda p: pieces[p][2] - pieces[p][1])
+        kept: list = [None] * len(pieces)
+        failed: dict[int, Exception] = {}
+        key = "ids" if self.beam is None else "log_probs"
         for first in range(0, len(order), self.batch_size):
             rows = order[first : first + self.batch_size]
-            samples = max(pad, -(-max(len(waveforms[i]) for i in rows) // pad) * pad)
-            audio = np.zeros((self.batch_size, samples), np.int16)
-            lengths = np.zeros((self.batch_size,), np.int32)
-            for j, i in enumerate(rows):
-                audio[j, : len(waveforms[i])] = waveforms[i]
-                lengths[j] = len(waveforms[i])
-            out = {k: np.asarray(v) for k, v in self._infer(self.state, audio, lengths).items()}
-            n = len(rows)
-            if self.beam is not None:
-                decoded = self.beam.decode_batch(out["log_probs"][:n], out["lengths"][:n])
-            else:
-                decoded = decoding.greedy_texts(out["ids"][:n], out["lengths"][:n])
-            for i, t in zip(rows, decoded):
-                texts[i] = t
-        return texts
+            try:
+                samples = max(pad, -(-max(pieces[p][2] - pieces[p][1] for p in rows) // pad) * pad)
+                audio = np.zeros((self.batch_size, samples), np.int16)
+                lengths = np.zeros((self.batch_size,), np.int32)
+                for j, p in enumerate(rows):
+                    i, s0, s1, _, _ = pieces[p]
+                    audio[j, : s1 - s0] = waveforms[i][s0:s1]
+                    lengths[j] = s1 - s0
+                out = {k: np.asarray(v) for k, v in self._infer(self.state, audio, lengths).items()}
+                for j, p in enumerate(rows):
+                    _, _, _, k0, k1 = pieces[p]
+                    kept[p] = out[key][j, k0 : min(k1, int(out["lengths"][j]))]
+            except Exception as e:  # noqa: BLE001  (out of memory, a bad file: its files fail, not all)
+                for p in rows:
+                    failed.setdefault(pieces[p][0], e)
+        mine: list[list] = [[] for _ in waveforms]
+        for p, piece in enumerate(pieces):  # in file order, then window order
+            mine[piece[0]].append(kept[p])
+        return [failed[i] if i in failed else np.concatenate(mine[i]) for i in range(len(waveforms))]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -175,8 +259,12 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as e:  # noqa: BLE001  (any unreadable file: report it, go on)
             failed += 1
             print(f"error: {path}: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
-    for path, t in zip(paths, transcriber.transcribe(waveforms)):
-        print(f"{path}\t{t}", flush=True)
+    for path, t in zip(paths, transcriber.transcribe_each(waveforms)):
+        if isinstance(t, BaseException):
+            failed += 1
+            print(f"error: {path}: {type(t).__name__}: {errors.one_line(t)[:300]}", file=sys.stderr, flush=True)
+        else:
+            print(f"{path}\t{t}", flush=True)
     return 1 if failed else 0
 
 

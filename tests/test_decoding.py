@@ -320,7 +320,8 @@ def test_eval_beam_with_lm_is_no_worse_than_greedy_on_each_split(trained):
     results = evaluation.evaluate_splits(config, trained.workdir, split="test-clean, dev-clean")
     assert list(results) == ["test-clean", "dev-clean"]
     for split, result in results.items():
-        saved = json.load(open(os.path.join(trained.workdir, f"eval-{split}-{TRAIN_STEPS}-beam32-lm.json")))
+        (path,) = glob.glob(os.path.join(trained.workdir, f"eval-{split}-{TRAIN_STEPS}-beam32-lm-lm-a0.5-b1-*.json"))
+        saved = json.load(open(path))
         transcripts = glob.glob(os.path.join(CORPUS, "LibriSpeech", split, "*", "*", "*.trans.txt"))
         count = sum(1 for path in transcripts for line in open(path) if line.strip())  # every one of them
         assert saved["split"] == split and saved["utterances"] == result["utterances"] == count
@@ -342,5 +343,5 @@ def test_tune_lm_grid_picks_a_weight_that_beats_no_lm(trained):
     assert [(r["alpha"], r["beta"]) for r in result["grid"]] == [(0, 0), (0, 1.0), (1.0, 0), (1.0, 1.0)]
     no_lm = result["grid"][0]
     assert result["best"]["alpha"] > 0 and result["best"]["wer"] < no_lm["wer"]
-    assert os.path.exists(os.path.join(trained.workdir, f"tune_lm-dev-clean-{TRAIN_STEPS}.json"))
+    assert len(glob.glob(os.path.join(trained.workdir, f"tune_lm-dev-clean-{TRAIN_STEPS}-beam*-lm-lm-*.json"))) == 1
     assert result["best"]["wer"] < result["greedy"]["wer"] and result["utterances"] == 26

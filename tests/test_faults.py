@@ -4,10 +4,14 @@ kill -9 at three points, SIGTERM, a damaged newest (or every) checkpoint, a busy
 stale workdir lock, a torn metrics line, a full disk before and during a save,
 non-finite steps, a hung step, an unwritable workdir, out-of-memory, a changed manual
 dir, eval with a different config or into a read-only workdir, num_train_steps below
-the checkpoint, bad configs. Where training continues, the final state is compared bit
-for bit with an uninterrupted run. The slow drills run launch.py in a subprocess.
+the checkpoint, bad configs; and issue 29's: signals with steps in flight, an unfinished
+step folder, a resume with other settings, torn config.json / metrics / result files, a
+long eval under the watchdog, OOM vs disk full, a missing eval split, long audio. Where
+training continues, the final state is compared bit for bit with an uninterrupted run.
+The slow drills run launch.py in a subprocess.
 """
 
+import dataclasses
 import json
 import logging
 import os
@@ -374,7 +378,7 @@ def test_disk_full_during_a_save_names_the_workdir_and_free_space(tmpfs):
 
 def test_a_checkpoint_write_failure_of_any_type_is_explained(tmp_path):
     mgr = checkpoint.manager(str(tmp_path))
-    err = checkpoint.explain_save_error(mgr, 7, ValueError("RESOURCE_EXHAUSTED: " + "x" * 5000))
+    err = checkpoint.explain_save_error(mgr, 7, ValueError("RESOURCE_EXHAUSTED: No space left on device " + "x" * 5000))
     assert isinstance(err, errors.DiskFull) and isinstance(err, OSError)
     assert str(err).startswith(f"writing checkpoint 7 to {tmp_path / 'checkpoints'} failed (disk full; ")
     other = checkpoint.explain_save_error(mgr, 7, RuntimeError("permission denied"))
@@ -480,3 +484,461 @@ def test_prepared_dataset_refuses_a_different_manual_dir_naming_both(tmp_path, c
                             "dataset.data_dir": data_dir})
     with pytest.raises(errors.DatasetMismatch, match="holds other files"):  # the training path too
         tfds_source._open_builder(config, input_pipeline.Sharding(16))
+
+
+# ----------------------------------------------------------------------------- issue 29
+
+
+def test_rewriting_metrics_on_resume_is_atomic_a_kill_midway_keeps_the_history(tmp_path, monkeypatch):
+    """A resume drops the records after its checkpoint by rewriting metrics.jsonl; a run
+    killed in the middle of that rewrite must leave the old file whole (not 0 bytes)."""
+    path = tmp_path / "metrics.jsonl"
+    original = "".join(json.dumps({"step": s, "loss": 1.0 / s}) + "\n" for s in (1, 2, 3, 4))
+    path.write_text(original)
+    written = []
+
+    def killed_after_one(record):
+        written.append(record)
+        if len(written) == 2:
+            raise KeyboardInterrupt  # stands in for the kill: the rewrite stops half way
+        return json.dumps(record)
+
+    fake = type("json", (), {"dumps": staticmethod(killed_after_one), "loads": staticmethod(json.loads),
+                             "JSONDecodeError": json.JSONDecodeError})
+    monkeypatch.setattr(metrics, "json", fake)
+    with pytest.raises(KeyboardInterrupt):
+        metrics.MetricWriter(str(tmp_path), resume_step=2)
+    assert path.read_text() == original
+    assert os.listdir(tmp_path) == ["metrics.jsonl"]  # no temporary file left behind
+    monkeypatch.undo()
+    metrics.MetricWriter(str(tmp_path), resume_step=2).close()
+    assert [r["step"] for r in metrics.read_jsonl(str(path))] == [1, 2]
+
+
+@pytest.mark.parametrize("how", ["empty", "partial"])
+def test_an_unfinished_step_folder_is_set_aside_and_good_checkpoints_restore(six_steps, tmp_path, how, caplog):
+    """checkpoints/9 made by a crash (empty) or a save cut short (files, no commit metadata):
+    eval and training use checkpoint 6; training sets 9 aside and trains it again."""
+    w = copy_of(six_steps, tmp_path)
+    folder = os.path.join(w, "checkpoints", "9")
+    if how == "empty":
+        os.makedirs(folder)
+    else:
+        shutil.copytree(os.path.join(w, "checkpoints", "6"), folder)
+        os.remove(os.path.join(folder, checkpoint.FINISHED_MARKER))
+    state, step = restored_latest(w)  # --mode=eval: skips it, moves nothing
+    assert step == 6 and os.path.isdir(folder)
+    assert_same_state(state, six_steps[1])
+    with pytest.raises(errors.CheckpointError, match="checkpoint 9 .* was never finished"):
+        evaluation.restore_state(run_config(), w, step=9)  # --eval_step=9
+    with caplog.at_level("INFO", logger="ds2_jax"):
+        state = train.train_and_evaluate(run_config(num_train_steps=9), w)
+    assert "restored checkpoint at step 6" in caplog.text and "never finished" in caplog.text
+    assert "checkpoint 6 in" not in caplog.text and "checkpoint 3 in" not in caplog.text  # never called damaged
+    assert "moved damaged checkpoint 9 aside" in caplog.text
+    assert int(state.step) == 9 and restored_latest(w)[1] == 9
+
+
+@pytest.mark.parametrize("how", ["truncated", "hand_edited", "bad_value", "not_an_object"])
+def test_a_torn_or_hand_edited_config_json_names_the_file_and_the_key(tmp_path, how):
+    """Eval, transcription (load_config) and a resume read workdir/config.json: a broken one
+    is one ValueError naming the file and the key (not a bare JSONDecodeError)."""
+    from ds2_jax import settings
+
+    text = json.dumps(settings.to_dict(run_config()), indent=2)
+    at = text.index('"rnn_size"')
+    broken = {"truncated": text[: at + len('"rnn_size": 3')] + '"',  # cut mid-value
+              "hand_edited": text.replace('"rnn_size": 32,', '"rnn_size": 32,,'),
+              "bad_value": text.replace('"rnn_size": 32', '"rnn_size": "32 units"'),
+              "not_an_object": "[]"}[how]
+    (tmp_path / "config.json").write_text(broken)
+    path = str(tmp_path / "config.json")
+    for read in (lambda: checkpoint.load_config(str(tmp_path)),
+                 lambda: evaluation.config_for_eval(run_config(), str(tmp_path))):
+        with pytest.raises(ValueError) as err:
+            read()
+        message = str(err.value)
+        assert path in message, message
+        if how != "not_an_object":
+            assert "model.rnn_size" in message, message
+
+
+def test_config_json_is_written_atomically(tmp_path, monkeypatch):
+    (tmp_path / "config.json").write_text('{"old": 1}')
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(checkpoint.json, "dumps", killed)
+    monkeypatch.setattr(checkpoint.json, "dump", killed)
+    with pytest.raises(KeyboardInterrupt):
+        checkpoint.save_config(run_config(), str(tmp_path))
+    assert (tmp_path / "config.json").read_text() == '{"old": 1}'
+
+
+def test_a_resume_refuses_another_model_shape_naming_the_keys_and_moves_nothing(six_steps, tmp_path):
+    w = copy_of(six_steps, tmp_path)
+    before = sorted(os.listdir(os.path.join(w, "checkpoints")))
+    with pytest.raises(ValueError) as err:
+        train.train_and_evaluate(run_config(num_train_steps=9, **{"model.rnn_size": 64, "model.num_rnn_layers": 2}), w)
+    message = str(err.value)
+    assert "model.rnn_size (trained 32, --config 64)" in message and "model.num_rnn_layers" in message
+    assert "another --workdir" in message and "damaged" not in message
+    assert sorted(os.listdir(os.path.join(w, "checkpoints"))) == before  # nothing moved aside as "damaged"
+
+
+def test_a_resume_with_changed_settings_logs_and_records_them_keeping_config_json(six_steps, tmp_path, caplog):
+    w = copy_of(six_steps, tmp_path)
+    original = open(os.path.join(w, "config.json")).read()
+    changed = {"optimizer.learning_rate": 0.01, "per_device_batch_size": 4}
+    with caplog.at_level("INFO", logger="ds2_jax"):
+        train.train_and_evaluate(run_config(num_train_steps=9, **changed), w)
+    assert "settings changed at step 6" in caplog.text
+    assert "optimizer.learning_rate 0.0005 -> 0.01" in caplog.text and "per_device_batch_size 2 -> 4" in caplog.text
+    assert open(os.path.join(w, "config.json")).read() == original  # still the settings of steps 1-6
+    (record,) = metrics.read_jsonl(os.path.join(w, checkpoint.CHANGES_FILE))
+    assert record["step"] == 6 and record["changes"] == {"optimizer.learning_rate": [0.0005, 0.01],
+                                                         "per_device_batch_size": [2, 4]}  # num_train_steps: no change
+    marker = [r for r in metrics.read_jsonl(os.path.join(w, "metrics.jsonl")) if "config_change/per_device_batch_size" in r]
+    assert marker == [{"step": 6, "config_change/optimizer.learning_rate": 0.01, "config_change/per_device_batch_size": 4.0}]
+    caplog.clear()
+    with caplog.at_level("INFO", logger="ds2_jax"):  # the same settings again, training further: no new change
+        train.train_and_evaluate(run_config(num_train_steps=12, **changed, **{"optimizer.clip_global_norm": 5.0}), w)
+    assert "optimizer.learning_rate" not in caplog.text and "settings changed at step 9" in caplog.text
+    assert "optimizer.clip_global_norm 400.0 -> 5.0" in caplog.text
+    assert [r["step"] for r in metrics.read_jsonl(os.path.join(w, checkpoint.CHANGES_FILE))] == [6, 9]
+
+
+def test_disk_full_during_an_asynchronous_save_names_that_step_in_one_line(tmpfs, capfd):
+    """Saves are asynchronous: checkpoint N's failure surfaces while N+1 is saved. The error
+    names N (the step that is missing afterwards), and orbax's background threads' tracebacks
+    go to error.log, not the terminal."""
+    w = str(tmpfs("420k") / "run")
+    config = run_config(checkpoint_every_steps=1, keep_checkpoints=5, log_every_steps=100)  # metrics at the end only
+    with pytest.raises(errors.DiskFull) as err:
+        train.train_and_evaluate(config, w)
+    _, step = restored_latest(w)
+    assert str(err.value).startswith(f"writing checkpoint {step + 1} to "), (step, str(err.value))
+    assert "Traceback" not in capfd.readouterr().err
+
+
+def test_the_failing_step_is_read_off_the_error(tmp_path):
+    mgr = checkpoint.manager(str(tmp_path))
+    text = (f'RESOURCE_EXHAUSTED: Error writing "params.x/0" in OCDBT database at local file '
+            f'"{tmp_path}/checkpoints/2.orbax-checkpoint-tmp/default.orbax-checkpoint-tmp/ocdbt.process_0/": '
+            "Failed to write 368 bytes to file 7: No space left on device [os_error_code='28']")
+    err = checkpoint.explain_save_error(mgr, 3, ValueError(text))
+    assert str(err).startswith(f"writing checkpoint 2 to {tmp_path / 'checkpoints'} failed (disk full; ")
+
+
+def test_orbax_background_errors_go_to_error_log_not_the_terminal(tmp_path, capfd):
+    import sys
+
+    seen = []
+    handler = logging.Handler()
+    handler.emit = seen.append
+    absl = logging.getLogger("absl")
+    absl.addHandler(handler)
+    orbax_code = compile("log.error('thread raised', exc_info=err)", os.path.join("site", "orbax", "x.py"), "exec")
+    try:
+        with errors.background_errors_to_log(str(tmp_path), "orbax", "Event loop is closed"):
+            exec(orbax_code, {"log": absl, "err": RuntimeError("RESOURCE_EXHAUSTED")})
+            absl.error("not orbax's")
+            sys.unraisablehook(type("Info", (), {"exc_type": RuntimeError, "exc_value": RuntimeError("Event loop is closed"),
+                                                 "exc_traceback": None, "err_msg": None, "object": None})())
+    finally:
+        absl.removeHandler(handler)
+    assert [r.getMessage() for r in seen] == ["not orbax's"]
+    log_text = (tmp_path / "error.log").read_text()
+    assert "thread raised" in log_text and "RESOURCE_EXHAUSTED" in log_text and "Event loop is closed" in log_text
+    assert "Event loop" not in capfd.readouterr().err
+
+
+XLA_OOM = "RESOURCE_EXHAUSTED: Out of memory while trying to allocate 5368709120 bytes."
+TENSORSTORE_FULL = ('RESOURCE_EXHAUSTED: Error writing "params.x/0" in OCDBT database: Failed to write 368 bytes to '
+                    "file 7: No space left on device [os_error_code='28']")
+
+
+def test_out_of_memory_and_disk_full_have_one_rule_each_and_print_their_own_line(tmp_path):
+    import errno
+    import subprocess
+    import sys
+    import types
+
+    config = types.SimpleNamespace(per_device_batch_size=4096, dataset=types.SimpleNamespace(max_duration_s=27.0),
+                                   model=types.SimpleNamespace(rnn_size=2048, dtype="bfloat16"))
+    oom = resilience.out_of_memory_error(RuntimeError(XLA_OOM), {"audio": (8, 4096, 128000)}, config)
+    cases = {XLA_OOM: "oom", str(oom): "oom", "CUDA out of memory": "oom", TENSORSTORE_FULL: "disk",
+             OSError(errno.ENOSPC, "No space left on device"): "disk", OSError(errno.EDQUOT, "quota"): "disk"}
+    for err, kind in cases.items():
+        err = err if isinstance(err, BaseException) else RuntimeError(err)
+        assert (errors.is_out_of_memory(err), errors.is_disk_full(err)) == (kind == "oom", kind == "disk"), err
+    script = ("import sys, types; from ds2_jax import errors, resilience\n"
+              "config = types.SimpleNamespace(per_device_batch_size=4096, dataset=types.SimpleNamespace("
+              "max_duration_s=27.0), model=types.SimpleNamespace(rnn_size=2048, dtype='bfloat16'))\n"
+              "def fail():\n"
+              f"    raise resilience.out_of_memory_error(RuntimeError({XLA_OOM!r}), {{'audio': (8, 4096, 128000)}}, config)\n"
+              "errors.run_explained(fail, sys.argv[1])\n")
+    proc = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=helpers.ROOT), timeout=120)
+    last = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode == 1 and last.startswith("error: out of device memory for batch shapes"), proc.stderr
+    assert "disk full" not in last and "per_device_batch_size=4096" in last
+
+
+def test_an_absurd_batch_is_refused_before_numpy_allocates_naming_per_device_batch_size(six_steps, tmp_path):
+    import types
+
+    start = time.time()
+    with pytest.raises(MemoryError, match="per_device_batch_size=100000000 is too large for this machine") as err:
+        train.train_and_evaluate(tiny_config(per_device_batch_size=100_000_000), str(tmp_path / "w"))
+    assert "largest that fits the host is about per_device_batch_size=" in str(err.value)
+    assert time.time() - start < 60 and not os.path.exists(tmp_path / "w" / "metrics.jsonl")
+    with pytest.raises(MemoryError, match="per_device_batch_size=100000000 is too large"):  # --mode=eval too
+        evaluation.evaluate_checkpoint(run_config(per_device_batch_size=100_000_000), copy_of(six_steps, tmp_path / "e"))
+    # The largest it names fits; one more does not.
+    memory, shapes = 10 * 2**20, [(16000, 20)]
+    with pytest.raises(MemoryError) as err:
+        resilience.check_host_memory(types.SimpleNamespace(per_device_batch_size=100), 800, shapes, 3, memory)
+    fits = int(str(err.value).split("per_device_batch_size=")[-1].split()[0])
+    resilience.check_host_memory(types.SimpleNamespace(per_device_batch_size=fits), 8 * fits, shapes, 3, memory)
+    with pytest.raises(MemoryError):
+        resilience.check_host_memory(types.SimpleNamespace(per_device_batch_size=fits + 1), 8 * (fits + 1), shapes, 3,
+                                     memory)
+
+
+class _FakeDevice:
+    """Stands in for a slow device: steps dispatched by the loop finish one by one, every
+    `step_s` seconds, on a thread; each step's metrics are FakeScalars ready when it finishes."""
+
+    def __init__(self, step_s: float):
+        self.step_s, self.dispatched, self.finished = step_s, 0, 0
+        self._lock = threading.Condition()
+        self._stop = False
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self):
+        while not self._stop:
+            with self._lock:
+                self._lock.wait_for(lambda: self.dispatched > self.finished or self._stop)
+            time.sleep(self.step_s)
+            with self._lock:
+                self.finished += 1
+
+    def step(self, p_train, state, batch, rng, config, first):
+        with self._lock:
+            self.dispatched += 1
+            index = self.dispatched
+            self._lock.notify_all()
+        keys = ("loss_sum", "loss_count", "infeasible", "utterances", "grad_norm_sum", "finite_steps", "steps",
+                "learning_rate_sum")
+        return state, {k: _FakeScalar(self, index) for k in keys}
+
+    def close(self):
+        self._stop = True
+        with self._lock:
+            self._lock.notify_all()
+
+
+class _FakeScalar:
+    def __init__(self, device, index):
+        self.device, self.index = device, index
+
+    def is_ready(self):
+        return self.device.finished >= self.index
+
+    def __array__(self, dtype=None, copy=None):
+        return np.ones((), dtype or np.float32)
+
+
+def test_a_stop_signal_checkpoints_within_two_steps_of_the_device(six_steps, tmp_path, monkeypatch, caplog):
+    """The loop dispatches at most resilience.STEPS_IN_FLIGHT steps ahead of the device, so
+    SIGTERM is answered by a checkpoint a step or two after the one running (the seed config
+    without a GPU queued ~30 steps of 38 s: 20 minutes)."""
+    w = copy_of(six_steps, tmp_path)
+    device = _FakeDevice(step_s=0.2)  # slow enough that a loaded machine delivers the signal within a step
+    monkeypatch.setattr(train, "_run_step", device.step)
+    at_signal = []
+
+    def stop_after_three():
+        while device.finished < 3:
+            time.sleep(0.001)
+        at_signal.append(device.finished)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=stop_after_three, daemon=True).start()
+    try:
+        with caplog.at_level("INFO", logger="ds2_jax"):
+            train.train_and_evaluate(run_config(num_train_steps=2000, log_every_steps=10_000, checkpoint_every_steps=10_000), w)
+    finally:
+        device.close()
+    saved = checkpoint.manager(w).latest_step()
+    assert "received SIGTERM" in caplog.text and f"preempted at step {saved}" in caplog.text
+    assert saved - 6 <= at_signal[0] + 2 + 1, (saved, at_signal)  # 2 in flight, 1 for the race with the signal
+
+
+def test_a_second_signal_abandons_the_wait_at_once_with_a_clear_line(monkeypatch, capfd):
+    class Exited(Exception):
+        pass
+
+    def exit_(code):
+        raise Exited(code)
+
+    monkeypatch.setattr(resilience.os, "_exit", exit_)
+    never = type("Never", (), {"is_ready": lambda self: False})()
+    start = time.time()
+    with resilience.Preemption() as preemption, pytest.raises(Exited) as exited:
+        threading.Timer(0.1, os.kill, (os.getpid(), signal.SIGINT)).start()
+        threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
+        resilience.wait_ready([never])  # a step (or the final state) the device never finishes
+    assert preemption.signal == signal.SIGINT and exited.value.args == (128 + signal.SIGINT,)
+    assert time.time() - start < 5
+    assert "received SIGINT again: exiting now without writing a checkpoint" in capfd.readouterr().err
+
+
+def test_the_watchdog_counts_compiles_evals_and_saves_as_progress(tmp_path, monkeypatch):
+    """An eval longer than step_timeout_s (each batch slowed down here), the first compile and
+    the checkpoint saves never trip the watchdog; a hang still does (test_hung_step_*)."""
+    exits = []
+    monkeypatch.setattr(resilience.os, "_exit", exits.append)
+    greedy = evaluation.decoding.greedy_texts
+
+    def slow_greedy(*args):
+        time.sleep(1.0)
+        return greedy(*args)
+
+    monkeypatch.setattr(evaluation.decoding, "greedy_texts", slow_greedy)
+    config = run_config(eval_every_steps=3, step_timeout_s=2.5, **{"eval.max_utterances": 64})  # 4 batches: 4 s
+    train.train_and_evaluate(config, str(tmp_path / "w"))
+    evals = [r for r in metrics.read_jsonl(str(tmp_path / "w" / "metrics.jsonl")) if "eval_wer" in r]
+    assert [r["step"] for r in evals] == [3, 6]
+    assert exits == []
+
+
+def test_the_watchdog_does_not_fire_while_suspended_and_fires_after(monkeypatch):
+    exits = []
+    monkeypatch.setattr(resilience.os, "_exit", exits.append)
+    dog = resilience.Watchdog(0.4)
+    try:
+        with dog.suspended("compiling"):
+            time.sleep(1.2)
+        assert exits == []
+        time.sleep(1.5)
+        assert exits and exits[0] == resilience.Watchdog.EXIT_CODE
+    finally:
+        dog.close()
+
+
+def test_a_missing_eval_split_is_found_before_training(tmp_path):
+    """dataset.eval_split absent from the prepared data: an error naming it before the first
+    step (it used to surface at the first eval, thousands of steps in, before that step's
+    checkpoint, so a requeued job looped)."""
+    from ds2_jax.datasets import build
+    from tests import librispeech_testdata as td
+
+    manual = tmp_path / "manual"
+    td.write_bad_inputs(str(manual / "LibriSpeech" / "dev-clean"))
+    data_dir = str(tmp_path / "tfds")
+    build.build(str(manual), data_dir)
+    config = tiny_config(**{"dataset.name": "librispeech_local", "dataset.manual_dir": str(manual),
+                            "dataset.data_dir": data_dir, "dataset.train_splits": "dev-clean",
+                            "dataset.eval_split": "test-clean", "eval_every_steps": 4, "num_devices": 1,
+                            "per_device_batch_size": 1, "dataset.num_workers": 0})
+    w = tmp_path / "w"
+    with pytest.raises(ValueError, match="dataset.eval_split='test-clean': split 'test_clean' is not in the prepared"):
+        train.train_and_evaluate(config, str(w))
+    assert not (w / "metrics.jsonl").exists() and not os.listdir(w / "checkpoints")  # no step trained
+
+
+def test_eval_result_names_tell_every_decoder_apart_and_are_written_atomically(six_steps, tmp_path, monkeypatch):
+    """Two beam+LM evals with another LM (even one named alike) or alpha/beta wrote the same
+    eval-...-beam32-lm.json: the first was lost. And a kill mid-write left a torn file."""
+    import types
+
+    from ds2_jax import settings
+
+    def beam(**changes):
+        cfg = dataclasses.replace(settings.Decoding(beam_width=32), **changes)
+        return types.SimpleNamespace(cfg=cfg, alpha=cfg.alpha, beta=cfg.beta)
+
+    decoders = [None, beam(), beam(beam_width=8), beam(beam_prune_logp=-5.0), beam(lm_path="a/lm.arpa"),
+                beam(lm_path="b/lm.arpa"), beam(lm_path="a/lm.arpa", alpha=1.0), beam(lm_path="a/lm.arpa", beta=0.0),
+                beam(lm_path="a/lm.arpa", lexicon_path="words.txt")]
+    names = [evaluation.result_path("w", "dev-clean", 6, d) for d in decoders]
+    assert len(set(names)) == len(names), names
+    assert names[:3] == [os.path.join("w", f"eval-dev-clean-6-{t}.json") for t in ("greedy", "beam32", "beam8")]
+    assert os.path.basename(names[4]).startswith("eval-dev-clean-6-beam32-lm-lm-a0.5-b1-")
+    assert names[4] == evaluation.result_path("w", "dev-clean", 6, beam(lm_path="a/lm.arpa"))  # same decoder, same name
+
+    w = copy_of(six_steps, tmp_path)
+    path = os.path.join(w, "eval-dev-clean-6-greedy.json")
+    open(path, "w").write('{"old": 1}')
+
+    def torn_dump(obj, f, **kwargs):
+        f.write('{"wer": 0.')
+        raise KeyboardInterrupt  # killed mid-write
+
+    monkeypatch.setattr(evaluation.json, "dump", torn_dump)
+    with pytest.raises(KeyboardInterrupt):
+        evaluation.evaluate_checkpoint(run_config(), w)
+    assert open(path).read() == '{"old": 1}'
+
+
+def test_the_prepared_data_fingerprint_sees_a_same_size_transcript_edit(tmp_path, caplog):
+    from ds2_jax.datasets import build
+    from tests import librispeech_testdata as td
+
+    manual = tmp_path / "manual"
+    td.write_bad_inputs(str(manual / "LibriSpeech" / "dev-clean"))
+    data_dir = str(tmp_path / "tfds")
+    build.build(str(manual), data_dir)
+    build.build(str(manual), data_dir)  # unchanged: fine
+    transcript = sorted((manual / "LibriSpeech" / "dev-clean").rglob("*.trans.txt"))[0]
+    text = transcript.read_bytes()
+    i = next(i for i in range(len(text) - 1) if chr(text[i]).isalpha() and chr(text[i + 1]).isalpha()
+             and text[i] != text[i + 1] and i > text.index(b" "))
+    transcript.write_bytes(text[:i] + text[i + 1:i + 2] + text[i:i + 1] + text[i + 2:])  # two letters swapped
+    with pytest.raises(errors.DatasetMismatch, match="the same sizes but other transcript text"):
+        build.build(str(manual), data_dir)
+    # A record from before the transcripts were hashed: checked by sizes, then upgraded.
+    record = os.path.join(os.fspath(build.get_builder(data_dir).data_dir), build.SOURCE_RECORD)
+    old = json.load(open(record))
+    del old["content_fingerprint"]
+    open(record, "w").write(json.dumps(old))
+    with caplog.at_level("INFO"):
+        build.build(str(manual), data_dir)
+    assert "recorded its manual dir's file sizes only" in caplog.text
+    assert "content_fingerprint" in json.load(open(record))
+
+
+def test_long_audio_is_transcribed_in_windows_with_memory_bounded_by_the_window(six_steps, monkeypatch):
+    """A long file runs as overlapping windows (here 3 s, 1 s of context each side): no
+    forward pass sees more than a window, the joined outputs have the whole file's frames
+    and match a single pass away from the edges; a failing batch fails only its files."""
+    from ds2_jax import transcribe
+
+    t = transcribe.Transcriber(six_steps[0], batch_size=4)
+    rng = np.random.default_rng(0)
+    long = (rng.standard_normal(16_000 * 11) * 3000).astype(np.int16)  # 11 s
+    whole = t.frame_outputs([long])[0]  # one pass (the default window is longer)
+    monkeypatch.setattr(transcribe, "WINDOW_SECONDS", 3.0)
+    monkeypatch.setattr(transcribe, "CONTEXT_SECONDS", 1.0)
+    shapes = []
+    infer = t._infer
+    t._infer = lambda state, audio, lengths: shapes.append(audio.shape) or infer(state, audio, lengths)
+    short = long[: 16_000 * 2]
+    windowed, alone = t.frame_outputs([long, short])
+    assert max(s[1] for s in shapes) <= transcribe.PAD_SECONDS * 16_000  # 3 s windows, padded to 4 s
+    assert windowed.shape == whole.shape and len(t.windows(len(long))) > 3
+    assert np.mean(windowed == whole) > 0.98  # greedy ids: 1 s of context each side is plenty here
+    np.testing.assert_array_equal(alone, t.frame_outputs([short])[0])
+
+    def fails_on_long_batches(state, audio, lengths):
+        if lengths.max() > 16_000 * 2.5:
+            raise MemoryError("RESOURCE_EXHAUSTED: out of memory")
+        return infer(state, audio, lengths)
+
+    t._infer = fails_on_long_batches
+    t.batch_size = 1
+    texts = t.transcribe_each([long, short])
+    assert isinstance(texts[0], MemoryError) and isinstance(texts[1], str)

@@ -1,6 +1,7 @@
 """python -m ds2_jax.transcribe: audio loading (any rate, any channels) and files -> text."""
 
 import os
+import tracemalloc
 
 import numpy as np
 import pytest
@@ -130,3 +131,25 @@ def test_audio_below_16k_is_resampled_with_a_warning(tmp_path, caplog):
     with caplog.at_level("WARNING", logger="ds2_jax"):
         transcribe.load_audio(high)
     assert caplog.text == ""  # downsampling loses nothing the model uses
+
+
+def test_a_long_file_is_read_block_by_block_like_in_one_piece(tmp_path, monkeypatch):
+    """Past READ_BLOCK_SECONDS a file is read, downmixed and resampled a block at a time (memory:
+    one block); the samples are those of the one-piece read (exact at 16 kHz)."""
+    pytest.importorskip("soxr")
+    rng = np.random.default_rng(0)
+    audio = (rng.standard_normal((16_000 * 3, 2)) * 3000).astype(np.int16)
+    wav16, wav44 = str(tmp_path / "16k.wav"), str(tmp_path / "44k.wav")
+    soundfile.write(wav16, audio, 16_000)
+    soundfile.write(wav44, np.repeat(audio, 3, axis=0)[: 44_100 * 3], 44_100)
+    whole16, whole44 = transcribe.load_audio(wav16), transcribe.load_audio(wav44)
+    monkeypatch.setattr(transcribe, "READ_BLOCK_SECONDS", 0.25)
+    np.testing.assert_array_equal(transcribe.load_audio(wav16), whole16)
+    tracemalloc.start()
+    blocks44 = transcribe.load_audio(wav44)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 44_100 * 3 * 2 * 4 / 2, peak  # under half the file as float32 channels
+    assert abs(len(blocks44) - len(whole44)) <= 2
+    n = min(len(blocks44), len(whole44))
+    assert np.mean(np.abs(blocks44[:n].astype(float) - whole44[:n])) < 2  # int16 units, out of ~3000

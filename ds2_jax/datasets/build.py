@@ -27,7 +27,7 @@ import types
 
 import tensorflow_datasets as tfds
 
-from ds2_jax import errors
+from ds2_jax import errors, files
 from ds2_jax.datasets import librispeech_local
 
 SOURCE_RECORD = "ds2_source.json"  # in the prepared dataset's dir: manual_dir and its fingerprint
@@ -95,23 +95,32 @@ def _uncompressed_records():
         adapter.write_examples = old
 
 
+TEXT_SUFFIXES = (".txt",)  # transcripts (and SPEAKERS.TXT): hashed by content, audio by size
+
+
 def source_of(manual_dir: str) -> dict:
-    """{manual_dir, splits, files, fingerprint} of the splits a manual dir holds; the
-    fingerprint hashes every file's path (relative to its split) and size."""
+    """{manual_dir, splits, files, fingerprint, content_fingerprint} of the splits a manual dir
+    holds. fingerprint hashes every file's path (relative to its split) and size;
+    content_fingerprint also hashes the transcripts' text, so a same-size edit of a
+    transcript is seen (audio stays by size: hashing hundreds of GB each start is too slow)."""
     found = librispeech_local.find_splits(manual_dir) if manual_dir and os.path.isdir(manual_dir) else {}
-    entries = []
+    entries, texts = [], hashlib.sha256()
     for split, (kind, path) in sorted(found.items()):
         if kind == "tar":
             entries.append((split, os.path.basename(path), os.path.getsize(path)))
             continue
-        for root, dirs, files in os.walk(path):
+        for root, dirs, names in os.walk(path):
             dirs.sort()
-            for name in sorted(files):
+            for name in sorted(names):
                 full = os.path.join(root, name)
                 entries.append((split, os.path.relpath(full, path), os.path.getsize(full)))
-    digest = hashlib.sha256(json.dumps(entries).encode()).hexdigest()[:16]
+                if name.lower().endswith(TEXT_SUFFIXES):
+                    with open(full, "rb") as f:
+                        texts.update(entries[-1][1].encode() + b"\0" + f.read() + b"\0")
+    sizes = json.dumps(entries).encode()
     return {"manual_dir": os.path.abspath(manual_dir) if manual_dir else "", "splits": sorted(found),
-            "files": len(entries), "fingerprint": digest}
+            "files": len(entries), "fingerprint": hashlib.sha256(sizes).hexdigest()[:16],
+            "content_fingerprint": hashlib.sha256(sizes + texts.digest()).hexdigest()[:16]}
 
 
 def _record_path(builder) -> str:
@@ -128,8 +137,7 @@ def recorded_source(builder) -> dict | None:
 
 def record_source(builder, source: dict) -> None:
     try:
-        with open(_record_path(builder), "w") as f:
-            json.dump(source, f, indent=1)
+        files.write_text(_record_path(builder), json.dumps(source, indent=1))  # atomic: never a torn record
     except OSError as e:
         logging.warning("could not record the manual dir in %s (%s)", _record_path(builder), e)
 
@@ -151,11 +159,17 @@ def check_source(builder, manual_dir: str) -> None:
         logging.info("librispeech_local in %s was built from %s", where, built_from)
         return
     current = source_of(manual_dir)
-    if current["fingerprint"] == recorded["fingerprint"]:
+    key = "content_fingerprint" if "content_fingerprint" in recorded else "fingerprint"  # older records: sizes only
+    if current[key] == recorded[key]:
         logging.info("librispeech_local in %s was built from %s; dataset.manual_dir=%r holds the same files",
                      where, built_from, manual_dir)
+        if key == "fingerprint":
+            logging.warning("%s recorded its manual dir's file sizes only (prepared before ds2_jax hashed the "
+                            "transcripts): recording them as they are now, unchecked", where)
+            record_source(builder, {**recorded, "content_fingerprint": current["content_fingerprint"]})
         return
     has = (f"{current['files']} files of {', '.join(current['splits'])}, fingerprint {current['fingerprint']}"
+           + (", the same sizes but other transcript text" if current["fingerprint"] == recorded["fingerprint"] else "")
            if current["files"] else "no LibriSpeech split")
     raise errors.DatasetMismatch(
         f"the prepared librispeech_local in {where} was built from {built_from}, but dataset.manual_dir="

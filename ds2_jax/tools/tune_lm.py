@@ -56,7 +56,7 @@ def grid_search(outputs, beam, alphas: list[float], betas: list[float]) -> list[
 
 def tune(config, workdir: str, lm: str, split: str, alphas, betas, beam_width: int, max_utterances: int = 0, step=None) -> dict:
     """Runs the grid; returns {'best': {...}, 'greedy': {...}, 'grid': [...], ...} and writes the json."""
-    from ds2_jax import decoding, evaluation, metrics
+    from ds2_jax import decoding, evaluation, files, metrics
 
     beam = decoding.BeamSearchDecoder(decoding.DecoderConfig(beam_width=beam_width, lm_path=lm))
     run = evaluation.prepare(config, workdir, step, log_probs=True)
@@ -69,9 +69,9 @@ def tune(config, workdir: str, lm: str, split: str, alphas, betas, beam_width: i
         "split": split, "step": step, "lm": lm, "beam_width": beam_width, "utterances": len(out.references),
         "greedy": metrics.error_rates(out.references, out.greedy), "best": best, "grid": grid,
     }
-    path = os.path.join(workdir, f"tune_lm-{split}-{step}.json")
-    with open(path, "w") as f:
-        json.dump(result, f, indent=2)
+    # One file per (split, step, beam, LM): tuning against another LM never replaces this one.
+    path = os.path.join(workdir, f"tune_lm-{split}-{step}-beam{beam_width}-lm-{evaluation.lm_name(lm)}.json")
+    files.write_text(path, json.dumps(result, indent=2))
     log.info("greedy WER %.4f CER %.4f; best alpha %.3g beta %.3g: WER %.4f CER %.4f -> %s",
              result["greedy"]["wer"], result["greedy"]["cer"], best["alpha"], best["beta"], best["wer"], best["cer"], path)
     return result
