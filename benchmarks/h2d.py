@@ -19,7 +19,6 @@ Prints one JSON object: GB/s per way.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -62,7 +61,9 @@ def timed(copy, make, repeats: int) -> float:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    from ds2_jax import cli
+
+    p = cli.ArgumentParser(description=__doc__)
     p.add_argument("--batch", type=int, default=128)
     p.add_argument("--seconds", type=float, default=8.0)
     p.add_argument("--repeats", type=int, default=20)

@@ -12,7 +12,6 @@ fit the GPU host's disk as clips of its real length). Prints one JSON line.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import resource
@@ -45,7 +44,9 @@ def rss_mb() -> float:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    from ds2_jax import cli
+
+    p = cli.ArgumentParser(description=__doc__)
     p.add_argument("--utterances", type=int, default=281_241)
     p.add_argument("--chars_per_second", type=float, default=15.0)
     p.add_argument("--batch", type=int, default=128)

@@ -16,7 +16,6 @@ CPU use, and the peak resident memory of the process tree (workers included).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import resource
@@ -115,7 +114,9 @@ def read_rate(config, sharding, source, steps: int, to_device: bool) -> dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    from ds2_jax import cli
+
+    p = cli.ArgumentParser(description=__doc__)
     p.add_argument("--manual_dir", default="")
     p.add_argument("--data_dir", default="")
     p.add_argument("--make_clips", type=int, default=0, help="write and build this many 6-8 s clips")

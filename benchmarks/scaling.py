@@ -43,15 +43,14 @@ import traceback  # noqa: E402
 
 import jax  # noqa: E402
 from absl import app, flags, logging  # noqa: E402
-from ml_collections import config_flags  # noqa: E402
 
 from benchmarks import jax_bench, report  # noqa: E402
-from ds2_jax import model, settings  # noqa: E402
+from ds2_jax import cli, model, settings  # noqa: E402
 
 TORCH_VARIANTS = ("torch_loop", "torch_cudnn", "torch_compile", "torch_cudnn_graphs")
 VARIANTS = jax_bench.VARIANTS + TORCH_VARIANTS
 
-_CONFIG = config_flags.DEFINE_config_file("config", "configs/ds2_8gpu.py", "Config file (model, batch, synthetic data).")
+_CONFIG = cli.define_config_file("config", "configs/ds2_8gpu.py", "Config file (model, batch, synthetic data).")
 _DEVICES = flags.DEFINE_list("devices", ["1"], "Device counts to measure, e.g. 1,2,4,8.")
 _VARIANTS = flags.DEFINE_list("variants", list(VARIANTS), f"Any of {','.join(VARIANTS)}.")
 _DTYPES = flags.DEFINE_list("dtype", ["float32"], "Compute dtypes: float32, bfloat16.")
@@ -218,4 +217,4 @@ def _model_summary(config) -> str:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run(main)

@@ -10,15 +10,16 @@ import os
 import sys
 import time
 
-from absl import app, flags
+from absl import flags
 from absl import logging as absl_logging
-from ml_collections import config_flags
+
+from ds2_jax import cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)  # configs/ lives at the repository root
 
 FLAGS = flags.FLAGS
-config_flags.DEFINE_config_file("config", os.path.join(ROOT, "configs", "demo.py"), "Demo config.")
+cli.define_config_file("config", os.path.join(ROOT, "configs", "demo.py"), "Demo config.")
 flags.DEFINE_string("workdir", os.path.join(ROOT, ".demo", "run"), "Where the demo model goes.")
 
 
@@ -63,4 +64,4 @@ def _curves(workdir: str) -> str:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run(main)

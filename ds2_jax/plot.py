@@ -9,7 +9,6 @@ rows have `input_wait_s`; a panel whose keys no row has is left out. TensorBoard
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
@@ -73,7 +72,9 @@ def plot_workdir(workdir: str, out: str = "") -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    from ds2_jax import cli
+
+    p = cli.ArgumentParser(description=__doc__)
     p.add_argument("--workdir", required=True, help="A training workdir (metrics.jsonl).")
     p.add_argument("--out", default="", help="PNG path (default: WORKDIR/curves.png).")
     args = p.parse_args(argv)

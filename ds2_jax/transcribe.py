@@ -15,7 +15,6 @@ if any file failed.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import functools
 import logging
@@ -128,7 +127,9 @@ class Transcriber:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    from ds2_jax import cli
+
+    p = cli.ArgumentParser(description=__doc__)
     p.add_argument("files", nargs="+", help="Audio files.")
     p.add_argument("--workdir", required=True, help="A training workdir (config.json + checkpoints/).")
     p.add_argument("--step", type=int, default=None, help="Checkpoint step (default: latest).")

@@ -15,7 +15,6 @@ deleting D/librispeech_local.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import hashlib
 import json
@@ -209,7 +208,9 @@ def summary(report: dict) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    from ds2_jax import cli
+
+    parser = cli.ArgumentParser(description=__doc__)
     parser.add_argument("--manual_dir", required=True, help="LibriSpeech tree or *.tar.gz archives")
     parser.add_argument("--data_dir", default="", help="tfds data dir ('' = tfds default)")
     args = parser.parse_args(argv)

@@ -22,7 +22,6 @@ collapsed spaces), so LM words and decoded words match.
 
 from __future__ import annotations
 
-import argparse
 import collections
 import math
 import os
@@ -276,7 +275,9 @@ class ArpaModel:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    from ds2_jax import cli
+
+    p = cli.ArgumentParser(description=__doc__)
     p.add_argument("--transcripts", nargs="*", default=[], help="Text files (one sentence a line), "
                    "*.trans.txt files, directories (every *.trans.txt below) or LibriSpeech .tar.gz archives.")
     p.add_argument("--manual_dir", default="", help="A LibriSpeech-layout directory (as dataset.manual_dir).")

@@ -15,7 +15,6 @@ output is a pure function of the flags (and the espeak-ng version). Needs the
 
 from __future__ import annotations
 
-import argparse
 import io
 import os
 import shutil
@@ -134,7 +133,9 @@ def make_split(out: str, split: str, spk: list, first_id: int, utts: int, rng, e
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    from ds2_jax import cli
+
+    p = cli.ArgumentParser(description=__doc__)
     p.add_argument("--out", required=True, help="output dir (LibriSpeech/ goes inside)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--train_speakers", type=int, default=16)

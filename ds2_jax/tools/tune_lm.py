@@ -16,7 +16,7 @@ import json
 import logging
 import os
 
-from absl import app, flags
+from absl import flags
 from absl import logging as absl_logging
 from ml_collections import config_flags
 
@@ -78,8 +78,6 @@ def tune(config, workdir: str, lm: str, split: str, alphas, betas, beam_width: i
 
 
 def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     absl_logging.set_verbosity(absl_logging.WARNING)
     logging.getLogger("ds2_jax").setLevel(logging.INFO)
     from ds2_jax import checkpoint, settings
@@ -97,4 +95,6 @@ def main(argv):
 
 if __name__ == "__main__":
     define_flags()
-    app.run(main)
+    from ds2_jax import cli
+
+    cli.run(main)

@@ -1,0 +1,225 @@
+"""What every command line of the project shares: one way of failing on a usage mistake.
+
+A mistake in the command line itself (an unknown flag, a value of the wrong type, a
+required flag left out, a --config file that does not load, stray arguments) ends the
+command with one line on stderr, `error: <what to change>`, and exit code 2, before
+anything is imported, compiled or written. absl commands get it from `run` (or
+`parse_flags` as app.run's flags_parser); argparse commands from `ArgumentParser`.
+Errors found later (a setting's value, a file, a busy workdir) are `errors.run_explained`'s
+one line, exit code 1.
+
+This module imports neither jax nor ds2_jax's heavy modules: a usage error costs a
+fraction of a second.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import os
+import re
+import sys
+from typing import Callable, NoReturn
+
+from absl import app, flags
+
+USAGE_EXIT = 2  # as argparse and getopt: the command line itself is wrong
+
+
+def usage_error(message: str) -> NoReturn:
+    """Prints `error: message` as one line to stderr and exits with code 2."""
+    print(f"error: {' '.join(message.split())}", file=sys.stderr, flush=True)
+    sys.exit(USAGE_EXIT)
+
+
+# Parsers' messages in the terms a user typed (absl's come from int(), float(), ...).
+_REASONS = (
+    (re.compile(r"invalid literal for int\(\)"), "expected an integer"),
+    (re.compile(r"could not convert string to float"), "expected a number"),
+    (re.compile(r"Non-boolean argument to boolean flag"), "expected true or false"),
+)
+
+
+def flag_error_message(err: flags.Error) -> str:
+    """One line for an absl flags error."""
+    text = str(err).strip()
+    missing = re.findall(r"Flag --([\w.]+) must have a value other than None", text)
+    if missing:
+        names = ", ".join(f"--{m}" for m in dict.fromkeys(missing))
+        helps = [flags.FLAGS[m].help for m in dict.fromkeys(missing) if m in flags.FLAGS]
+        what = f" ({helps[0].rstrip('.')})" if len(helps) == 1 and helps[0] else ""
+        return f"{names} {'is' if len(missing) == 1 else 'are'} required{what}"
+    match = re.match(r"flag (--\S+?=.*?): (.*)", text, re.S)
+    if match:
+        flag, reason = match.groups()
+        for pattern, plain in _REASONS:
+            if pattern.search(reason):
+                reason = plain
+                break
+        else:  # a config file that raised in get_config: its last line says why
+            reason = [line for line in reason.splitlines() if line.strip()][-1].strip()
+        return f"{flag}: {reason}"
+    return f"{text.splitlines()[0]} (--helpfull lists every flag)"
+
+
+def _config_flag_names() -> list[str]:
+    """The names of the command's DEFINE_config_file flags."""
+    from ml_collections.config_flags.config_flags import ConfigFileFlagParser
+
+    return [name for name in flags.FLAGS if isinstance(flags.FLAGS[name].parser, ConfigFileFlagParser)]
+
+
+def _config_argument(argv: list[str], name: str) -> str | None:
+    """The value given to --name in argv (the last one), else None."""
+    value = None
+    for i, a in enumerate(argv):
+        if a.startswith(f"--{name}="):
+            value = a.split("=", 1)[1]
+        elif a == f"--{name}" and i + 1 < len(argv):
+            value = argv[i + 1]
+    return value
+
+
+def missing_config_file_message(name: str, value: str) -> str | None:
+    """'--config=configs/smok.py: no such file; did you mean configs/smoke.py?', or None if it exists."""
+    path = value.split(":", 1)[0]
+    if os.path.isfile(path):
+        return None
+    what = "a directory, not a config file" if os.path.isdir(path) else "no such file"
+    folder = os.path.dirname(path) or "."
+    try:
+        candidates = [os.path.join(os.path.dirname(path), f) for f in os.listdir(folder) if f.endswith(".py")]
+    except OSError:
+        candidates = []
+    close = difflib.get_close_matches(path, candidates, n=3, cutoff=0.6)
+    hint = f"; did you mean {', '.join(close)}?" if close else " (configs/*.py are the project's)"
+    return f"--{name}={value}: {what}{hint}"
+
+
+def unknown_config_key_message(argv: list[str], name: str, config) -> str | None:
+    """'unknown config key ...' with close matches, for the first --name.KEY the config lacks."""
+    known = _flat_keys(config)
+    for a in argv:
+        for prefix in (f"--{name}.", f"--no{name}."):
+            if a.startswith(prefix):
+                key = a.split("=", 1)[0][len(prefix):]
+                if key not in known:
+                    close = difflib.get_close_matches(key, known, n=3, cutoff=0.6)
+                    hint = (f"did you mean {', '.join(close)}?" if close
+                            else "no key is close (--print_config lists them all, ds2_jax/settings.py explains them)")
+                    where = _config_argument(argv, name) or "the default config"
+                    return f"unknown config key {key!r} ({a}) in {where}: {hint}"
+    return None
+
+
+def _load_config(argv: list[str], name: str, default: str | None = None):
+    """The config --name names in argv (or its default), loaded afresh: after a failed
+    override ml_collections holds none."""
+    import importlib.util
+
+    value = _config_argument(argv, name) or default or flags.FLAGS[name].default_as_str.strip("'")
+    path, _, arg = value.partition(":")
+    spec = importlib.util.spec_from_file_location("_ds2_config_file", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.get_config(*([arg] if arg else []))
+
+
+def _flat_keys(config, prefix: str = "") -> list[str]:
+    keys = []
+    for k, v in config.items():
+        keys.append(prefix + k)
+        if hasattr(v, "items"):
+            keys += _flat_keys(v, prefix + k + ".")
+    return keys
+
+
+def define_config_file(name: str, default: str | None, help_text: str, **kwargs):
+    """config_flags.DEFINE_config_file, where an override of an unknown key is a usage error
+    (with a default file, ml_collections applies sys.argv's overrides already here)."""
+    from ml_collections import config_flags
+
+    try:
+        return config_flags.DEFINE_config_file(name, default, help_text, **kwargs)
+    except (AttributeError, KeyError) as e:
+        try:
+            message = unknown_config_key_message(sys.argv, name, _load_config(sys.argv, name, default))
+        except Exception:  # noqa: BLE001
+            message = None
+        usage_error(message or f"bad config override: {e}")
+
+
+def parse_flags(argv: list[str]) -> list[str]:
+    """absl's parsing (app.run's flags_parser) with every mistake as one `error:` line, exit 2."""
+    names = _config_flag_names()
+    for name in names:  # checked first: ml_collections defers a missing file's error to first use
+        value = _config_argument(argv, name)  # None: the command's default, which exists
+        message = value is not None and missing_config_file_message(name, value)
+        if message:
+            usage_error(message)
+    try:
+        return flags.FLAGS(argv)
+    except flags.Error as e:
+        usage_error(flag_error_message(e))
+    except (AttributeError, KeyError) as e:  # ml_collections: an override of a key the config lacks
+        for name in names:
+            try:
+                message = unknown_config_key_message(argv, name, _load_config(argv, name))
+            except Exception:  # noqa: BLE001 - no config to compare with: the generic line below
+                message = None
+            if message:
+                usage_error(message)
+        usage_error(f"bad config override: {e}")
+
+
+def run(main: Callable[[list[str]], int | None], positional: bool = False) -> None:
+    """app.run(main) with `parse_flags`; stray positional arguments are a usage error
+    unless `positional` (then main gets them)."""
+
+    def checked_main(argv: list[str]):
+        if len(argv) > 1 and not positional:
+            usage_error(f"unexpected argument(s) {' '.join(argv[1:])} (flags are written --name=value)")
+        try:
+            return main(argv)
+        except app.UsageError as e:
+            usage_error(str(e))
+
+    app.run(checked_main, flags_parser=parse_flags)
+
+
+# What a run writes before it has a result; a workdir holding only these (and empty
+# folders) is half-made.
+SCAFFOLDING = ("run.lock", "error.log", "config.json")
+
+
+def removing_new_workdir_on_error(fn: Callable[[], object], workdir: str) -> Callable[[], object]:
+    """fn, but when it raises, a workdir that did not exist before and holds no result yet
+    (no checkpoint, no metrics) is removed: a failed check leaves nothing behind."""
+    existed = os.path.exists(workdir)
+
+    def wrapped():
+        try:
+            return fn()
+        except BaseException:
+            if not existed and os.path.isdir(workdir) and _only_scaffolding(workdir):
+                import shutil
+
+                shutil.rmtree(workdir, ignore_errors=True)
+            raise
+
+    return wrapped
+
+
+def _only_scaffolding(workdir: str) -> bool:
+    return all(f in SCAFFOLDING for _, _, files in os.walk(workdir) for f in files)
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse with the project's way of failing: one `error:` line, exit 2."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        usage_error(f"{message} (--help lists the flags)")

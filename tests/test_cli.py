@@ -1,0 +1,70 @@
+"""Every command line of the project, as a user types it: a mistake is one `error:` line."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.helpers import ROOT
+
+pytestmark = pytest.mark.e2e
+
+
+def run(*args, cwd=ROOT, timeout=120):
+    """`python *args` in the repository root, on the CPU; the finished process."""
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+LAUNCH = ("launch.py", "--config=configs/smoke.py")
+
+# (command line, what its one line says); every one is a usage error: exit code 2.
+USAGE_MISTAKES = [
+    ((*LAUNCH, "--workdir={w}", "--config.per_device_batch_size=abc"),
+     "error: --config.per_device_batch_size=abc: expected an integer"),
+    ((*LAUNCH, "--workdir={w}", "--config.model.rnn_size=1.5"), "error: --config.model.rnn_size=1.5: expected an integer"),
+    ((*LAUNCH, "--workdir={w}", "--config.compile=maybe"), "error: --config.compile=maybe: expected true or false"),
+    ((*LAUNCH, "--workdir={w}", "--config.optimizer.learning_rate=fast"),
+     "error: --config.optimizer.learning_rate=fast: expected a number"),
+    (LAUNCH, "error: --workdir is required"),
+    (("launch.py", "--config=configs/smoek.py", "--workdir={w}"),
+     "error: --config=configs/smoek.py: no such file; did you mean configs/smoke.py"),
+    ((*LAUNCH, "--workdir={w}", "--mode=train2"), "error: --mode=train2: value should be one of <train|eval>"),
+    ((*LAUNCH, "--workdir={w}", "--no_such_flag=1"), "error: Unknown command line flag 'no_such_flag'"),
+    ((*LAUNCH, "--workdir={w}", "stray"), "error: unexpected argument(s) stray"),
+    (("-m", "ds2_jax.demo", "--workdir={w}", "--config.num_train_steps=many"),
+     "error: --config.num_train_steps=many: expected an integer"),
+    (("-m", "ds2_jax.demo", "--workdir={w}", "--config.model.rnn_sise=8"),
+     "error: unknown config key 'model.rnn_sise'"),
+    (("-m", "ds2_jax.transcribe", "a.wav"), "error: the following arguments are required: --workdir"),
+    (("-m", "ds2_jax.transcribe", "--workdir={w}", "--beam_width=wide", "a.wav"),
+     "error: argument --beam_width: invalid int value: 'wide'"),
+    (("-m", "ds2_jax.tools.tune_lm", "--workdir={w}"), "error: --lm is required"),
+    (("-m", "ds2_jax.tools.build_lm", "--order=x", "--out={w}/lm.arpa"), "error: argument --order: invalid int value"),
+    (("-m", "ds2_jax.plot",), "error: the following arguments are required: --workdir"),
+    (("-m", "ds2_jax.datasets.build",), "error: the following arguments are required: --manual_dir"),
+    (("-m", "benchmarks.levers",), "error: --out is required"),
+    (("-m", "benchmarks.input_pipeline", "--batch=big"), "error: argument --batch: invalid int value"),
+]
+
+
+@pytest.mark.parametrize("args,expected", USAGE_MISTAKES, ids=[" ".join(a) for a, _ in USAGE_MISTAKES])
+def test_a_usage_mistake_is_one_error_line_and_exit_code_2(tmp_path, args, expected):
+    w = tmp_path / "w"
+    proc = run(*(a.format(w=w) for a in args))
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-3000:]
+    assert lines[0].startswith(expected), lines[0]
+    assert not w.exists()  # nothing written
+
+
+def test_a_failed_check_leaves_no_half_made_workdir(tmp_path):
+    w = tmp_path / "new"
+    proc = run(*LAUNCH, f"--workdir={w}", "--config.num_devices=9")
+    last = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode == 1 and last.startswith("error: num_devices=9 but only"), proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr and not w.exists()
+    w.mkdir()  # a workdir the user made stays, with the traceback in it
+    proc = run(*LAUNCH, f"--workdir={w}", "--config.num_devices=9")
+    assert proc.returncode == 1 and (w / "error.log").exists()
