@@ -2,6 +2,7 @@
 
     python launch.py --config=configs/ds2_8gpu.py --workdir=DIR [--config.key=value ...]
     python launch.py --config=configs/smoke.py --workdir=DIR --mode=eval
+    python launch.py --config=configs/smoke.py [--config.key=value ...] --print_config
 
 A mistake in the command line is one line, `error: <what to change>`, exit code 2
 (ds2_jax/cli.py). Errors a user can fix end in one line too, exit code 1; the traceback
@@ -19,7 +20,8 @@ from ml_collections import config_flags
 from ds2_jax import cli
 
 FLAGS = flags.FLAGS
-config_flags.DEFINE_config_file("config", None, "Config file (configs/*.py).", lock_config=True)
+config_flags.DEFINE_config_file("config", None, "Config file (configs/*.py); override any key with "
+                                "--config.KEY=VALUE; --print_config lists them.", lock_config=True)
 flags.DEFINE_string("workdir", None, "Checkpoints, metrics.jsonl and TensorBoard events go here.")
 flags.DEFINE_enum("mode", "train", ["train", "eval"], "train (resumes if workdir has checkpoints) or eval.")
 flags.DEFINE_integer("eval_step", None, "--mode=eval: checkpoint step to evaluate (default: latest).")
@@ -29,7 +31,9 @@ flags.DEFINE_string("coordinator_address", None, "host:port of process 0 (implie
 flags.DEFINE_integer("num_processes", None, "Number of processes (with --coordinator_address).")
 flags.DEFINE_integer("process_id", None, "This process's index (with --coordinator_address).")
 flags.DEFINE_bool("traceback", False, "Print the traceback of an error too (also: DS2_TRACEBACK=1).")
-flags.mark_flags_as_required(["config", "workdir"])
+flags.DEFINE_bool("print_config", False, "Print every setting of --config (with the overrides) with its value, type "
+                  "and meaning, mark those that differ from the defaults, and exit.")
+flags.mark_flags_as_required(["config"])
 
 
 def start_distributed() -> None:
@@ -47,6 +51,11 @@ def start_distributed() -> None:
 
 
 def main(argv):
+    if FLAGS.print_config:
+        print(cli.config_listing(FLAGS.config, cli.config_source(FLAGS["config"])))
+        return 0
+    if not FLAGS.workdir:
+        cli.usage_error(f"--workdir is required ({FLAGS['workdir'].help.rstrip('.')})")
     absl_logging.set_verbosity(absl_logging.WARNING)  # quiets orbax's per-save chatter
     logging.getLogger("ds2_jax").setLevel(logging.INFO)
     if FLAGS.config.deterministic:  # must reach XLA before jax starts

@@ -187,6 +187,31 @@ def run(main: Callable[[list[str]], int | None], positional: bool = False) -> No
     app.run(checked_main, flags_parser=parse_flags)
 
 
+def config_source(config_flag) -> str:
+    """'configs/smoke.py --config.model.rnn_size=64 ...': the file and the overrides of a config flag."""
+    from ml_collections import config_flags
+
+    overrides = " ".join(f"--{config_flag.name}.{k}={v!r}" for k, v in config_flags.get_override_values(config_flag).items())
+    return " ".join(filter(None, [config_flags.get_config_filename(config_flag), overrides]))
+
+
+def config_listing(config, source: str) -> str:
+    """Every key of `config` with its value, type and help (ds2_jax/settings.py); `*` marks
+    a value that differs from the default, and the last line names those keys."""
+    from ds2_jax import settings
+
+    rows = settings.describe(config)
+    differ = [r for r in rows if r["value"] != r["default"]]
+    lines = [f"# {source}: {len(rows)} settings; * = differs from the default (ds2_jax/settings.py)"]
+    for r in rows:
+        star = "*" if r in differ else " "
+        default = f"  [default {r['default']!r}]" if r in differ else ""
+        lines.append(f"{star} {r['key']} = {r['value']!r}  ({r['type']}){default}  {r['help']}")
+    changed = ", ".join(f"{r['key']}={r['value']!r}" for r in differ) or "none"
+    lines.append(f"# differ from the defaults: {changed}")
+    return "\n".join(lines)
+
+
 # What a run writes before it has a result; a workdir holding only these (and empty
 # folders) is half-made.
 SCAFFOLDING = ("run.lock", "error.log", "config.json")

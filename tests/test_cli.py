@@ -68,3 +68,21 @@ def test_a_failed_check_leaves_no_half_made_workdir(tmp_path):
     w.mkdir()  # a workdir the user made stays, with the traceback in it
     proc = run(*LAUNCH, f"--workdir={w}", "--config.num_devices=9")
     assert proc.returncode == 1 and (w / "error.log").exists()
+
+
+def test_print_config_lists_every_setting_with_type_help_and_the_changed_ones():
+    proc = run(*LAUNCH, "--config.model.rnn_size=64", "--print_config")  # no --workdir needed
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.strip().splitlines()
+    from ds2_jax import settings
+
+    keys = [r["key"] for r in settings.describe(settings.defaults())]
+    rows = {line[2:].split(" = ", 1)[0]: line for line in lines[1:-1]}
+    assert list(rows) == keys and len(keys) > 80
+    assert rows["model.rnn_size"] == "* model.rnn_size = 64  (int)  [default 2048]  Hidden units per direction."
+    assert rows["seed"] == "  seed = 0  (int)  Seeds parameters, data order and dropout-free rng streams."
+    for r in settings.describe(settings.defaults()):  # every key has its one-line meaning, from settings.py
+        assert r["help"] and rows[r["key"]].endswith(f"  {r['help']}"), r
+    assert lines[0].startswith("# configs/smoke.py --config.model.rnn_size=64: ")
+    assert lines[-1].startswith("# differ from the defaults: num_train_steps=20, per_device_batch_size=2,")
+    assert "model.rnn_size=64" in lines[-1] and "seed=" not in lines[-1]
