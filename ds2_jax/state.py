@@ -41,6 +41,24 @@ def learning_rate_schedule(opt) -> optax.Schedule:
     return optax.join_schedules([warmup, after], [opt.warmup_steps])
 
 
+def schedule_end(opt) -> int | None:
+    """The step from which the learning rate is 0 ('cosine' ends there), or None."""
+    return max(opt.warmup_steps, 0) + max(opt.decay_steps, 1) if opt.schedule == "cosine" else None
+
+
+def idle_steps_warning(opt, start: int, stop: int) -> str | None:
+    """What to change when steps [start, stop) would run past the schedule's end at
+    learning rate 0 (they would not change the model); None when none would."""
+    end = schedule_end(opt)
+    if end is None or stop <= end:
+        return None
+    first = max(start, end) + 1  # counted as the log counts them: step n is the n-th finished
+    return (f"steps {first}-{stop} will train at learning rate 0: optimizer.schedule='cosine' ends at step {end} "
+            f"(optimizer.warmup_steps={opt.warmup_steps} + optimizer.decay_steps={opt.decay_steps}). To train "
+            f"further, stretch the schedule: --config.optimizer.decay_steps={stop - max(opt.warmup_steps, 0)} "
+            "(the rate rises again from this step on), or use --config.optimizer.schedule=constant")
+
+
 def make_optimizer(opt) -> optax.GradientTransformation:
     """Adam after clipping by global norm (Paddle's gradient_clipping_threshold)."""
     return optax.chain(

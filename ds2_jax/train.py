@@ -27,6 +27,7 @@ from ds2_jax.checkpoint import load_config, save_config  # noqa: F401 - the loop
 from ds2_jax.state import (  # noqa: F401 - re-exported: the step's state and static arguments
     TrainState,
     create_state,
+    idle_steps_warning,
     initial_state,
     learning_rate_schedule,
     make_optimizer,
@@ -176,6 +177,9 @@ def _train(config, workdir: str, mgr) -> TrainState:
     start = int(state.step)
     if _nothing_to_train(start, config, workdir):
         return state
+    idle = idle_steps_warning(config.optimizer, start, config.num_train_steps)
+    if idle:
+        log.warning("%s", idle)
     if is_chief:  # after the restore: a config its checkpoints don't fit never replaces the one they do
         save_config(config, workdir)
 

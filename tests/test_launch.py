@@ -19,15 +19,24 @@ def launch(*args, check=True):
 
 def test_train_resume_and_eval(tmp_path):
     w = str(tmp_path / "w")
-    launch(f"--workdir={w}", "--config.num_train_steps=6", "--config.log_every_steps=2", "--config.eval_every_steps=0")
+    cosine = ("--config.optimizer.schedule=cosine", "--config.optimizer.decay_steps=6")  # ends at step 6
+    proc = launch(f"--workdir={w}", "--config.num_train_steps=6", "--config.log_every_steps=2",
+                  "--config.eval_every_steps=0", *cosine)
+    assert "learning rate 0" not in proc.stderr
     records = [json.loads(l) for l in open(os.path.join(w, "metrics.jsonl"))]
     assert [r["step"] for r in records] == [2, 4, 6]
     assert {"loss", "grad_norm", "learning_rate", "skipped_steps", "step_time_s", "utterances_per_s"} <= set(records[0])
     assert os.listdir(os.path.join(w, "tensorboard"))
-    proc = launch(f"--workdir={w}", "--config.num_train_steps=8", "--config.log_every_steps=2", "--config.eval_every_steps=8")
+    proc = launch(f"--workdir={w}", "--config.num_train_steps=8", "--config.log_every_steps=2",
+                  "--config.eval_every_steps=8", *cosine)
     assert "restored checkpoint at step 6" in proc.stderr
+    # Extending past the schedule's end trains at learning rate 0: the run says so and names the setting.
+    assert ("steps 7-8 will train at learning rate 0: optimizer.schedule='cosine' ends at step 6 "
+            "(optimizer.warmup_steps=0 + optimizer.decay_steps=6). To train further, stretch the schedule: "
+            "--config.optimizer.decay_steps=8") in proc.stderr
     records = [json.loads(l) for l in open(os.path.join(w, "metrics.jsonl"))]
     assert [r["step"] for r in records if "loss" in r] == [2, 4, 6, 8]
+    assert records[-2]["learning_rate"] == 0.0  # step 8's interval, as the warning said
     (in_training,) = [r for r in records if "eval_cer" in r]
     launch(f"--workdir={w}", "--mode=eval")
     result = json.load(open(os.path.join(w, "eval-dev-clean-8-greedy.json")))
