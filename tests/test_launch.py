@@ -34,6 +34,8 @@ def test_train_resume_and_eval(tmp_path):
     assert ("steps 7-8 will train at learning rate 0: optimizer.schedule='cosine' ends at step 6 "
             "(optimizer.warmup_steps=0 + optimizer.decay_steps=6). To train further, stretch the schedule: "
             "--config.optimizer.decay_steps=8") in proc.stderr
+    # The log's loss is the interval's mean, the bar's the last step's: each says which it is.
+    assert "step 8: means of steps 7-8: loss=" in proc.stderr and "last step loss=" in proc.stderr
     records = [json.loads(l) for l in open(os.path.join(w, "metrics.jsonl"))]
     assert [r["step"] for r in records if "loss" in r] == [2, 4, 6, 8]
     assert records[-2]["learning_rate"] == 0.0  # step 8's interval, as the warning said
