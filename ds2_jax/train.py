@@ -234,7 +234,7 @@ def _train(config, workdir: str, mgr) -> TrainState:
                     summary["input_wait_s"] = input_wait.take(interval_s)
                     summary["skipped_steps"] = float(_first(state.skipped_steps))
                     writer.write(done, summary)
-                    log.info("step %d: means of steps %d-%d: %s", done, last_step + 1, done,
+                    log.info("step %d: means of steps %d-%d: %s", done, done - len(fetched) + 1, done,
                              " ".join(f"{k}={v:.4g}" for k, v in summary.items()))
                     _stop_if_diverged(_first(state.consecutive_skips), done, config)
                     pending, last_time, last_step = [], time.perf_counter(), done
