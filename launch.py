@@ -14,7 +14,6 @@ import logging
 import os
 
 from absl import flags
-from absl import logging as absl_logging
 from ml_collections import config_flags
 
 from ds2_jax import cli
@@ -56,8 +55,7 @@ def main(argv):
         return 0
     if not FLAGS.workdir:
         cli.usage_error(f"--workdir is required ({FLAGS['workdir'].help.rstrip('.')})")
-    absl_logging.set_verbosity(absl_logging.WARNING)  # quiets orbax's per-save chatter
-    logging.getLogger("ds2_jax").setLevel(logging.INFO)
+    cli.setup_logging(FLAGS.workdir)  # plain console lines; the full log in workdir/log.txt
     if FLAGS.config.deterministic:  # must reach XLA before jax starts
         os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_gpu_deterministic_ops=true").strip()
     if FLAGS.distributed or FLAGS.coordinator_address:

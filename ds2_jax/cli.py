@@ -15,7 +15,9 @@ fraction of a second.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
+import logging
 import os
 import re
 import sys
@@ -173,12 +175,13 @@ def parse_flags(argv: list[str]) -> list[str]:
 
 
 def run(main: Callable[[list[str]], int | None], positional: bool = False) -> None:
-    """app.run(main) with `parse_flags`; stray positional arguments are a usage error
-    unless `positional` (then main gets them)."""
+    """app.run(main) with `parse_flags` and `setup_logging`; stray positional arguments are
+    a usage error unless `positional` (then main gets them)."""
 
     def checked_main(argv: list[str]):
         if len(argv) > 1 and not positional:
             usage_error(f"unexpected argument(s) {' '.join(argv[1:])} (flags are written --name=value)")
+        setup_logging()  # plain console lines; a command with a workdir adds its log file
         try:
             return main(argv)
         except app.UsageError as e:
@@ -212,9 +215,107 @@ def config_listing(config, source: str) -> str:
     return "\n".join(lines)
 
 
+# ----------------------------------------------------------------------------- logging
+
+LOG_FILE = "log.txt"  # the full log of every run in a workdir, appended
+FILE_FORMAT = "%(asctime)s %(levelname).1s %(name)s %(filename)s:%(lineno)d] %(message)s"
+
+
+class ConsoleFormatter(logging.Formatter):
+    """A plain line: the message (`warning: ...` / `error: ...` above INFO); no time, thread or place."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        return text if record.levelno < logging.WARNING else f"{record.levelname.lower()}: {text}"
+
+
+def _for_the_console(record: logging.LogRecord) -> bool:
+    """ds2_jax's own INFO lines and anyone's warnings; other libraries' INFO (orbax's saves,
+    ...) go to the log file only."""
+    return record.levelno >= logging.WARNING or record.name == "ds2_jax" or record.name.startswith("ds2_jax.")
+
+
+class WorkdirLog(logging.Handler):
+    """Appends every record (INFO and up, every library) to workdir/log.txt with its time,
+    level and place. Records before the workdir exists wait in memory: nothing creates the
+    workdir but the run (a failed check leaves none behind)."""
+
+    MAX_EARLY = 10_000
+    terminal = False  # the progress bar need not clear itself for these records
+
+    def __init__(self, workdir: str):
+        super().__init__(logging.INFO)
+        self.workdir = workdir
+        self.setFormatter(logging.Formatter(FILE_FORMAT))
+        self._file = None
+        self._early: list[str] = []
+
+    def _open(self) -> bool:
+        if not os.path.isdir(self.workdir):
+            return False
+        jax = sys.modules.get("jax")  # several processes: one file each
+        index = jax.process_index() if jax is not None and jax.process_count() > 1 else 0
+        name = LOG_FILE if index == 0 else f"log-process{index}.txt"
+        self._file = open(os.path.join(self.workdir, name), "a", buffering=1)
+        self._file.write(f"--- {' '.join(sys.argv)}\n")
+        for line in self._early:
+            self._file.write(line + "\n")
+        self._early = []
+        return True
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            line = self.format(record)
+            if self._file is None and not self._open():
+                if len(self._early) < self.MAX_EARLY:
+                    self._early.append(line)
+                return
+            self._file.write(line + "\n")
+        except Exception:  # noqa: BLE001 - logging must not end the run
+            self.handleError(record)
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        super().close()
+
+
+def setup_logging(workdir: str | None = None) -> None:
+    """The console shows plain lines (ds2_jax's INFO, everyone's warnings); with a workdir,
+    everything at INFO (orbax's checkpoint lines too) also goes to workdir/log.txt.
+    Call after absl parsed the flags (absl.app installs the console handler)."""
+    from absl import logging as absl_logging
+
+    absl_logging.set_verbosity(absl_logging.INFO)
+    console = absl_logging.get_absl_handler()
+    console.setFormatter(ConsoleFormatter())
+    console.addFilter(_for_the_console)
+    logging.getLogger("ds2_jax").setLevel(logging.INFO)
+    if workdir:
+        logging.getLogger().addHandler(WorkdirLog(workdir))
+
+
+@contextlib.contextmanager
+def quiet_console():
+    """Inside, ds2_jax's INFO lines go to the log file only (a command that prints the same
+    result itself)."""
+    from absl import logging as absl_logging
+
+    def drop_info(record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.WARNING
+
+    console = absl_logging.get_absl_handler()
+    console.addFilter(drop_info)
+    try:
+        yield
+    finally:
+        console.removeFilter(drop_info)
+
+
 # What a run writes before it has a result; a workdir holding only these (and empty
 # folders) is half-made.
-SCAFFOLDING = ("run.lock", "error.log", "config.json")
+SCAFFOLDING = ("run.lock", "error.log", "config.json", LOG_FILE)
 
 
 def removing_new_workdir_on_error(fn: Callable[[], object], workdir: str) -> Callable[[], object]:

@@ -49,17 +49,19 @@ class StepProgress:
         self._times: collections.deque = collections.deque()  # (time, steps, utterances) of finished steps
         self._utterances = 0.0
         # handle, not emit: absl's handler forwards handle() to an inner handler.
-        handlers = [h for name in loggers for h in logging.getLogger(name).handlers] if enabled else []
+        # Handlers that write to files (`terminal = False`, the workdir's log) are left alone.
+        handlers = [h for name in loggers for h in logging.getLogger(name).handlers
+                    if getattr(h, "terminal", True)] if enabled else []
         self._handlers = [(h, h.__dict__.get("handle")) for h in handlers]  # a handle set on the instance, if any
         for h in handlers:
-            h.handle = self._clearing(h.handle)
+            h.handle = self._clearing(h.handle, h.filter)
 
-    def _clearing(self, handle):
+    def _clearing(self, handle, passes):
         bar_ref = weakref.ref(self.bar)  # a loop that raised leaves no live bar behind
 
         def handle_around_bar(record):
             bar = bar_ref()
-            if bar is None or bar.disable:  # closed
+            if bar is None or bar.disable or not passes(record):  # closed, or a record this handler drops
                 return handle(record)
             with bar.external_write_mode():
                 return handle(record)

@@ -15,6 +15,7 @@ import optax
 from flax.training import train_state
 
 from ds2_jax import features, model, resilience, settings
+from ds2_jax.rnn import dispatch
 
 INIT_FRAMES = 64  # Frames of the dummy input that shapes the parameters at init.
 
@@ -72,7 +73,9 @@ def create_state(config, rng: jax.Array, feature_mean: np.ndarray, feature_std: 
     cfg = model.ModelConfig.from_config(config.model, num_bins=len(feature_mean))
     net = model.DeepSpeech2(cfg)
     frames = INIT_FRAMES
-    variables = jax.jit(lambda r: net.init(r, jnp.zeros((1, frames, cfg.num_bins)), jnp.array([frames]), train=False))(rng)
+    with dispatch.unlogged():  # one dummy row: not the kernel choice training makes
+        variables = jax.jit(lambda r: net.init(r, jnp.zeros((1, frames, cfg.num_bins)), jnp.array([frames]),
+                                               train=False))(rng)
     return TrainState.create(
         apply_fn=net.apply,
         params=variables["params"],

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 
 import pytest
 
@@ -34,6 +35,14 @@ def test_train_resume_and_eval(tmp_path):
     assert ("steps 7-8 will train at learning rate 0: optimizer.schedule='cosine' ends at step 6 "
             "(optimizer.warmup_steps=0 + optimizer.decay_steps=6). To train further, stretch the schedule: "
             "--config.optimizer.decay_steps=8") in proc.stderr
+    # The console: plain lines (no absl prefix), no orbax chatter, the kernel choice of the real rows only;
+    # the full log, orbax's lines too, in the workdir.
+    lines = [l for l in proc.stderr.replace("\r", "\n").splitlines() if l.strip()]
+    assert not [l for l in lines if re.match(r"[IWEF]\d{4} ", l)], lines[:5]
+    assert any(l.startswith("devices: 8 local (cpu)") for l in lines) and "Saving checkpoint" not in proc.stderr
+    assert "1 rows per device" not in proc.stderr and "recurrence: auto -> scan_vjp (simple, 2 rows per device" in proc.stderr
+    log = open(os.path.join(w, "log.txt")).read()
+    assert "Saving checkpoint at step 8" in log and re.search(r"\n\S+ \S+ I ds2_jax train.py:\d+\] devices: 8 local", log)
     # The log's loss is the interval's mean, the bar's the last step's: each says which it is.
     assert "step 8: means of steps 7-8: loss=" in proc.stderr and "last step loss=" in proc.stderr
     records = [json.loads(l) for l in open(os.path.join(w, "metrics.jsonl"))]

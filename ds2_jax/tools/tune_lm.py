@@ -17,7 +17,6 @@ import logging
 import os
 
 from absl import flags
-from absl import logging as absl_logging
 from ml_collections import config_flags
 
 FLAGS = flags.FLAGS
@@ -72,25 +71,29 @@ def tune(config, workdir: str, lm: str, split: str, alphas, betas, beam_width: i
     path = os.path.join(workdir, f"tune_lm-{split}-{step}.json")
     with open(path, "w") as f:
         json.dump(result, f, indent=2)
+    result["path"] = path
     log.info("greedy WER %.4f CER %.4f; best alpha %.3g beta %.3g: WER %.4f CER %.4f -> %s",
              result["greedy"]["wer"], result["greedy"]["cer"], best["alpha"], best["beta"], best["wer"], best["cer"], path)
     return result
 
 
 def main(argv):
-    absl_logging.set_verbosity(absl_logging.WARNING)
-    logging.getLogger("ds2_jax").setLevel(logging.INFO)
-    from ds2_jax import checkpoint, settings
+    from ds2_jax import checkpoint, cli, settings
+
+    cli.setup_logging(FLAGS.workdir)
 
     config = settings.from_config_dict(FLAGS.config) if FLAGS.config is not None else checkpoint.load_config(FLAGS.workdir)
-    result = tune(config, FLAGS.workdir, FLAGS.lm, FLAGS.split, FLAGS.alphas, FLAGS.betas, FLAGS.beam_width, FLAGS.max_utterances, FLAGS.step)
+    with cli.quiet_console():  # each grid point's line goes to WORKDIR/log.txt; the table below is printed once
+        result = tune(config, FLAGS.workdir, FLAGS.lm, FLAGS.split, FLAGS.alphas, FLAGS.betas, FLAGS.beam_width,
+                      FLAGS.max_utterances, FLAGS.step)
     best = result["best"]
     print(f"{'alpha':>6} {'beta':>6} {'WER':>7} {'CER':>7}")
     for r in result["grid"]:
         print(f"{r['alpha']:6.3g} {r['beta']:6.3g} {r['wer']:7.4f} {r['cer']:7.4f}")
     print(f"greedy: WER {result['greedy']['wer']:.4f} CER {result['greedy']['cer']:.4f}")
     print(f"best: --config.decoding.alpha={best['alpha']:g} --config.decoding.beta={best['beta']:g} "
-          f"(WER {best['wer']:.4f} CER {best['cer']:.4f} on {result['split']}, beam {result['beam_width']})")
+          f"(WER {best['wer']:.4f} CER {best['cer']:.4f} on {result['split']}, beam {result['beam_width']}; "
+          f"all in {result['path']})")
 
 
 if __name__ == "__main__":
