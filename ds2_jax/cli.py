@@ -215,6 +215,13 @@ def config_listing(config, source: str) -> str:
     return "\n".join(lines)
 
 
+def in_flag_names(message: str, flag_of_setting: dict[str, str]) -> str:
+    """`message` with each setting named by the command's own flag ('decoding.lm_path' -> '--lm')."""
+    for setting, flag in sorted(flag_of_setting.items(), key=lambda kv: -len(kv[0])):
+        message = re.sub(rf"(?<![\w.]){re.escape(setting)}\b", flag, message)
+    return message
+
+
 # ----------------------------------------------------------------------------- logging
 
 LOG_FILE = "log.txt"  # the full log of every run in a workdir, appended

@@ -32,6 +32,7 @@ SCHEDULES = ("constant", "cosine", "exponential")
 PARALLELISMS = ("pmap", "jit")
 DTYPES = ("float32", "bfloat16")
 CONV_IMPLS = ("direct", "space_to_depth")
+LM_BEAM_WIDTH = 32  # decoding.beam_width where an LM is given without a width (transcribe, tune_lm)
 MAX_BUCKETS = 8  # each duration bucket is one compiled shape
 KILL_POINTS = ("step", "checkpoint", "eval")
 
@@ -296,7 +297,7 @@ class Decoding:
 
     KEY: ClassVar[str] = "decoding"
 
-    beam_width: int = 0  # > 0: also beam search (flashlight-text); 0 = greedy only.
+    beam_width: int = 0  # > 0: also beam search (flashlight-text); 0 = greedy only. With an LM, 32 is tuned.
     lm_path: str = ""  # KenLM ARPA/binary word LM (tools.build_lm); '' = no LM.
     lexicon_path: str = ""  # Words the LM search may output, one a line; '' = the ARPA's unigrams.
     alpha: float = 0.5  # LM weight (on the natural-log LM score).

@@ -1,7 +1,7 @@
 """Audio files -> text with a trained workdir: one 'path<TAB>text' line per file on stdout.
 
     python -m ds2_jax.transcribe --workdir=W a.flac b.wav ...                 # greedy
-    python -m ds2_jax.transcribe --workdir=W --lm=lm.arpa [--beam_width=64 \\
+    python -m ds2_jax.transcribe --workdir=W --lm=lm.arpa [--beam_width=32 \\
         --alpha=0.5 --beta=1.0] a.flac ...                                  # beam + LM
 
 Restores the latest (or --step) checkpoint of W with the config W was trained with
@@ -23,10 +23,12 @@ import sys
 
 import numpy as np
 
-from ds2_jax import decoding
+from ds2_jax import decoding, settings
 
 log = logging.getLogger("ds2_jax")
-DEFAULT_LM_BEAM_WIDTH = 64  # --lm without --beam_width
+# Errors name decoding.* settings; here they are these flags.
+FLAG_OF_SETTING = {"decoding.lm_path": "--lm", "decoding.lexicon_path": "--lexicon", "decoding.beam_width": "--beam_width",
+                   "decoding.alpha": "--alpha", "decoding.beta": "--beta"}
 PAD_SECONDS = 4.0  # Files are padded to a multiple of this: each multiple is one compiled shape.
 
 
@@ -138,7 +140,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="Words the LM search may output, one per line (default: decoding.lexicon_path of the "
                         "workdir's config with its LM, else the LM's unigrams).")
     p.add_argument("--beam_width", type=int, default=None,
-                   help=f"Beam search width; 0 = greedy (default: {DEFAULT_LM_BEAM_WIDTH} with --lm, else 0).")
+                   help="Beam search width; 0 = greedy (default: decoding.beam_width of the workdir's config; "
+                        f"{settings.LM_BEAM_WIDTH} with --lm if that is 0).")
     p.add_argument("--alpha", type=float, default=None, help="LM weight (default: decoding.alpha of the workdir's config).")
     p.add_argument("--beta", type=float, default=None, help="Word bonus (default: decoding.beta of the workdir's config).")
     p.add_argument("--batch_size", type=int, default=8, help="Files per forward pass.")
@@ -150,7 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     from ds2_jax import checkpoint
 
     base = checkpoint.load_config(args.workdir).decoding
-    beam_width = args.beam_width if args.beam_width is not None else (DEFAULT_LM_BEAM_WIDTH if args.lm else base.beam_width)
+    beam_width = args.beam_width if args.beam_width is not None else (
+        base.beam_width or (settings.LM_BEAM_WIDTH if args.lm else 0))
     lm_path = args.lm if args.lm else (base.lm_path if beam_width else "")
     try:
         cfg = dataclasses.replace(
@@ -161,9 +165,9 @@ def main(argv: list[str] | None = None) -> int:
             alpha=base.alpha if args.alpha is None else args.alpha,
             beta=base.beta if args.beta is None else args.beta,
         )
-    except ValueError as e:  # names decoding.* settings; say which flag
-        p.error(f"{e} (flags: --lm needs --beam_width > 0, --lexicon needs --lm)")
-    transcriber = Transcriber(args.workdir, cfg, step=args.step, batch_size=args.batch_size)
+        transcriber = Transcriber(args.workdir, cfg, step=args.step, batch_size=args.batch_size)
+    except ValueError as e:  # names decoding.* settings: say which flag
+        raise ValueError(cli.in_flag_names(str(e), FLAG_OF_SETTING)) from e
 
     paths, waveforms, failed = [], [], 0
     for path in args.files:

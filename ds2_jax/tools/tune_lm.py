@@ -30,7 +30,9 @@ def define_flags() -> None:
     flags.DEFINE_string("split", "", "Split to tune on (default: eval.split or dataset.eval_split).")
     flags.DEFINE_list("alphas", ["0", "0.25", "0.5", "1", "1.5", "2"], "LM weights to try.")
     flags.DEFINE_list("betas", ["0", "0.5", "1", "2", "3"], "Word bonuses to try.")
-    flags.DEFINE_integer("beam_width", 32, "Beam width during the search.")
+    from ds2_jax import settings
+
+    flags.DEFINE_integer("beam_width", settings.LM_BEAM_WIDTH, "Beam width during the search (decoding.beam_width).")
     flags.DEFINE_integer("max_utterances", 0, "Utterances of the split used; 0 = all.")
     flags.DEFINE_integer("step", None, "Checkpoint step (default: latest).")
     flags.mark_flags_as_required(["workdir", "lm"])
@@ -78,14 +80,23 @@ def tune(config, workdir: str, lm: str, split: str, alphas, betas, beam_width: i
 
 
 def main(argv):
-    from ds2_jax import checkpoint, cli, settings
+    from ds2_jax import cli, errors
 
     cli.setup_logging(FLAGS.workdir)
+    # An explained error is one `error: ...` line (traceback in WORKDIR/error.log), as in launch.py.
+    return errors.run_explained(_tune_and_print, FLAGS.workdir, errors.traceback_wanted())
+
+
+def _tune_and_print() -> None:
+    from ds2_jax import checkpoint, cli, settings
 
     config = settings.from_config_dict(FLAGS.config) if FLAGS.config is not None else checkpoint.load_config(FLAGS.workdir)
-    with cli.quiet_console():  # each grid point's line goes to WORKDIR/log.txt; the table below is printed once
-        result = tune(config, FLAGS.workdir, FLAGS.lm, FLAGS.split, FLAGS.alphas, FLAGS.betas, FLAGS.beam_width,
-                      FLAGS.max_utterances, FLAGS.step)
+    try:
+        with cli.quiet_console():  # each grid point's line goes to WORKDIR/log.txt; the table below is printed once
+            result = tune(config, FLAGS.workdir, FLAGS.lm, FLAGS.split, FLAGS.alphas, FLAGS.betas, FLAGS.beam_width,
+                          FLAGS.max_utterances, FLAGS.step)
+    except ValueError as e:  # names decoding.* settings: say which flag
+        raise ValueError(cli.in_flag_names(str(e), {"decoding.lm_path": "--lm", "decoding.beam_width": "--beam_width"})) from e
     best = result["best"]
     print(f"{'alpha':>6} {'beta':>6} {'WER':>7} {'CER':>7}")
     for r in result["grid"]:
