@@ -159,11 +159,12 @@ def _train(config, workdir: str, mgr) -> TrainState:
     log.info("compilation cache: %s", parallel.enable_compilation_cache(config.compilation_cache_dir) or "off")
     par = parallel.make(config)
     devices = par.devices
-    n_dev = len(devices)
     sharding = par.batch_sharding(config.per_device_batch_size)
     is_chief = jax.process_index() == 0
-    log.info("devices: %d local (%s) x %d process(es), %s, global batch %d",
-             n_dev, devices[0].platform, jax.process_count(), par.kind, sharding.global_batch)
+    log.info("devices: %s x %d process(es), %s, global batch %d",
+             parallel.devices_line(devices), jax.process_count(), par.kind, sharding.global_batch)
+    if parallel.cpu_warning(config, devices):
+        log.warning("%s", parallel.cpu_warning(config, devices))
     source = input_pipeline.make_source(config, sharding)
     log.info("compiled batch shapes (samples, labels): %s", source.shapes())
 

@@ -86,3 +86,24 @@ def test_print_config_lists_every_setting_with_type_help_and_the_changed_ones():
     assert lines[0].startswith("# configs/smoke.py --config.model.rnn_size=64: ")
     assert lines[-1].startswith("# differ from the defaults: num_train_steps=20, per_device_batch_size=2,")
     assert "model.rnn_size=64" in lines[-1] and "seed=" not in lines[-1]
+
+
+def test_a_gpu_sized_config_on_the_cpu_says_so_before_compiling(tmp_path):
+    from tests import helpers
+
+    proc = helpers.launch("--config=configs/ds2_8gpu.py", f"--workdir={tmp_path / 'w'}", "--config.dataset.name=synthetic",
+                          devices=1, wait=False)
+    seen = []
+    try:
+        for line in proc.stderr:  # read until the warning, then stop the run: it would compile for a minute
+            seen.append(line.rstrip())
+            if line.startswith("warning: no GPU found") or len(seen) > 20:
+                break
+    finally:
+        proc.kill()
+        proc.wait()
+    assert seen[:3] == [seen[0], "devices: 1 local (cpu) x 1 process(es), pmap, global batch 16",
+                        "warning: no GPU found: jax runs on the CPU, and this config is sized for GPUs "
+                        "(model.rnn_size=2048): expect a long compile and seconds to minutes per step. With an NVIDIA "
+                        "GPU, install jax for it (pip install -e '.[cuda]'; `python -c \"import jax; "
+                        "print(jax.devices())\"` should list it); on the CPU, configs/demo.py trains in minutes"], seen
