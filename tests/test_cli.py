@@ -107,3 +107,17 @@ def test_a_gpu_sized_config_on_the_cpu_says_so_before_compiling(tmp_path):
                         "(model.rnn_size=2048): expect a long compile and seconds to minutes per step. With an NVIDIA "
                         "GPU, install jax for it (pip install -e '.[cuda]'; `python -c \"import jax; "
                         "print(jax.devices())\"` should list it); on the CPU, configs/demo.py trains in minutes"], seen
+
+
+@pytest.mark.parametrize("name", ["smoke", "demo", "ds2_8gpu"])
+def test_a_config_sets_only_what_differs_from_the_defaults(name):
+    """configs/*.py override configs/default.py (flax's style): every key a file sets, --print_config marks changed."""
+    import ast
+
+    tree = ast.parse(open(os.path.join(ROOT, "configs", f"{name}.py")).read())
+    assigned = {ast.unparse(t).removeprefix("config.") for node in ast.walk(tree) if isinstance(node, ast.Assign)
+                for t in node.targets if ast.unparse(t).startswith("config.")}
+    proc = run("launch.py", f"--config=configs/{name}.py", "--print_config")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    unchanged = {line[2:].split(" = ", 1)[0] for line in proc.stdout.splitlines() if line.startswith("  ")}
+    assert assigned and not assigned & unchanged, f"configs/{name}.py sets defaults: {sorted(assigned & unchanged)}"
