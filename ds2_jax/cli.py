@@ -236,10 +236,13 @@ class ConsoleFormatter(logging.Formatter):
         return text if record.levelno < logging.WARNING else f"{record.levelname.lower()}: {text}"
 
 
+CONSOLE_LOGGERS = ("ds2_jax", "benchmarks")  # whose INFO lines the console shows
+
+
 def _for_the_console(record: logging.LogRecord) -> bool:
-    """ds2_jax's own INFO lines and anyone's warnings; other libraries' INFO (orbax's saves,
-    ...) go to the log file only."""
-    return record.levelno >= logging.WARNING or record.name == "ds2_jax" or record.name.startswith("ds2_jax.")
+    """The project's own INFO lines and anyone's warnings; other libraries' INFO (orbax's
+    saves, ...) go to the log file only."""
+    return record.levelno >= logging.WARNING or record.name.split(".")[0] in CONSOLE_LOGGERS
 
 
 class WorkdirLog(logging.Handler):
@@ -298,7 +301,8 @@ def setup_logging(workdir: str | None = None) -> None:
     console = absl_logging.get_absl_handler()
     console.setFormatter(ConsoleFormatter())
     console.addFilter(_for_the_console)
-    logging.getLogger("ds2_jax").setLevel(logging.INFO)
+    for name in CONSOLE_LOGGERS:
+        logging.getLogger(name).setLevel(logging.INFO)
     if workdir:
         logging.getLogger().addHandler(WorkdirLog(workdir))
 
