@@ -1,12 +1,16 @@
-"""What every command line of the project shares: one way of failing on a usage mistake.
+"""What every command line of the project shares: how it fails, logs and lists its config.
 
-A mistake in the command line itself (an unknown flag, a value of the wrong type, a
-required flag left out, a --config file that does not load, stray arguments) ends the
-command with one line on stderr, `error: <what to change>`, and exit code 2, before
-anything is imported, compiled or written. absl commands get it from `run` (or
-`parse_flags` as app.run's flags_parser); argparse commands from `ArgumentParser`.
-Errors found later (a setting's value, a file, a busy workdir) are `errors.run_explained`'s
-one line, exit code 1.
+- A mistake in the command line itself (an unknown flag or config key, a value of the
+  wrong type, a required flag left out, a --config file that is not there, stray
+  arguments) ends the command with one line on stderr, `error: <what to change>`, and
+  exit code 2, before anything is imported, compiled or written. absl commands get it
+  from `run` (`parse_flags` as app.run's flags_parser, `define_config_file` for config
+  flags with a default); argparse commands from `ArgumentParser`. Errors found later (a
+  setting's value, a file, a busy workdir) are `errors.run_explained`'s one line, exit 1.
+- `setup_logging`: plain console lines (the project's INFO, everyone's warnings); the full
+  log, every library's INFO with time and place, in workdir/log.txt.
+- `config_listing`: --print_config, every setting with its value, type and help.
+- `removing_new_workdir_on_error`: a failed run leaves no half-made workdir.
 
 This module imports neither jax nor ds2_jax's heavy modules: a usage error costs a
 fraction of a second.
