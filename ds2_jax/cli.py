@@ -179,17 +179,24 @@ def parse_flags(argv: list[str]) -> list[str]:
 
 
 def run(main: Callable[[list[str]], int | None], positional: bool = False) -> None:
-    """app.run(main) with `parse_flags` and `setup_logging`; stray positional arguments are
-    a usage error unless `positional` (then main gets them)."""
+    """app.run(main) with `parse_flags` and `setup_logging`, main's explained errors as one
+    line (errors.run_explained); stray positional arguments are a usage error unless
+    `positional` (then main gets them)."""
 
     def checked_main(argv: list[str]):
         if len(argv) > 1 and not positional:
             usage_error(f"unexpected argument(s) {' '.join(argv[1:])} (flags are written --name=value)")
         setup_logging()  # plain console lines; a command with a workdir adds its log file
-        try:
-            return main(argv)
-        except app.UsageError as e:
-            usage_error(str(e))
+        from ds2_jax import errors
+
+        def checked():
+            try:
+                return main(argv)
+            except app.UsageError as e:
+                usage_error(str(e))
+
+        # An explained error is one `error: ...` line (commands with a workdir log its traceback there themselves).
+        return errors.run_explained(checked, None, errors.traceback_wanted())
 
     app.run(checked_main, flags_parser=parse_flags)
 

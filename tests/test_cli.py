@@ -121,3 +121,21 @@ def test_a_config_sets_only_what_differs_from_the_defaults(name):
     assert proc.returncode == 0, proc.stderr[-2000:]
     unchanged = {line[2:].split(" = ", 1)[0] for line in proc.stdout.splitlines() if line.startswith("  ")}
     assert assigned and not assigned & unchanged, f"configs/{name}.py sets defaults: {sorted(assigned & unchanged)}"
+
+
+EXPLAINED_FAILURES = [
+    (("-m", "ds2_jax.tools.build_lm", "--manual_dir={w}", "--splits=train-clean-100", "--out={w}/lm.arpa"),
+     "error: --splits: no train-clean-100 in --manual_dir="),
+    (("-m", "ds2_jax.plot", "--workdir={w}"), "error: {w}/metrics.jsonl not found"),
+    (("-m", "benchmarks.input_pipeline", "--manual_dir={w}"), "error: dataset.manual_dir="),
+    (("-m", "benchmarks.conv_lowering", "--out={w}", "--shape=1,2"), "error: "),
+]
+
+
+@pytest.mark.parametrize("args,expected", EXPLAINED_FAILURES, ids=[a[1] for a, _ in EXPLAINED_FAILURES])
+def test_a_command_that_fails_on_its_input_says_so_in_one_line(tmp_path, args, expected):
+    w = tmp_path / "nothing here"
+    proc = run(*(a.format(w=w) for a in args))
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1 and lines and lines[-1].startswith(expected.format(w=w)), proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
