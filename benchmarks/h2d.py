@@ -60,14 +60,18 @@ def timed(copy, make, repeats: int) -> float:
     return round(statistics.median(rates), 3)
 
 
+def define_flags(fv) -> None:
+    from absl import flags
+
+    flags.DEFINE_integer("batch", 128, "Utterances per batch.", flag_values=fv)
+    flags.DEFINE_float("seconds", 8.0, "Seconds per utterance.", flag_values=fv)
+    flags.DEFINE_integer("repeats", 20, "Timed copies per case.", flag_values=fv)
+
+
 def main(argv=None) -> int:
     from ds2_jax import cli
 
-    p = cli.ArgumentParser(description=__doc__)
-    p.add_argument("--batch", type=int, default=128)
-    p.add_argument("--seconds", type=float, default=8.0)
-    p.add_argument("--repeats", type=int, default=20)
-    args = p.parse_args(argv)
+    args, _ = cli.parse_args(argv, define_flags, __doc__)
 
     dev = jax.devices()[0]
     samples = int(args.seconds * 16_000)

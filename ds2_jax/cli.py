@@ -5,7 +5,8 @@
   arguments) ends the command with one line on stderr, `error: <what to change>`, and
   exit code 2, before anything is imported, compiled or written. absl commands get it
   from `run` (`parse_flags` as app.run's flags_parser, `define_config_file` for config
-  flags with a default); argparse commands from `ArgumentParser`. Errors found later (a
+  flags with a default); commands whose main Python calls too from `parse_args` (flags
+  of their own, nothing global). Errors found later (a
   setting's value, a file, a busy workdir) are `errors.run_explained`'s one line, exit 1.
 - `setup_logging`: plain console lines (the project's INFO, everyone's warnings); the full
   log, every library's INFO with time and place, in workdir/log.txt.
@@ -18,7 +19,6 @@ fraction of a second.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import difflib
 import logging
@@ -46,13 +46,14 @@ _REASONS = (
 )
 
 
-def flag_error_message(err: flags.Error) -> str:
+def flag_error_message(err: flags.Error, flag_values: flags.FlagValues | None = None) -> str:
     """One line for an absl flags error."""
+    fv = flags.FLAGS if flag_values is None else flag_values
     text = str(err).strip()
     missing = re.findall(r"Flag --([\w.]+) must have a value other than None", text)
     if missing:
         names = ", ".join(f"--{m}" for m in dict.fromkeys(missing))
-        helps = [flags.FLAGS[m].help for m in dict.fromkeys(missing) if m in flags.FLAGS]
+        helps = [fv[m].help for m in dict.fromkeys(missing) if m in fv]
         what = f" ({helps[0].rstrip('.')})" if len(helps) == 1 and helps[0] else ""
         return f"{names} {'is' if len(missing) == 1 else 'are'} required{what}"
     match = re.match(r"flag (--\S+?=.*?): (.*)", text, re.S)
@@ -362,12 +363,26 @@ def _only_scaffolding(workdir: str) -> bool:
     return all(f in SCAFFOLDING for _, _, files in os.walk(workdir) for f in files)
 
 
-class ArgumentParser(argparse.ArgumentParser):
-    """argparse with the project's way of failing: one `error:` line, exit 2."""
-
-    def __init__(self, *args, **kwargs):
-        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
-        super().__init__(*args, **kwargs)
-
-    def error(self, message: str) -> NoReturn:
-        usage_error(f"{message} (--help lists the flags)")
+def parse_args(argv: list[str] | None, define: Callable[[flags.FlagValues], None], doc: str,
+               positional: str = "") -> tuple[flags.FlagValues, list[str]]:
+    """absl flags for a command whose `main(argv)` Python code calls too (tests, the demo):
+    `define(fv)` defines them on a FlagValues of their own, so nothing is global and main
+    can run twice. argv: the arguments without the program name (None: sys.argv's).
+    Returns the parsed flags and the positional arguments (only if `positional` names them,
+    e.g. 'audio files'; then at least one is needed). A mistake is one `error:` line,
+    exit 2; --help prints `doc` and the flags."""
+    fv = flags.FlagValues()
+    define(fv)
+    args = list(sys.argv[1:] if argv is None else argv)
+    if "--help" in args or "-h" in args or "--helpfull" in args:
+        print(f"{doc.rstrip()}\n\nflags:\n{fv.get_help(include_special_flags=False)}")
+        sys.exit(0)
+    try:
+        rest = fv([sys.argv[0] if sys.argv else "", *args])[1:]
+    except flags.Error as e:
+        usage_error(flag_error_message(e, fv))
+    if rest and not positional:
+        usage_error(f"unexpected argument(s) {' '.join(rest)} (flags are written --name=value)")
+    if positional and not rest:
+        usage_error(f"no {positional} given")
+    return fv, rest

@@ -71,13 +71,17 @@ def plot_workdir(workdir: str, out: str = "") -> str:
     return out
 
 
+def define_flags(fv) -> None:
+    from absl import flags
+
+    flags.DEFINE_string("workdir", None, "A training workdir (metrics.jsonl).", required=True, flag_values=fv)
+    flags.DEFINE_string("out", "", "PNG path (default: WORKDIR/curves.png).", flag_values=fv)
+
+
 def main(argv: list[str] | None = None) -> int:
     from ds2_jax import cli
 
-    p = cli.ArgumentParser(description=__doc__)
-    p.add_argument("--workdir", required=True, help="A training workdir (metrics.jsonl).")
-    p.add_argument("--out", default="", help="PNG path (default: WORKDIR/curves.png).")
-    args = p.parse_args(argv)
+    args, _ = cli.parse_args(argv, define_flags, __doc__)
     print(plot_workdir(args.workdir, args.out))
     return 0
 

@@ -128,24 +128,26 @@ class Transcriber:
         return texts
 
 
+def define_flags(fv) -> None:
+    from absl import flags
+
+    flags.DEFINE_string("workdir", None, "A training workdir (config.json + checkpoints/).", required=True,
+                        flag_values=fv)
+    flags.DEFINE_integer("step", None, "Checkpoint step (default: latest).", flag_values=fv)
+    flags.DEFINE_string("lm", "", "KenLM ARPA/binary word LM: beam search with it.", flag_values=fv)
+    flags.DEFINE_string("lexicon", "", "Words the LM search may output, one per line (default: decoding.lexicon_path "
+                        "of the workdir's config with its LM, else the LM's unigrams).", flag_values=fv)
+    flags.DEFINE_integer("beam_width", None, "Beam search width; 0 = greedy (default: decoding.beam_width of the "
+                         f"workdir's config; {settings.LM_BEAM_WIDTH} with --lm if that is 0).", flag_values=fv)
+    flags.DEFINE_float("alpha", None, "LM weight (default: decoding.alpha of the workdir's config).", flag_values=fv)
+    flags.DEFINE_float("beta", None, "Word bonus (default: decoding.beta of the workdir's config).", flag_values=fv)
+    flags.DEFINE_integer("batch_size", 8, "Files per forward pass.", flag_values=fv)
+
+
 def main(argv: list[str] | None = None) -> int:
     from ds2_jax import cli
 
-    p = cli.ArgumentParser(description=__doc__)
-    p.add_argument("files", nargs="+", help="Audio files.")
-    p.add_argument("--workdir", required=True, help="A training workdir (config.json + checkpoints/).")
-    p.add_argument("--step", type=int, default=None, help="Checkpoint step (default: latest).")
-    p.add_argument("--lm", default="", help="KenLM ARPA/binary word LM: beam search with it.")
-    p.add_argument("--lexicon", default="",
-                   help="Words the LM search may output, one per line (default: decoding.lexicon_path of the "
-                        "workdir's config with its LM, else the LM's unigrams).")
-    p.add_argument("--beam_width", type=int, default=None,
-                   help="Beam search width; 0 = greedy (default: decoding.beam_width of the workdir's config; "
-                        f"{settings.LM_BEAM_WIDTH} with --lm if that is 0).")
-    p.add_argument("--alpha", type=float, default=None, help="LM weight (default: decoding.alpha of the workdir's config).")
-    p.add_argument("--beta", type=float, default=None, help="Word bonus (default: decoding.beta of the workdir's config).")
-    p.add_argument("--batch_size", type=int, default=8, help="Files per forward pass.")
-    args = p.parse_args(argv)
+    args, files = cli.parse_args(argv, define_flags, __doc__, positional="audio files")
 
     from absl import logging as absl_logging
 
@@ -170,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         raise ValueError(cli.in_flag_names(str(e), FLAG_OF_SETTING)) from e
 
     paths, waveforms, failed = [], [], 0
-    for path in args.files:
+    for path in files:
         try:
             waveforms.append(load_audio(path, transcriber.sample_rate))
             paths.append(path)
