@@ -55,11 +55,11 @@ def main(argv):
         return 0
     if not FLAGS.workdir:
         cli.usage_error(f"--workdir is required ({FLAGS['workdir'].help.rstrip('.')})")
-    cli.setup_logging(FLAGS.workdir)  # plain console lines; the full log in workdir/log.txt
     if FLAGS.config.deterministic:  # must reach XLA before jax starts
         os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_gpu_deterministic_ops=true").strip()
     if FLAGS.distributed or FLAGS.coordinator_address:
         start_distributed()
+    cli.setup_logging(FLAGS.workdir)  # the full log in workdir/log.txt (one file per process: after distributed)
     from ds2_jax import errors, evaluation, train
 
     if FLAGS.mode == "train":

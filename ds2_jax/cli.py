@@ -275,8 +275,10 @@ class WorkdirLog(logging.Handler):
     def _open(self) -> bool:
         if not os.path.isdir(self.workdir):
             return False
-        jax = sys.modules.get("jax")  # several processes: one file each
-        index = jax.process_index() if jax is not None and jax.process_count() > 1 else 0
+        # Several processes: one file each. Only asked once jax.distributed is up: asking earlier
+        # would start jax's backend before the distributed service (or XLA_FLAGS) is set.
+        jax = sys.modules.get("jax")
+        index = jax.process_index() if jax is not None and jax.distributed.is_initialized() else 0
         name = LOG_FILE if index == 0 else f"log-process{index}.txt"
         self._file = open(os.path.join(self.workdir, name), "a", buffering=1)
         self._file.write(f"--- {' '.join(sys.argv)}\n")
