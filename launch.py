@@ -51,8 +51,11 @@ def start_distributed() -> None:
 
 def main(argv):
     if FLAGS.print_config:
-        print(cli.config_listing(FLAGS.config, cli.config_source(FLAGS["config"])))
-        return 0
+        print(cli.config_listing(FLAGS.config, cli.config_source(FLAGS["config"])), flush=True)
+        from ds2_jax import errors, settings
+
+        # then the checks a run makes first: a bad value is an `error:` line naming it
+        return errors.run_explained(lambda: settings.from_config_dict(FLAGS.config), None, errors.traceback_wanted())
     if not FLAGS.workdir:
         cli.usage_error(f"--workdir is required ({FLAGS['workdir'].help.rstrip('.')})")
     if FLAGS.config.deterministic:  # must reach XLA before jax starts

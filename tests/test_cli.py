@@ -90,6 +90,9 @@ def test_print_config_lists_every_setting_with_type_help_and_the_changed_ones():
     assert lines[0].startswith("# configs/smoke.py --config.model.rnn_size=64: ")
     assert lines[-1].startswith("# differ from the defaults: num_train_steps=20, per_device_batch_size=2,")
     assert "model.rnn_size=64" in lines[-1] and "seed=" not in lines[-1]
+    proc = run(*LAUNCH, "--config.model.dtype=float16", "--print_config")  # listed, then checked as a run would
+    assert proc.returncode == 1 and "* model.dtype = 'float16'  (str)  [default 'float32']" in proc.stdout
+    assert proc.stderr.startswith("error: model.dtype='float16': expected one of ['float32', 'bfloat16']"), proc.stderr
 
 
 def test_a_gpu_sized_config_on_the_cpu_says_so_before_compiling(tmp_path):
