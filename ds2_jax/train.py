@@ -163,8 +163,9 @@ def _train(config, workdir: str, mgr) -> TrainState:
     is_chief = jax.process_index() == 0
     log.info("devices: %s x %d process(es), %s, global batch %d",
              parallel.devices_line(devices), jax.process_count(), par.kind, sharding.global_batch)
-    if parallel.cpu_warning(config, devices):
-        log.warning("%s", parallel.cpu_warning(config, devices))
+    cpu_note = parallel.cpu_warning(config, devices)
+    if cpu_note:
+        log.warning("%s", cpu_note)
     source = input_pipeline.make_source(config, sharding)
     log.info("compiled batch shapes (samples, labels): %s", source.shapes())
 
