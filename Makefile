@@ -13,7 +13,7 @@ XDIST := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
 WORKDIR ?= .demo/run
 export WORKDIR  # the recipe quotes it from the environment: any path a shell accepts
 
-.PHONY: demo plot test test-fast test-gpu mutate venv clean
+.PHONY: demo plot test test-fast test-gpu converge-gpu mutate venv clean
 
 $(VENV)/.stamp-base: setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -41,13 +41,23 @@ test: $(VENV)/.stamp-test
 test-fast: $(VENV)/.stamp-test
 	$(PY) -m pytest -q $(XDIST) -m "not slow" $(PYTEST_ARGS)
 
-# The kernel numerics (marker gpu) on a GPU, float32 matmuls at full precision. GPU_PYTHON:
-# a python whose jax has CUDA (e.g. pip install -U "jax[cuda12]"), pytest and torch. The files
-# are named so that collection imports neither tfds nor ml_collections.
+# The kernel numerics (marker gpu) on a GPU, float32 matmuls at full precision, and a whole
+# bfloat16 step against float32 on the bundled corpus. GPU_PYTHON: a python whose jax has CUDA
+# (e.g. pip install -U "jax[cuda12]"), pytest, torch and the package's requirements
+# (test_bf16_step.py reads the corpus through tfds and the seed config through ml_collections).
 GPU_PYTHON ?= $(PY)
-GPU_TESTS := tests/test_recurrence.py tests/test_ctc.py tests/test_space_to_depth.py tests/test_batch_axis.py
+GPU_TESTS := tests/test_recurrence.py tests/test_ctc.py tests/test_space_to_depth.py tests/test_batch_axis.py \
+	tests/test_bf16_step.py
 test-gpu:
 	JAX_PLATFORMS=cuda JAX_DEFAULT_MATMUL_PRECISION=highest $(GPU_PYTHON) -m pytest -q -m gpu $(GPU_TESTS) $(PYTEST_ARGS)
+
+# The convergence check every kernel or precision change answers to (one GPU): the seed model on
+# the bundled corpus, float32 scan_vjp (the reference), bfloat16 scan_vjp and bfloat16 'auto',
+# seeds 0-4, deterministic ops; the table and the goal in $(CONVERGE_OUT)/NOTES.md.
+CONVERGE_OUT ?= .converge
+converge-gpu:
+	$(GPU_PYTHON) -m benchmarks.precision --out=$(CONVERGE_OUT) --seeds=0,1,2,3,4 \
+		--runs=float32:scan_vjp,bfloat16:scan_vjp,bfloat16:auto --steps=600 --evals=3 --config.deterministic=True
 
 # Mutation testing (tests/mutate.py): each listed wrong change must fail its tests.
 mutate: $(VENV)/.stamp-test

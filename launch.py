@@ -58,8 +58,9 @@ def main(argv):
         return errors.run_explained(lambda: settings.from_config_dict(FLAGS.config), None, errors.traceback_wanted())
     if not FLAGS.workdir:
         cli.usage_error(f"--workdir is required ({FLAGS['workdir'].help.rstrip('.')})")
-    if FLAGS.config.deterministic:  # must reach XLA before jax starts
-        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_gpu_deterministic_ops=true").strip()
+    from ds2_jax import determinism
+
+    determinism.apply(FLAGS.config)  # must reach XLA before jax starts
     if FLAGS.distributed or FLAGS.coordinator_address:
         start_distributed()
     cli.setup_logging(FLAGS.workdir)  # the full log in workdir/log.txt (one file per process: after distributed)

@@ -25,7 +25,7 @@ from absl import flags
 from jax.experimental.pallas import triton as plt
 
 from benchmarks import micro, timing
-from ds2_jax.rnn import persistent
+from ds2_jax.kernels import triton_rnn
 
 FLAGS = flags.FLAGS
 
@@ -77,16 +77,16 @@ def main(argv):
     t, b, h = (int(v) for v in FLAGS.shape)
     xs = (jax.random.normal(jax.random.PRNGKey(0), (b, t, 1, h)) * 2).astype(jnp.bfloat16)
     w = (jax.random.normal(jax.random.PRNGKey(1), (2, h, h)) / np.sqrt(h)).astype(jnp.bfloat16)
-    real = persistent.jax, persistent.plt
+    real = triton_rnn.jax, triton_rnn.plt
     rows = []
     for name, removed in CASES.items():
-        persistent.jax, persistent.plt = ablated_modules(**removed)
+        triton_rnn.jax, triton_rnn.plt = ablated_modules(**removed)
         try:
-            fwd = jax.jit(lambda x, r: persistent.persistent_simple_rnn(x, r))
+            fwd = jax.jit(lambda x, r: triton_rnn.persistent_simple_rnn(x, r))
             _, ms = timing.call_ms(lambda: jax.block_until_ready(fwd(xs, w)), FLAGS.steps)
             row = {"case": name, "fwd_ms": round(ms, 3), "us_per_step": round(ms * 1e3 / xs.shape[1], 2)}
         finally:
-            persistent.jax, persistent.plt = real
+            triton_rnn.jax, triton_rnn.plt = real
         print(json.dumps(row), flush=True)
         rows.append(row)
     lines = ["| case | forward ms | us per time step |", "|---|---|---|"]

@@ -3,7 +3,7 @@
     python -m benchmarks.mosaic_ablation --out=DIR [--steps=50] [--shape=267,16,2048]
 
 Hopper GPUs only. One seed layer (267 frames, batch 16, 2 x 2048, bfloat16, shared input
-projection): each `ds2_jax.rnn.mosaic.KernelOptions` setting times the forward and the
+projection): each `ds2_jax.kernels.mosaic_rnn.KernelOptions` setting times the forward and the
 forward + backward and gives the relative error of outputs and gradients against a
 float32 scan_vjp (so a fast but wrong setting shows). The ablation cases replace pieces
 of the default kernel at trace time and are wrong on purpose (timing, not numerics):
@@ -23,7 +23,7 @@ from absl import flags
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
 from benchmarks import micro, timing
-from ds2_jax.rnn import mosaic
+from ds2_jax.kernels import mosaic_rnn
 from ds2_jax.rnn.reference import scan_vjp_recurrence
 
 _OUT = flags.DEFINE_string("out", None, "Output directory.", required=True)
@@ -70,21 +70,21 @@ def main(argv):
         args = (xs.astype(jnp.float32), w.astype(jnp.float32))
         reference = (*ref_grad(*args, ct), ref_fwd(*args))
     rows = []
-    cases = [(f"chunks {c} multicast {m}", mosaic.KernelOptions(state_chunks=int(c), multicast=m == "1"), {})
+    cases = [(f"chunks {c} multicast {m}", mosaic_rnn.KernelOptions(state_chunks=int(c), multicast=m == "1"), {})
              for c, m in (o.split("/") for o in _OPTIONS.value)]
-    cases[1:1] = [(name, mosaic.KernelOptions(), patch) for name, patch in ABLATIONS.items()]
+    cases[1:1] = [(name, mosaic_rnn.KernelOptions(), patch) for name, patch in ABLATIONS.items()]
     for name, options, patch in cases:
-        real = {k: getattr(mosaic, k) for k in patch}
+        real = {k: getattr(mosaic_rnn, k) for k in patch}
         for k, v in patch.items():
-            setattr(mosaic, k, v)
+            setattr(mosaic_rnn, k, v)
         try:
-            row = {"case": name, **_time(lambda x, r: mosaic.mosaic_simple_rnn(x, r, options), xs, w, ct,
+            row = {"case": name, **_time(lambda x, r: mosaic_rnn.mosaic_simple_rnn(x, r, options), xs, w, ct,
                                         None if patch else reference)}
         except Exception as e:  # a setting that fails to build is recorded, the others still run
             row = {"case": name, "error": f"{type(e).__name__}: {e}"[:600]}
         finally:
             for k, v in real.items():
-                setattr(mosaic, k, v)
+                setattr(mosaic_rnn, k, v)
         print(json.dumps(row), flush=True)
         rows.append(row)
     lines = ["| case | forward ms | us per step | fwd + bwd ms | rel. err y / dx / dW |", "|---|---|---|---|---|"]

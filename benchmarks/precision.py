@@ -1,21 +1,24 @@
-"""Convergence of the bfloat16 fast path against the float32 reference, on the bundled corpus.
+"""Convergence of the bfloat16 fast path against the float32 reference, over seeds, on the bundled corpus.
 
-    python -m benchmarks.precision --out=DIR [--config=configs/ds2_8gpu.py] [--steps=600] \
-        [--data_dir=.demo/tfds] [--dtypes=float32,bfloat16] [--config.x=y ...]
+    python -m benchmarks.precision --out=DIR [--config=configs/ds2_8gpu.py] [--steps=600] [--evals=6] \
+        [--seeds=0,1,2,3,4] [--runs=float32:scan_vjp,bfloat16:scan_vjp,bfloat16:auto] \
+        [--data_dir=.demo/tfds] [--config.deterministic=True] [--config.x=y ...]
 
-Trains the config's model (default: the seed's) once per dtype on data/tiny_librispeech,
-from the same seed, for the same steps and batches: only model.dtype differs, so with
-model.rnn_impl='auto' the bfloat16 run takes the fast kernels and the float32 run the
-float32 reference (scan_vjp). The dataset section always comes from configs/demo.py (the
-bundled corpus: train-clean-100 of 16 espeak-ng speakers, evaluated on the held-out
-test-clean speakers); --data_dir is where the corpus is (or will be) prepared, so a copy
-prepared elsewhere (python -m ds2_jax.datasets.build --manual_dir=data/tiny_librispeech
---data_dir=D) can be reused. --config.* overrides apply to everything else.
+Trains the config's model (default: the seed's) once per (run, seed) on data/tiny_librispeech
+for the same steps and batches: a run is model.dtype:model.rnn_impl ('auto' takes the fast
+kernels where they run), the seed is config.seed (initial parameters and batch order). The
+first run is the reference. The dataset section always comes from configs/demo.py (the bundled
+corpus: train-clean-100 of 16 espeak-ng speakers, evaluated on the held-out test-clean
+speakers); --data_dir is where the corpus is (or will be) prepared. --config.* overrides apply
+to everything else; --config.deterministic=True (XLA's deterministic GPU ops) makes two runs of
+a seed give the same losses, so a difference between runs is the dtype's, not the GPU's.
 
-Writes DIR/<dtype>/ (each run's workdir: metrics.jsonl, checkpoints; a rerun trains
-only the missing steps), DIR/precision.json (both runs' curves and final figures),
-DIR/precision.png (training loss and eval CER against step, both dtypes) and
-DIR/NOTES.md (the command and the table).
+Writes DIR/<dtype>-<rnn_impl>-seed<S>/ (each run's workdir: a rerun trains only the missing
+steps), DIR/precision.json ("runs": one entry per (run, seed) with seed, dtype, rnn_impl,
+final_cer, final_wer, final_train_loss and the curves; "summary": per run the mean and worst
+CER over the seeds and the goal against the reference: mean within GOAL_MEAN_POINTS, worst seed
+within GOAL_WORST_POINTS), DIR/precision.png (every run's training loss and CER against step)
+and DIR/NOTES.md (the command and the tables).
 """
 
 from __future__ import annotations
@@ -41,8 +44,30 @@ def define_flags() -> None:
     flags.DEFINE_integer("steps", 600, "Training steps per run.")
     flags.DEFINE_integer("evals", 6, "Evaluations per run, evenly spaced; the last at the final step.")
     flags.DEFINE_integer("log_every", 10, "Steps per logged training-loss point.")
-    flags.DEFINE_list("dtypes", ["float32", "bfloat16"], "model.dtype of each run, the reference first.")
+    flags.DEFINE_list("seeds", ["0"], "config.seed of each repeat (initial parameters and batch order).")
+    flags.DEFINE_list("runs", ["float32:scan_vjp", "bfloat16:scan_vjp", "bfloat16:auto"],
+                      "dtype:rnn_impl of each run (model.dtype, model.rnn_impl), the reference first.")
     flags.DEFINE_string("data_dir", "", "Prepared corpus (tfds data dir); '' = configs/demo.py's.")
+
+
+GOAL_MEAN_POINTS = 1.0  # a run's mean CER over the seeds within this many points of the reference's
+GOAL_WORST_POINTS = 2.0  # and its worst seed within this many points of the reference's worst
+
+
+def parse_runs(specs: list[str]) -> list[tuple[str, str]]:
+    """['float32:scan_vjp', ...] -> [('float32', 'scan_vjp'), ...], each checked against settings."""
+    from ds2_jax import settings
+
+    runs = []
+    for spec in specs:
+        dtype, _, impl = spec.partition(":")
+        if dtype not in settings.DTYPES or impl not in settings.RNN_IMPLS:
+            raise ValueError(f"--runs entry {spec!r}: expected dtype:rnn_impl with dtype in {list(settings.DTYPES)} "
+                             f"and rnn_impl in {list(settings.RNN_IMPLS)}")
+        runs.append((dtype, impl))
+    if not runs or len(set(runs)) != len(runs):
+        raise ValueError(f"--runs {specs}: expected one or more distinct dtype:rnn_impl entries")
+    return runs
 
 
 def on_bundled_corpus(config, steps: int, evals: int, log_every: int, data_dir: str = ""):
@@ -64,17 +89,21 @@ def on_bundled_corpus(config, steps: int, evals: int, log_every: int, data_dir: 
     return config
 
 
-def run(config, dtype: str, workdir: str) -> dict:
-    """Trains `config` with model.dtype = `dtype` in `workdir`; its curves and final figures."""
+def run_name(dtype: str, rnn_impl: str) -> str:
+    return f"{dtype}:{rnn_impl}"
+
+
+def run(config, dtype: str, rnn_impl: str, seed: int, workdir: str) -> dict:
+    """Trains `config` with model.dtype, model.rnn_impl and seed set, in `workdir`; its curves and figures."""
     from ds2_jax import metrics, train
 
     config = config.copy_and_resolve_references()
-    config.model.dtype = dtype
+    config.model.dtype, config.model.rnn_impl, config.seed = dtype, rnn_impl, seed
     t0 = time.perf_counter()
     train.train_and_evaluate(config, workdir)
     wall_s = time.perf_counter() - t0
     rows = metrics.read_jsonl(os.path.join(workdir, "metrics.jsonl"))
-    return summarize(rows, dtype, config.num_train_steps, wall_s)
+    return dict(summarize(rows, dtype, config.num_train_steps, wall_s), rnn_impl=rnn_impl, seed=seed)
 
 
 def summarize(rows: list[dict], dtype: str, steps: int, wall_s: float) -> dict:
@@ -96,25 +125,44 @@ def summarize(rows: list[dict], dtype: str, steps: int, wall_s: float) -> dict:
     }
 
 
+def summary(results: list[dict], runs: list[tuple[str, str]]) -> list[dict]:
+    """Per run, over its seeds: mean, worst and spread of the final CER, and whether it meets the
+    goal against the first run (the reference)."""
+    rows = []
+    for dtype, impl in runs:
+        cers = [r["final_cer"] for r in results if (r["dtype"], r["rnn_impl"]) == (dtype, impl)]
+        if cers:
+            rows.append({"run": run_name(dtype, impl), "seeds": len(cers), "mean_cer": statistics.fmean(cers),
+                         "worst_cer": max(cers), "best_cer": min(cers)})
+    ref = rows[0] if rows else None
+    for row in rows:
+        # In points to 1e-6, so that a difference exactly at a limit is not lost to rounding.
+        row["mean_minus_reference_points"] = round(100 * (row["mean_cer"] - ref["mean_cer"]), 6)
+        row["worst_minus_reference_points"] = round(100 * (row["worst_cer"] - ref["worst_cer"]), 6)
+        row["meets_goal"] = (row["mean_minus_reference_points"] <= GOAL_MEAN_POINTS
+                             and row["worst_minus_reference_points"] <= GOAL_WORST_POINTS)
+    return rows
+
+
 def plot(results: list[dict], path: str) -> None:
-    """Training loss (log scale) and eval CER against step, one line per dtype."""
+    """Training loss (log scale) and eval CER against step: a color per run, a line per seed."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax_loss, ax_cer) = plt.subplots(1, 2, figsize=(12, 4.5))
-    for i, r in enumerate(results):
-        color = f"C{i}"
-        label = f"{r['dtype']} (CER {100 * r['final_cer']:.1f}% at step {r['steps']})"
-        ax_loss.plot(*zip(*r["loss"]), color=color, label=f"{r['dtype']} train")
-        if r["eval_loss"]:
-            ax_loss.plot(*zip(*r["eval_loss"]), "o--", color=color, markersize=4, label=f"{r['dtype']} eval")
-        ax_cer.plot(*zip(*r["eval_cer"]), "o-", color=color, markersize=4, label=label)
-    if all(v > 0 for r in results for _, v in r["loss"] + r["eval_loss"]):
+    names = list(dict.fromkeys(run_name(r["dtype"], r["rnn_impl"]) for r in results))
+    fig, (ax_loss, ax_cer) = plt.subplots(1, 2, figsize=(13, 5))
+    for r in results:
+        name = run_name(r["dtype"], r["rnn_impl"])
+        color, first = f"C{names.index(name)}", r is next(x for x in results if run_name(x["dtype"], x["rnn_impl"]) == name)
+        ax_loss.plot(*zip(*r["loss"]), color=color, alpha=0.7, linewidth=1, label=name if first else None)
+        ax_cer.plot(*zip(*r["eval_cer"]), "o-", color=color, alpha=0.7, markersize=3, label=name if first else None)
+        ax_cer.annotate(f"s{r['seed']}", r["eval_cer"][-1], fontsize=7, color=color)
+    if all(v > 0 for r in results for _, v in r["loss"]):
         ax_loss.set_yscale("log")
-    ax_loss.set(title="CTC loss", xlabel="step", ylabel="loss")
-    ax_cer.set(title="CER on the held-out speakers (greedy)", xlabel="step", ylabel="CER")
+    ax_loss.set(title="CTC loss (training, per logged interval)", xlabel="step", ylabel="loss")
+    ax_cer.set(title="CER on the held-out speakers (greedy); sN = seed", xlabel="step", ylabel="CER")
     for ax in (ax_loss, ax_cer):
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
@@ -123,37 +171,40 @@ def plot(results: list[dict], path: str) -> None:
     plt.close(fig)
 
 
-def notes(results: list[dict], meta: dict) -> str:
-    lines = ["# bfloat16 fast path vs float32 reference: convergence on the bundled corpus", "",
+def notes(results: list[dict], rows: list[dict], meta: dict) -> str:
+    lines = ["# bfloat16 fast path vs float32 reference: convergence over seeds on the bundled corpus", "",
              *(f"- {k}: {v}" for k, v in meta.items()), "",
-             "| dtype | steps | final train loss | eval loss | CER | WER | median ms/step | wall s (compile, evals included) |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+             "| run | seeds | mean CER | worst CER | best CER | mean - reference | worst - reference | goal |",
+             "|---|---:|---:|---:|---:|---:|---:|---|"]
+    for row in rows:
+        lines.append(f"| {row['run']} | {row['seeds']} | {100 * row['mean_cer']:.2f}% | {100 * row['worst_cer']:.2f}% | "
+                     f"{100 * row['best_cer']:.2f}% | {row['mean_minus_reference_points']:+.2f} | "
+                     f"{row['worst_minus_reference_points']:+.2f} | {'met' if row['meets_goal'] else 'MISSED'} |")
+    lines += ["", f"Goal: mean CER within {GOAL_MEAN_POINTS:g} point(s) of the reference's (the first run), worst "
+              f"seed within {GOAL_WORST_POINTS:g} of its worst.", "",
+              "| run | seed | steps | final train loss | eval loss | CER | WER | median ms/step | wall s (compile, evals included) |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in results:
         ms = f"{r['median_step_ms']:.1f}" if r["median_step_ms"] else "-"
-        lines.append(f"| {r['dtype']} | {r['steps']} | {r['final_train_loss']:.3f} | {r['final_eval_loss']:.3f} | "
-                     f"{100 * r['final_cer']:.2f}% | {100 * r['final_wer']:.2f}% | {ms} | {r['wall_s']:.0f} |")
-    ref, *others = results
-    for r in others:
-        lines.append("")
-        lines.append(f"{r['dtype']} - {ref['dtype']}: CER {100 * (r['final_cer'] - ref['final_cer']):+.2f} points, "
-                     f"final eval loss {r['final_eval_loss'] - ref['final_eval_loss']:+.3f}.")
-    lines += ["", "Curves: precision.png (training loss per logged interval, eval loss and CER at each evaluation); "
-              "data: precision.json; each run's workdir: <dtype>/."]
+        lines.append(f"| {run_name(r['dtype'], r['rnn_impl'])} | {r['seed']} | {r['steps']} | {r['final_train_loss']:.3f} | "
+                     f"{r['final_eval_loss']:.3f} | {100 * r['final_cer']:.2f}% | {100 * r['final_wer']:.2f}% | {ms} | "
+                     f"{r['wall_s']:.0f} |")
+    lines += ["", "Curves: precision.png; data: precision.json; each run's workdir: <dtype>-<rnn_impl>-seed<S>/."]
     return "\n".join(lines) + "\n"
 
 
 def main(argv) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    from ds2_jax import model
-
-    bad = [d for d in FLAGS.dtypes if d not in model.DTYPES]
-    if bad or not FLAGS.dtypes:
-        raise app.UsageError(f"--dtypes {bad or '(none)'}: expected some of {sorted(model.DTYPES)}")
     try:
+        runs = parse_runs(FLAGS.runs)
+        seeds = [int(s) for s in FLAGS.seeds]
         config = on_bundled_corpus(FLAGS.config, FLAGS.steps, FLAGS.evals, FLAGS.log_every, FLAGS.data_dir)
     except ValueError as e:
         raise app.UsageError(str(e)) from e
+    from ds2_jax import determinism
+
+    determinism.apply(config)  # before jax starts
     import jax
 
     os.makedirs(FLAGS.out, exist_ok=True)
@@ -164,22 +215,26 @@ def main(argv) -> None:
         "devices": f"{jax.local_device_count()} x {jax.local_devices()[0].device_kind}",
         "model": (f"{m.num_conv_layers} conv x {m.conv_channels} ch, {m.num_rnn_layers} x "
                   f"{'bi' if m.bidirectional else 'uni'}directional {m.rnn_cell} RNN of {m.rnn_size}; "
-                  f"rnn_impl={m.rnn_impl}, ctc_impl={config.loss.ctc_impl}"),
+                  f"ctc_impl={config.loss.ctc_impl}"),
         "data": (f"{config.dataset.manual_dir}: train {config.dataset.train_splits}, eval {config.dataset.eval_split} "
                  f"(held-out speakers), {config.per_device_batch_size} per device"),
         "optimizer": (f"Adam {config.optimizer.learning_rate:g}, {config.optimizer.schedule}, "
                       f"warm-up {config.optimizer.warmup_steps}, clip {config.optimizer.clip_global_norm:g}"),
-        "seed": config.seed,
+        "seeds": seeds,
+        "deterministic": bool(config.deterministic),
     }
     results = []
-    for dtype in FLAGS.dtypes:
-        results.append(run(config, dtype, os.path.join(FLAGS.out, dtype)))
-        with open(os.path.join(FLAGS.out, "precision.json"), "w") as f:
-            json.dump({"meta": meta, "runs": results}, f, indent=1)
+    for seed in seeds:  # all runs of a seed together: a cut-short command still compares like with like
+        for dtype, impl in runs:
+            workdir = os.path.join(FLAGS.out, f"{dtype}-{impl}-seed{seed}")
+            results.append(run(config, dtype, impl, seed, workdir))
+            with open(os.path.join(FLAGS.out, "precision.json"), "w") as f:
+                json.dump({"meta": meta, "runs": results, "summary": summary(results, runs)}, f, indent=1)
+    rows = summary(results, runs)
     plot(results, os.path.join(FLAGS.out, "precision.png"))
     with open(os.path.join(FLAGS.out, "NOTES.md"), "w") as f:
-        f.write(notes(results, meta))
-    print(notes(results, meta))
+        f.write(notes(results, rows, meta))
+    print(notes(results, rows, meta))
 
 
 if __name__ == "__main__":

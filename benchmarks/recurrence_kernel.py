@@ -1,5 +1,5 @@
 """One bidirectional RNN layer alone: scan_vjp against the persistent Pallas kernel (and,
-on Hopper GPUs, the Mosaic GPU kernels of ds2_jax.rnn.mosaic).
+on Hopper GPUs, the Mosaic GPU kernels of ds2_jax.kernels.mosaic_rnn).
 
     python -m benchmarks.recurrence_kernel --out=DIR [--steps=30] [--kernels=32/4,64/4]
 
@@ -20,7 +20,7 @@ import numpy as np
 from absl import flags
 
 from benchmarks import micro, timing
-from ds2_jax.rnn import mosaic, persistent
+from ds2_jax.kernels import mosaic_rnn, triton_rnn
 from ds2_jax.rnn.reference import scan_vjp_recurrence
 
 _OUT = flags.DEFINE_string("out", None, "Output directory.", required=True)
@@ -42,11 +42,11 @@ def main(argv):
     impls = {"scan_vjp unroll 8": lambda x, r: scan_vjp_recurrence(x, r, "simple", 8)}
     for setting in _KERNELS.value:
         cols, warps = (int(v) for v in setting.split("/"))
-        options = persistent.KernelOptions(cols=cols, num_warps=warps)
+        options = triton_rnn.KernelOptions(cols=cols, num_warps=warps)
         impls[f"pallas cols {cols} warps {warps}"] = (
-            lambda o: lambda x, r: persistent.persistent_simple_rnn(x, r, o))(options)
-    if _MOSAIC.value and mosaic.supported():
-        impls["mosaic (cluster pairs)"] = mosaic.mosaic_simple_rnn
+            lambda o: lambda x, r: triton_rnn.persistent_simple_rnn(x, r, o))(options)
+    if _MOSAIC.value and mosaic_rnn.supported():
+        impls["mosaic (cluster pairs)"] = mosaic_rnn.mosaic_simple_rnn
     # Float32 truth: scan_vjp on the same (rounded) inputs at full matmul precision.
     with jax.default_matmul_precision("highest"):
         truth_fwd, truth_grad = micro.layer_fns(impls["scan_vjp unroll 8"])

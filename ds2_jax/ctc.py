@@ -13,8 +13,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from ds2_jax import batch_axis, ctc_kernel, geometry, text
-from ds2_jax.rnn import dispatch
+from ds2_jax import batch_axis, geometry, text
+from ds2_jax.kernels import ctc as ctc_kernel, dispatch
 
 
 def paddings(lengths: jax.Array, size: int) -> jax.Array:
@@ -53,7 +53,7 @@ def per_utterance_loss(
       logits: <float32>[B, T, V] unnormalized, blank = 0.
       logit_lengths, label_lengths: <int32>[B].
       labels: <int32>[B, L].
-      impl: 'optax' (lax.scan), 'pallas' (ds2_jax.ctc_kernel) or 'auto' (rnn.dispatch decides). Under
+      impl: 'optax' (lax.scan), 'pallas' (ds2_jax.kernels.ctc) or 'auto' (rnn.dispatch decides). Under
         parallelism='jit' each device computes the losses of its own rows (batch_axis).
     Returns:
       (<float32>[B] loss, 0 where infeasible; <bool>[B] feasible).

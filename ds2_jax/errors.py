@@ -41,11 +41,11 @@ class DatasetMismatch(Ds2Error, ValueError):
 
 
 def is_disk_full(err: BaseException) -> bool:
-    """ENOSPC/EDQUOT, or orbax/tensorstore's RESOURCE_EXHAUSTED wrapping of it."""
+    """ENOSPC/EDQUOT, or orbax/tensorstore's RESOURCE_EXHAUSTED wrapping of it (or their text)."""
     if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
         return True
     text = str(err)
-    return "RESOURCE_EXHAUSTED" in text or "No space left" in text
+    return "RESOURCE_EXHAUSTED" in text or "No space left" in text or "Disk quota exceeded" in text
 
 
 def free_space(path: str) -> str:

@@ -73,8 +73,8 @@ class MaskedBatchNorm(nn.Module):
         ra_var = self.variable("batch_stats", "var", lambda: jnp.ones((c,), jnp.float32))
         scale = self.param("scale", nn.initializers.ones, (c,), jnp.float32)
         bias = self.param("bias", nn.initializers.zeros, (c,), jnp.float32)
+        xf = x.astype(jnp.float32)  # statistics and the affine in float32 (their gradient sums too)
         if train:
-            xf = x.astype(jnp.float32)
             m = mask.reshape(mask.shape + (1,) * (x.ndim - 2)).astype(jnp.float32)
             reduce_axes = tuple(range(x.ndim - 1))
             per_row = 1.0
@@ -96,7 +96,7 @@ class MaskedBatchNorm(nn.Module):
             mean, var = ra_mean.value, ra_var.value
         mul = scale * jax.lax.rsqrt(var + self.epsilon)
         shift = bias - mean * mul
-        return (x * mul.astype(self.dtype) + shift.astype(self.dtype)).astype(self.dtype)
+        return (xf * mul + shift).astype(self.dtype)
 
 
 class ConvBlock(nn.Module):
@@ -171,7 +171,7 @@ class RNNLayer(nn.Module):
         )
         h = recurrence.bidirectional(
             projections,
-            recurrent.astype(cfg.compute_dtype),
+            recurrent,  # float32: each recurrence casts it for its products and returns a float32 gradient
             lengths,
             cell=cfg.rnn_cell,
             impl=cfg.rnn_impl,
@@ -223,8 +223,10 @@ class DeepSpeech2(nn.Module):
             x = RNNLayer(cfg, self.axis_name)(x, lengths, train)
         if not cfg.bidirectional and cfg.row_conv_context > 0:
             x = RowConv(cfg.row_conv_context, cfg.compute_dtype)(x, lengths)
-        logits = nn.Dense(cfg.vocab_size, dtype=cfg.compute_dtype, param_dtype=jnp.float32, name="output")(x)
-        return logits.astype(jnp.float32), lengths
+        # The output layer in float32: bfloat16 logits of magnitude 16-32 are 0.125 apart, and the
+        # bias gradient is a sum over every frame of the batch.
+        logits = nn.Dense(cfg.vocab_size, dtype=jnp.float32, param_dtype=jnp.float32, name="output")(x)
+        return logits, lengths
 
 
 def count_params(params) -> int:

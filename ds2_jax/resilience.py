@@ -225,7 +225,10 @@ def parse_steps(spec: str) -> tuple[int, ...]:
     steps: list[int] = []
     for part in filter(None, (p.strip() for p in spec.split(","))):
         lo, _, hi = part.partition("-")
-        steps.extend(range(int(lo), int(hi or lo) + 1))
+        first, last = int(lo), int(hi or lo)
+        if last < first:
+            raise ValueError(f"empty step range {part!r}")
+        steps.extend(range(first, last + 1))
     return tuple(steps)
 
 

@@ -14,8 +14,8 @@ To add a setting: add a field (type, default, comment) to its section below, and
 in the section's `__post_init__` if some values are wrong; configs/default.py and
 config.json pick it up, and an old config.json without it loads with the default.
 
-This module imports no jax (grain workers unpickle Settings): the checks that need the
-recurrence or CTC registries import them when they run.
+This module imports no jax (grain workers unpickle Settings; a test holds it): the names of
+the implementations live here, and the modules that implement them check that they agree.
 """
 
 from __future__ import annotations
@@ -33,6 +33,12 @@ PARALLELISMS = ("pmap", "jit")
 DTYPES = ("float32", "bfloat16")
 CONV_IMPLS = ("direct", "space_to_depth")
 LM_BEAM_WIDTH = 32  # decoding.beam_width where an LM is given without a width (transcribe, tune_lm)
+# The implementations' names (rnn.reference.CELLS, rnn.recurrence.IMPLS and ds2_jax.ctc hold
+# them; tests check that they agree) and the cells the kernels and scan_vjp implement.
+RNN_CELLS = ("simple", "gru", "lstm")
+RNN_IMPLS = ("auto", "scan", "scan_vjp", "pallas", "mosaic")
+CTC_IMPLS = ("auto", "optax", "pallas")
+KERNEL_CELLS = ("simple",)
 MAX_BUCKETS = 8  # each duration bucket is one compiled shape
 KILL_POINTS = ("step", "checkpoint", "eval")
 
@@ -222,15 +228,13 @@ class Model:
     scan_unroll: int = 1  # lax.scan unroll factor.
 
     def __post_init__(self):
-        from ds2_jax.rnn import dispatch, reference  # the cells and implementations (import jax)
-
         geometry.conv_specs(self.num_conv_layers)  # validates the range
-        _one_of("model.rnn_cell", self.rnn_cell, sorted(reference.CELLS))
+        _one_of("model.rnn_cell", self.rnn_cell, sorted(RNN_CELLS))
         _one_of("model.dtype", self.dtype, DTYPES)
         _one_of("model.conv_impl", self.conv_impl, CONV_IMPLS)
-        _one_of("model.rnn_impl", self.rnn_impl, sorted(dispatch.RNN_IMPLS))
+        _one_of("model.rnn_impl", self.rnn_impl, sorted(RNN_IMPLS))
         # ('auto' picks a kernel that fits the cell and dtype where the recurrence runs.)
-        if self.rnn_impl in ("scan_vjp", "pallas", "mosaic") and self.rnn_cell not in dispatch.KERNEL_CELLS:
+        if self.rnn_impl in ("scan_vjp", "pallas", "mosaic") and self.rnn_cell not in KERNEL_CELLS:
             raise ValueError(f"model.rnn_impl={self.rnn_impl!r} supports rnn_cell='simple' only; use 'auto' or 'scan'")
         if self.rnn_impl == "mosaic" and self.dtype != "bfloat16":
             raise ValueError(f"model.rnn_impl='mosaic' computes in bfloat16; set model.dtype='bfloat16' (got "
@@ -252,9 +256,7 @@ class Loss:
     ctc_impl: str = "auto"
 
     def __post_init__(self):
-        from ds2_jax.rnn import dispatch  # the CTC implementations (imports jax)
-
-        _one_of("loss.ctc_impl", self.ctc_impl, dispatch.CTC_IMPLS)
+        _one_of("loss.ctc_impl", self.ctc_impl, CTC_IMPLS)
 
 
 @dataclasses.dataclass(frozen=True)

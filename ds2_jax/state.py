@@ -15,7 +15,7 @@ import optax
 from flax.training import train_state
 
 from ds2_jax import features, model, resilience, settings
-from ds2_jax.rnn import dispatch
+from ds2_jax.kernels import dispatch
 
 INIT_FRAMES = 64  # Frames of the dummy input that shapes the parameters at init.
 

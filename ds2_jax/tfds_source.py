@@ -89,8 +89,9 @@ class TfdsSource:
         self.window = int(round(self.sample_rate * config.features.window_ms / 1000))
         self.hop = int(round(self.sample_rate * config.features.hop_ms / 1000))
         self.num_conv_layers = config.model.num_conv_layers
-        self.min_samples = int(d.min_duration_s * self.sample_rate)
-        self.max_samples = int(d.max_duration_s * self.sample_rate) if d.max_duration_s > 0 else None
+        # round, not int: 2.01 s is 32160 samples, but int(2.01 * 16000) is 32159
+        self.min_samples = round(d.min_duration_s * self.sample_rate)
+        self.max_samples = round(d.max_duration_s * self.sample_rate) if d.max_duration_s > 0 else None
         self.sortagrad = d.sortagrad
         self.num_stats_utterances = d.feature_stats_utterances
         self.builder = _open_builder(config, sharding)

@@ -20,8 +20,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from ds2_jax import (checkpoint, ctc, features, input_pipeline, loader, metrics, model, parallel, progress, resilience,
-                     settings)
+from ds2_jax import (checkpoint, ctc, determinism, features, input_pipeline, loader, metrics, model, parallel, progress,
+                     resilience, settings)
 from ds2_jax.batch_axis import psum
 from ds2_jax.checkpoint import load_config, save_config  # noqa: F401 - the loop's config I/O, re-exported
 from ds2_jax.state import (  # noqa: F401 - re-exported: the step's state and static arguments
@@ -42,7 +42,7 @@ def features_of(state, batch, fc):
     return features.featurize(batch["audio"], batch["audio_lengths"], state.feature_mean, state.feature_std, fc)
 
 
-def train_step(
+def loss_gradients(
     state: TrainState,
     batch: dict[str, jax.Array],
     rng: jax.Array,
@@ -52,15 +52,14 @@ def train_step(
     augment: settings.SpecAugment,
     norm_by_times: bool,
     ctc_impl: str,
-    learning_rate_fn: Callable,
     nan_steps: tuple[int, ...] = (),
     axis_name: str | None = AXIS,
-) -> tuple[TrainState, dict[str, jax.Array]]:
-    """One optimizer step on this device's shard; gradients psum'd over `axis_name`.
+):
+    """This device's gradient of the global batch's mean loss (before the all-reduce).
 
-    The loss is the mean over all feasible utterances of the global batch, so 1 device
-    and N devices compute the same gradient. A step whose loss or gradient is not
-    finite leaves parameters, optimizer and batch-norm statistics unchanged.
+    The loss is the mean over all feasible utterances of the global batch, so 1 device and
+    N devices compute the same gradient once it is psum'd. Returns (grads, (new batch-norm
+    statistics, this device's loss sum, the global feasible count, <float32>[B] rows used)).
     """
     net = model.DeepSpeech2(model_cfg, axis_name=axis_name)
     rng = jax.random.fold_in(rng, state.step)
@@ -69,7 +68,6 @@ def train_step(
     feats, frames = features_of(state, batch, feature_cfg)
     if augment.enabled:
         feats = features.spec_augment(feats, frames, rng, **dataclasses.asdict(augment))
-
     weights = batch["weights"]
 
     def loss_fn(params):
@@ -85,7 +83,25 @@ def train_step(
             local_sum = local_sum * jnp.where(jnp.isin(state.step, jnp.asarray(nan_steps)), jnp.nan, 1.0)
         return local_sum / jnp.maximum(count, 1.0), (updates["batch_stats"], local_sum, count, used)
 
-    grads, (new_stats, loss_sum, count, used) = jax.grad(loss_fn, has_aux=True)(state.params)
+    return jax.grad(loss_fn, has_aux=True)(state.params)
+
+
+def train_step(
+    state: TrainState,
+    batch: dict[str, jax.Array],
+    rng: jax.Array,
+    *,
+    learning_rate_fn: Callable,
+    axis_name: str | None = AXIS,
+    **loss_kwargs,
+) -> tuple[TrainState, dict[str, jax.Array]]:
+    """One optimizer step on this device's shard: `loss_gradients` (its keyword arguments in
+    `loss_kwargs`), gradients psum'd over `axis_name`, Adam.
+
+    A step whose loss or gradient is not finite leaves parameters, optimizer and batch-norm
+    statistics unchanged.
+    """
+    grads, (new_stats, loss_sum, count, used) = loss_gradients(state, batch, rng, axis_name=axis_name, **loss_kwargs)
     grads = psum(grads, axis_name)
     loss_sum = psum(loss_sum, axis_name)
     grad_norm = optax.global_norm(grads)
@@ -100,6 +116,7 @@ def train_step(
         skipped_steps=state.skipped_steps + (~finite).astype(jnp.int32),
         consecutive_skips=jnp.where(finite, 0, state.consecutive_skips + 1),
     )
+    weights = batch["weights"]
     utterances = psum(jnp.sum(weights), axis_name)
     step_metrics = {
         "loss_sum": jnp.where(finite, loss_sum, 0.0),
@@ -156,6 +173,7 @@ def _train(config, workdir: str, mgr) -> TrainState:
     """train_and_evaluate's loop, with the workdir locked and the checkpoint manager `mgr` open."""
     from ds2_jax import evaluation  # evaluation builds on this module
 
+    determinism.check(config, jax.default_backend())
     log.info("compilation cache: %s", parallel.enable_compilation_cache(config.compilation_cache_dir) or "off")
     par = parallel.make(config)
     devices = par.devices

@@ -2,6 +2,8 @@
 
 import ast
 import os
+import subprocess
+import sys
 
 PACKAGE = "ds2_jax"
 ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), PACKAGE)
@@ -77,13 +79,38 @@ def test_library_never_imports_benchmarks_torch_or_tensorflow():
         assert not names & {"benchmarks", "torch", "tensorflow"}, (path, names & {"benchmarks", "torch", "tensorflow"})
 
 
-def test_the_reference_recurrence_imports_no_kernel():
-    """rnn.reference ('scan', 'scan_vjp') stands alone; only rnn.recurrence and rnn.dispatch see the kernels."""
+def test_the_kernels_live_in_one_package_and_the_reference_imports_none():
+    """ds2_jax.kernels holds every Pallas kernel; rnn.reference ('scan', 'scan_vjp') stands alone
+    (the gate math aside); only the layer entry point, the CTC entry point and the dispatch see them."""
     graph = module_imports()
-    assert "ds2_jax.rnn.dispatch" in graph["ds2_jax.rnn.recurrence"]  # the walk sees the subpackage
-    kernels = {"ds2_jax.rnn.persistent", "ds2_jax.rnn.mosaic", "ds2_jax.rnn.pallas_common", "ds2_jax.ctc_kernel"}
+    assert "ds2_jax.kernels.dispatch" in graph["ds2_jax.rnn.recurrence"]  # the walk sees the subpackage
+    package = ROOT
+    pallas = {os.path.relpath(os.path.join(d, f), package) for d, _, fs in os.walk(package) for f in fs
+              if f.endswith(".py") and "jax.experimental.pallas" in open(os.path.join(d, f)).read()}
+    assert pallas and all(p.startswith("kernels" + os.sep) for p in pallas), pallas
+    kernels = {"ds2_jax.kernels.triton_rnn", "ds2_jax.kernels.mosaic_rnn", "ds2_jax.kernels.common", "ds2_jax.kernels.ctc"}
     assert not graph["ds2_jax.rnn.reference"] & kernels, graph["ds2_jax.rnn.reference"]
-    assert not graph["ds2_jax.rnn.gates"] & kernels, graph["ds2_jax.rnn.gates"]
+    assert not graph["ds2_jax.kernels.gates"] & kernels, graph["ds2_jax.kernels.gates"]
+    seeing = {m for m, imports in graph.items() if imports & kernels and not m.startswith("ds2_jax.kernels.")}
+    assert seeing <= {"ds2_jax.rnn.recurrence", "ds2_jax.ctc"}, seeing
+
+
+def test_settings_imports_no_jax_and_names_what_the_code_implements():
+    """Grain workers unpickle Settings: building them must not import jax. The names of the
+    implementations live in settings, and each registry implements exactly those."""
+    code = ("import sys; from ds2_jax import settings; s = settings.from_config_dict(settings.to_config_dict()); "
+            "print(sorted(m for m in sys.modules if m == 'jax' or m.startswith('jax.')))")
+    repo = os.path.dirname(ROOT)
+    out = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True, check=True,
+                         env=dict(os.environ, PYTHONPATH=repo)).stdout.strip()
+    assert out == "[]", out
+    from ds2_jax import ctc, settings
+    from ds2_jax.rnn import recurrence, reference
+
+    assert set(reference.CELLS) == set(settings.RNN_CELLS)
+    assert set(recurrence.IMPLS) | {"auto"} == set(settings.RNN_IMPLS)
+    assert set(ctc._IMPLS) | {"auto"} == set(settings.CTC_IMPLS)
+    assert set(settings.KERNEL_CELLS) <= set(settings.RNN_CELLS)
 
 
 def _defines_flags_at_import(tree: ast.Module) -> bool:

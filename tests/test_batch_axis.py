@@ -15,7 +15,8 @@ import pytest
 from jax.sharding import NamedSharding, PartitionSpec
 
 from ds2_jax import batch_axis, ctc, input_pipeline, parallel, train
-from ds2_jax.rnn import dispatch, mosaic, recurrence
+from ds2_jax.kernels import dispatch, mosaic_rnn
+from ds2_jax.rnn import recurrence
 from tests.helpers import tiny_config
 
 pytestmark = pytest.mark.gpu  # kernel numerics under jit: make test-gpu runs them on a GPU
@@ -124,7 +125,7 @@ def _two_steps(kind: str, kernels: dict):
 
 @pytest.mark.parametrize("kernels, rtol", [(KERNELS, 1e-5), (MOSAIC, 1e-3)], ids=["pallas", "mosaic"])
 def test_jit_with_the_kernels_trains_like_pmap_and_gathers_no_batch(kernels, rtol):
-    if kernels is MOSAIC and not mosaic.supported():
+    if kernels is MOSAIC and not mosaic_rnn.supported():
         pytest.skip("the Mosaic GPU recurrence runs on Hopper GPUs only")
     pmap_losses, pmap_state, _ = _two_steps("pmap", kernels)
     jit_losses, jit_state, hlo = _two_steps("jit", kernels)

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from ds2_jax import ctc, geometry
-from ds2_jax.rnn import dispatch
+from ds2_jax.kernels import dispatch
 
 pytestmark = pytest.mark.gpu  # kernel numerics: make test-gpu runs them on a GPU
 
@@ -107,3 +107,20 @@ def test_min_frames_counts_repeats():
     labels = jnp.array([[1, 1, 2, 2, 2], [1, 2, 3, 3, 0]])  # repeats past each length do not count
     np.testing.assert_array_equal(geometry.ctc_min_frames(labels, jnp.array([4, 3])), [6, 3])
     assert [geometry.ctc_min_frames(np.asarray(r[:n])) for r, n in zip(labels, [4, 3])] == [6, 3]  # host form
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_frames_exactly_what_the_labels_need_have_one_path_and_its_loss(impl):
+    """At T == ctc_min_frames the only alignment is the labels with one blank between repeats:
+    feasible, and the loss is minus that path's log-probability. One frame fewer: masked."""
+    rng = np.random.default_rng(3)
+    logits = rng.standard_normal((3, 5, 29)).astype(np.float32)
+    labels = jnp.array([[3, 3, 0], [4, 5, 6], [3, 3, 0]], jnp.int32)
+    lengths, label_lengths = jnp.array([3, 3, 2]), jnp.array([2, 3, 2])  # needs 3, 3, 3
+    paths = [[3, 0, 3], [4, 5, 6]]
+    loss, ok = ctc.per_utterance_loss(jnp.asarray(logits), lengths, labels, label_lengths, impl=impl)
+    np.testing.assert_array_equal(ok, [True, True, False])
+    logp = np.asarray(jax.nn.log_softmax(logits))
+    want = [-sum(logp[i, t, c] for t, c in enumerate(p)) for i, p in enumerate(paths)]
+    np.testing.assert_allclose(np.asarray(loss)[:2], want, rtol=1e-5)
+    assert float(loss[2]) == 0.0

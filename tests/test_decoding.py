@@ -200,6 +200,93 @@ def test_a_split_decodes_on_a_process_pool_as_in_one_process(monkeypatch, tmp_pa
     assert beam.decode_all(utterances, workers=2) == serial and pools == [2]
 
 
+def _ambiguous(tmp_path):
+    """(decoder config, log-probs, lexicon) where alpha and beta each change the best text:
+    the model hears 'kat' (0.9) for 'cat', and the space after 'the' only at 0.6 (else blank)."""
+    path = str(tmp_path / "lm.arpa")
+    build_lm.write_arpa(*build_lm.estimate(build_lm.sentences(SENTENCES), 3), path)
+    lexicon = tmp_path / "words.txt"
+    lexicon.write_text("the\ncat\nkat\nsat\nthecat\n")  # 'kat' and 'thecat' are out of the LM
+    lp = _log_probs("the cat sat", confusion={4: ("k", 0.9)})
+    space = np.full(text.VOCAB_SIZE, 1e-4)
+    space[text.encode(" ")[0]], space[text.BLANK] = 0.6, 0.4
+    lp[6] = np.log(space / space.sum())  # frame 6: the space after 'the'
+    cfg = decoding.DecoderConfig(beam_width=16, lm_path=path, lexicon_path=str(lexicon), alpha=0.0, beta=0.0)
+    return cfg, lp
+
+
+# (alpha, beta) -> best text: acoustics alone; the LM's 'cat'; a word penalty merging 'the cat'
+BY_WEIGHTS = {(0.0, 0.0): "the kat sat", (3.0, 0.0): "the cat sat", (0.0, -5.0): "thecat sat"}
+
+
+def test_new_alpha_and_beta_change_what_the_decoder_outputs(tmp_path, monkeypatch):
+    """set_weights rebuilds the search with both weights (tune_lm's grid relies on it), for
+    this process and for decode_all's workers; a decoder built with them decodes alike."""
+    pytest.importorskip("flashlight.lib.text")
+    cfg, lp = _ambiguous(tmp_path)
+    beam = decoding.BeamSearchDecoder(cfg)
+    for (alpha, beta), want in [*BY_WEIGHTS.items(), ((0.0, 0.0), BY_WEIGHTS[0.0, 0.0])]:  # and back
+        beam.set_weights(alpha, beta)
+        assert beam.describe()["alpha"] == alpha and beam.describe()["beta"] == beta
+        assert beam.decode(lp) == want, (alpha, beta)
+        fresh = decoding.BeamSearchDecoder(dataclasses.replace(cfg, alpha=alpha, beta=beta))
+        assert fresh.decode(lp) == want, (alpha, beta)
+    monkeypatch.setattr(decoding, "MIN_FRAMES_PER_WORKER", 1)
+    beam.set_weights(0.0, -5.0)
+    assert beam.decode_all([lp, lp], workers=2) == [BY_WEIGHTS[0.0, -5.0]] * 2  # the workers got the new weights
+
+
+def test_tune_lm_grid_scores_each_setting_with_its_own_weights(tmp_path):
+    """tools.tune_lm.grid_search on a split of one ambiguous utterance: each (alpha, beta) row
+    is that setting's decoding (not the first setting's, repeated)."""
+    pytest.importorskip("flashlight.lib.text")
+    from ds2_jax import evaluation
+    from ds2_jax.tools import tune_lm
+
+    cfg, lp = _ambiguous(tmp_path)
+    outputs = evaluation.SplitOutputs(references=["the cat sat"], greedy=["the kat sat"], log_probs=[lp], loss=0.0)
+    rows = tune_lm.grid_search(outputs, decoding.BeamSearchDecoder(cfg), [0.0, 3.0], [0.0, -5.0])
+    assert [(r["alpha"], r["beta"]) for r in rows] == [(0.0, 0.0), (0.0, -5.0), (3.0, 0.0), (3.0, -5.0)]
+    wer = {(r["alpha"], r["beta"]): r["wer"] for r in rows}
+    assert wer[0.0, 0.0] == pytest.approx(1 / 3) and wer[0.0, -5.0] == pytest.approx(2 / 3)
+    assert wer[3.0, 0.0] == 0.0
+    assert min(rows, key=lambda r: (r["wer"], r["cer"]))["alpha"] == 3.0
+
+
+def test_token_pruning_keeps_each_frames_argmax_and_every_token_at_the_threshold():
+    rng = np.random.default_rng(0)
+    logits = rng.standard_normal((40, text.VOCAB_SIZE)) * 3
+    lp = (logits - np.log(np.exp(logits).sum(-1, keepdims=True))).astype(np.float32)
+    threshold = np.float32(-1.0)
+    lp[0, :] = np.float32(-10.0)
+    lp[0, 3], lp[0, 5] = np.float32(-0.1), threshold  # exactly at the threshold, not the best: kept
+    lp[1, :] = np.float32(-2.0) - np.arange(text.VOCAB_SIZE, dtype=np.float32)  # every token below it
+    pruned = decoding.prune_tokens(lp, float(threshold))
+    best = lp.argmax(-1)
+    np.testing.assert_array_equal(pruned[np.arange(len(lp)), best], lp[np.arange(len(lp)), best])
+    keep = lp >= threshold
+    keep[np.arange(len(lp)), best] = True
+    np.testing.assert_array_equal(pruned[keep], lp[keep])
+    assert np.all(pruned[~keep] == decoding.PRUNED) and (~keep).any()
+    assert pruned[0, 5] == threshold and pruned[1, 0] == lp[1, 0]
+
+
+def test_beam_search_keeps_each_frames_best_token_however_unsure():
+    """Frames whose best token is below token_min_logp still decode to the best path."""
+    pytest.importorskip("flashlight.lib.text")
+    frames = []
+    for c in "the cat":  # each character at 0.3, the rest spread thinly: every token below -1
+        p = np.full(text.VOCAB_SIZE, 0.7 / (text.VOCAB_SIZE - 1))
+        p[text.encode(c)[0]] = 0.3
+        frames += [p, np.eye(text.VOCAB_SIZE)[text.BLANK] * 0.3 + (1 - np.eye(text.VOCAB_SIZE)[text.BLANK]) * 0.7 / 28]
+    lp = np.log(np.stack(frames)).astype(np.float32)
+    assert lp.max() < -1.0
+    greedy = decoding.greedy_texts(lp.argmax(-1)[None], np.array([len(lp)]))[0]
+    assert greedy == "the cat"
+    beam = decoding.BeamSearchDecoder(decoding.DecoderConfig(beam_width=8, token_min_logp=-1.0))
+    assert beam.decode(lp) == greedy
+
+
 def test_decoder_config_errors_name_the_setting(tmp_path):
     with pytest.raises(ValueError, match="decoding.beam_width"):
         decoding.DecoderConfig(lm_path="lm.arpa")

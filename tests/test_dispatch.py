@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from ds2_jax.rnn import dispatch, mosaic
+from ds2_jax.kernels import dispatch, mosaic_rnn
 
 CPU = dispatch.Machine("cpu")
 H200 = dispatch.Machine("gpu", "9.0", 132)
@@ -64,12 +64,12 @@ def test_explicit_pallas_that_does_not_fit_is_an_error_naming_the_way_out():
 @pytest.mark.parametrize("hidden", [96, 128, 256, 1000, 2048])
 @pytest.mark.parametrize("directions", [1, 2])
 def test_mosaic_fit_is_the_kernels_own(dtype, hidden, directions):
-    """The policy's copy of the Mosaic kernels' limits says what mosaic.unsupported says
+    """The policy's copy of the Mosaic kernels' limits says what mosaic_rnn.unsupported says
     (off Hopper unsupported skips the SM count; so does a machine whose count is unknown)."""
     hopper = dispatch.Machine("gpu", "9.0", None)
-    runs = mosaic.unsupported(dtype, mosaic.BATCH, directions, hidden) is None
-    assert dispatch.mosaic_runs(mosaic.BATCH, dtype, hidden, directions, hopper) == runs
-    assert not dispatch.mosaic_runs(mosaic.BATCH, dtype, hidden, directions, A100)
+    runs = mosaic_rnn.unsupported(dtype, mosaic_rnn.BATCH, directions, hidden) is None
+    assert dispatch.mosaic_runs(mosaic_rnn.BATCH, dtype, hidden, directions, hopper) == runs
+    assert not dispatch.mosaic_runs(mosaic_rnn.BATCH, dtype, hidden, directions, A100)
 
 
 def test_ctc_policy():

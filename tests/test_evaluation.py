@@ -1,7 +1,7 @@
 """The eval step is compiled and placed by `parallel.Parallel`, as the train step is:
 evaluating during training reads the train state where it lives on the devices (no host
 round trip under parallelism='jit'), and --mode=eval gives the same figures under pmap,
-jit and eager, placing the restored state once."""
+jit and eager, placing the restored state once, and scores several splits each on its own."""
 
 import jax
 import numpy as np
@@ -75,3 +75,35 @@ def test_pmap_jit_and_eager_evaluate_a_checkpoint_alike_placing_it_once(tmp_path
             np.testing.assert_allclose([r["loss"], r["cer"], r["wer"]], [ref["loss"], ref["cer"], ref["wer"]],
                                        rtol=1e-5, err_msg=f"{kind} {split}")
             assert [e["hypothesis"] for e in r["examples"]] == [e["hypothesis"] for e in ref["examples"]], kind
+
+
+def test_several_splits_are_each_scored_on_their_own_and_written_to_their_own_file(tmp_path, monkeypatch):
+    """--mode=eval with eval.split='dev-clean, test-clean' and beam search: one result per
+    split, in the order listed, each over its own utterances, each in its own json (the
+    slow test of the trained model checks the same on real splits)."""
+    import json
+    import os
+
+    from ds2_jax import checkpoint, input_pipeline, state as state_lib
+
+    pytest.importorskip("flashlight.lib.text")
+    sizes = {"dev-clean": 12, "test-clean": 4}  # the synthetic source serves one split: sizes tell them apart
+    real = input_pipeline.SyntheticSource.eval_batches
+    monkeypatch.setattr(input_pipeline.SyntheticSource, "eval_batches",
+                        lambda self, split, max_utterances=0: real(self, split, sizes[split]))
+    config = tiny_config(**{**SHORT, "decoding.beam_width": 2})
+    w = str(tmp_path)
+    num_bins = 161
+    fresh = state_lib.create_state(config, jax.random.PRNGKey(0), np.zeros(num_bins, np.float32),
+                                   np.ones(num_bins, np.float32))
+    with checkpoint.managed(w) as mgr:
+        checkpoint.save(mgr, 3, jax.device_get(fresh), wait=True)
+    checkpoint.save_config(config, w)
+    results = evaluation.evaluate_splits(config, w, split="dev-clean, test-clean")
+    assert list(results) == ["dev-clean", "test-clean"]
+    for split, n in sizes.items():
+        r = results[split]
+        assert (r["split"], r["step"], r["utterances"]) == (split, 3, n)
+        assert np.isfinite(r["loss"]) and r["beam"]["beam_width"] == 2
+        saved = json.load(open(os.path.join(w, f"eval-{split}-3-beam2.json")))
+        assert (saved["split"], saved["utterances"]) == (split, n) and saved["beam"]["wer"] == r["beam"]["wer"]

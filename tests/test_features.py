@@ -1,4 +1,4 @@
-"""Featurization: Paddle's spectrogram, padding invariance, SpecAugment."""
+"""Featurization: Paddle's spectrogram, padding invariance, SpecAugment, feature statistics."""
 
 import jax
 import jax.numpy as jnp
@@ -80,3 +80,18 @@ def test_spec_augment_frequency_masks_cover_the_same_bins_in_every_frame():
     masked = out == 0
     assert np.all(masked == masked[:, :1])  # one set of bins per utterance, all frames
     assert np.all(masked[:, 0].sum(-1) <= 20) and masked.any()
+
+
+def test_feature_statistics_count_each_utterances_valid_frames_only():
+    """compute_feature_stats pads waveforms to a few shapes; its per-bin mean/std are those of
+    the utterances' own frames, each frame counted once, the padding's never."""
+    from ds2_jax import batching
+
+    rng = np.random.default_rng(0)
+    waves = [(rng.standard_normal(n) * 3000).astype(np.int16) for n in (5_000, 12_345, 300, 7_000)]  # 300: no frame
+    mean, std = batching.compute_feature_stats(waves, pad_to=8_000)
+    frames = np.concatenate([np.asarray(features.log_spectrogram(jnp.asarray(w[None])), np.float64)[0]
+                             for w in waves if len(w) >= 320])
+    assert frames.shape[0] == sum(geometry.num_frames(len(w)) for w in waves)
+    np.testing.assert_allclose(mean, frames.mean(0), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(std, frames.std(0), rtol=1e-4, atol=1e-5)

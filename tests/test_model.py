@@ -1,4 +1,4 @@
-"""Model: conv output lengths, padding invariance, variants, parameter counts."""
+"""Model: conv output lengths, padding invariance, variants, parameter counts, the row convolution's lookahead."""
 
 import jax
 import jax.numpy as jnp
@@ -155,3 +155,54 @@ def test_clipped_relu_clips_at_0_and_20_and_passes_gradient_only_between():
     x = jnp.array([-3.0, 0.5, 19.5, 25.0])
     np.testing.assert_array_equal(model.clipped_relu(x), [0.0, 0.5, 19.5, 20.0])
     np.testing.assert_array_equal(jax.grad(lambda x: jnp.sum(model.clipped_relu(x)))(x), [0.0, 1.0, 1.0, 0.0])
+
+
+# ----------------------------------------------------------------------------- lookahead (streaming)
+
+
+def _first_changed(a: np.ndarray, b: np.ndarray) -> tuple[int, int]:
+    """(first, last) frame where two [T, C] outputs differ."""
+    changed = np.flatnonzero(np.any(np.abs(a - b) > 1e-6, axis=-1))
+    return int(changed[0]), int(changed[-1])
+
+
+@pytest.mark.parametrize("context", [1, 3])
+def test_row_convolution_output_at_t_sees_frames_t_to_t_plus_context(context):
+    """out_t = sum_j w_j * h_(t+j), j = 0..context (the DS2 paper's lookahead), zero past the
+    sequence: perturbing frame s changes outputs s - context .. s and no other."""
+    rng = np.random.default_rng(0)
+    t, c = 12, 5
+    x = rng.standard_normal((1, t, c)).astype(np.float32)
+    lengths = jnp.array([t])
+    conv = model.RowConv(context, jnp.float32)
+    v = conv.init(jax.random.PRNGKey(0), jnp.asarray(x), lengths)
+    w = np.asarray(v["params"]["Conv_0"]["kernel"])[:, 0, :]  # [context + 1, C]
+    out = np.asarray(conv.apply(v, jnp.asarray(x), lengths))[0]
+    padded = np.concatenate([x[0], np.zeros((context, c), np.float32)])
+    want = sum(w[j] * padded[j : j + t] for j in range(context + 1))
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)
+    for s in (0, t // 2, t - 1):
+        y = x.copy()
+        y[0, s] += 1.0
+        changed = np.asarray(conv.apply(v, jnp.asarray(y), lengths))[0]
+        assert _first_changed(out, changed) == (max(s - context, 0), s), s
+
+
+def test_unidirectional_model_looks_ahead_by_exactly_the_row_convolution_context():
+    """A forward-only model's output at t depends on no input frame past the convs' reach of
+    t + row_conv_context: perturbing one late input frame changes outputs from exactly
+    `context` frames earlier than without the row convolution, and every output after."""
+    rng = np.random.default_rng(1)
+    feats = rng.standard_normal((1, 90, 161)).astype(np.float32)
+    lengths = jnp.array([90])
+    moved = feats.copy()
+    moved[0, 60] += 3.0
+    first = {}
+    for context in (0, 4):
+        cfg = small_cfg(num_rnn_layers=1, bidirectional=False, row_conv_context=context)
+        a, _, v = run(cfg, jnp.asarray(feats), lengths)
+        b, _, _ = run(cfg, jnp.asarray(moved), lengths, variables=v)
+        first[context], last = _first_changed(a[0], b[0])
+        assert last == a.shape[1] - 1  # the forward RNN carries it to the end
+        np.testing.assert_array_equal(a[0, : first[context]], b[0, : first[context]])
+    assert 0 < first[4] == first[0] - 4

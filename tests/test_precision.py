@@ -45,17 +45,44 @@ def test_summary_takes_the_final_evaluation_and_steady_step_time():
     assert s["median_step_ms"] == 20.0  # the first interval (compile) left out
     with pytest.raises(ValueError, match="no evaluation at the final step 30"):
         precision.summarize(_rows(), "float32", steps=30, wall_s=1.0)
-    ref = precision.summarize(_rows(final_cer=0.25), "float32", steps=40, wall_s=1.0)
-    md = precision.notes([ref, s], {"seed": 0})
-    assert "| float32 | 40 | 30.000 | 35.000 | 25.00% | 50.00% | 20.0 | 1 |" in md
-    assert "| bfloat16 | 40 | 30.000 | 35.000 | 30.00% | 50.00% | 20.0 | 12 |" in md
-    assert "bfloat16 - float32: CER +5.00 points" in md
+
+
+def _result(dtype, impl, seed, cer):
+    return dict(precision.summarize(_rows(final_cer=cer), dtype, steps=40, wall_s=1.0), rnn_impl=impl, seed=seed)
+
+
+def test_runs_are_dtype_and_rnn_impl_pairs_checked_against_the_settings():
+    assert precision.parse_runs(["float32:scan_vjp", "bfloat16:auto"]) == [("float32", "scan_vjp"), ("bfloat16", "auto")]
+    for bad in (["float16:auto"], ["bfloat16:cudnn"], ["bfloat16"], [], ["float32:scan", "float32:scan"]):
+        with pytest.raises(ValueError, match="--runs"):
+            precision.parse_runs(bad)
+
+
+@pytest.mark.parametrize("cers, meets", [
+    # reference seeds (0.02, 0.08): mean 5%, worst 8%
+    ((0.02, 0.10), True),  # mean +1.0 point, worst +2.0 points: both at their limits
+    ((0.02, 0.101), False),  # worst +2.1 points
+    ((0.05, 0.075), False),  # worst better, but mean +1.25 points
+    ((0.60, 0.01), False),  # one diverged seed
+])
+def test_the_goal_is_the_mean_and_the_worst_seed_against_the_reference(cers, meets):
+    ref = [_result("float32", "scan_vjp", seed, cer) for seed, cer in enumerate((0.02, 0.08))]
+    fast = [_result("bfloat16", "auto", seed, cer) for seed, cer in enumerate(cers)]
+    rows = precision.summary(ref + fast, [("float32", "scan_vjp"), ("bfloat16", "auto")])
+    assert [r["run"] for r in rows] == ["float32:scan_vjp", "bfloat16:auto"]
+    assert rows[0]["meets_goal"] and rows[0]["mean_cer"] == pytest.approx(0.05) and rows[0]["worst_cer"] == 0.08
+    assert rows[1]["seeds"] == 2 and rows[1]["meets_goal"] is meets
+    assert rows[1]["worst_minus_reference_points"] == pytest.approx(100 * (max(cers) - 0.08))
+    md = precision.notes(ref + fast, rows, {"seeds": [0, 1]})
+    assert f"| bfloat16:auto | 2 | {100 * sum(cers) / 2:.2f}% | {100 * max(cers):.2f}% |" in md
+    assert ("| met |" if meets else "| MISSED |") in md.split("| bfloat16:auto | 2 |")[1].split("\n")[0]
+    assert "| bfloat16:auto | 1 | 40 | 30.000 | 35.000 |" in md  # one row per (run, seed)
 
 
 @pytest.mark.slow
-def test_precision_command_trains_both_dtypes_and_draws_them(tmp_path):
-    """Two tiny runs (2 steps each) on the bundled corpus: same seed and batches, so the first
-    losses agree to bf16 rounding, yet differ (the dtype was applied)."""
+def test_precision_command_trains_every_run_and_seed_and_draws_them(tmp_path):
+    """Two runs x two seeds (2 steps each) on the bundled corpus: within a seed the first losses
+    agree to bf16 rounding yet differ (the dtype was applied); across seeds they differ (the seed was)."""
     from ds2_jax.datasets import build
 
     data_dir = str(tmp_path / "tfds")
@@ -63,20 +90,27 @@ def test_precision_command_trains_both_dtypes_and_draws_them(tmp_path):
     out = tmp_path / "p"
     proc = subprocess.run(
         [sys.executable, "-m", "benchmarks.precision", f"--out={out}", "--config=configs/demo.py", "--steps=2",
-         "--evals=1", "--log_every=1", f"--data_dir={data_dir}", "--config.num_devices=1",
+         "--evals=1", "--log_every=1", f"--data_dir={data_dir}", "--config.num_devices=1", "--seeds=0,1",
+         "--runs=float32:scan_vjp,bfloat16:scan_vjp", "--config.model.rnn_cell=simple",
          "--config.model.conv_channels=4", "--config.model.num_rnn_layers=1", "--config.model.rnn_size=16",
          "--config.per_device_batch_size=4"],
         cwd=ROOT, capture_output=True, text=True, timeout=600, env=dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu"))
     assert proc.returncode == 0, proc.stderr[-3000:]
-    runs = json.loads((out / "precision.json").read_text())["runs"]
-    assert [r["dtype"] for r in runs] == ["float32", "bfloat16"]
-    f32, bf16 = runs
+    result = json.loads((out / "precision.json").read_text())
+    runs = result["runs"]
+    assert [(r["seed"], r["dtype"], r["rnn_impl"]) for r in runs] == [
+        (0, "float32", "scan_vjp"), (0, "bfloat16", "scan_vjp"), (1, "float32", "scan_vjp"), (1, "bfloat16", "scan_vjp")]
     for r in runs:
         assert [s for s, _ in r["loss"]] == [1, 2] and [s for s, _ in r["eval_cer"]] == [2]
-        assert 0 <= r["final_cer"] <= 1.5 and r["final_eval_loss"] > 0
-        assert (out / r["dtype"] / "metrics.jsonl").exists()
-    first32, first16 = f32["loss"][0][1], bf16["loss"][0][1]
-    assert first16 != first32 and abs(first16 - first32) < 0.05 * first32
+        assert 0 <= r["final_cer"] < 5 and r["final_wer"] >= 0 and r["final_train_loss"] > 0  # untrained: insertions
+        assert (out / f"{r['dtype']}-scan_vjp-seed{r['seed']}" / "metrics.jsonl").exists()
+    first = {(r["seed"], r["dtype"]): r["loss"][0][1] for r in runs}
+    for seed in (0, 1):
+        f32, bf16 = first[seed, "float32"], first[seed, "bfloat16"]
+        assert bf16 != f32 and abs(bf16 - f32) < 0.05 * f32
+    assert first[0, "float32"] != first[1, "float32"]
+    assert [row["run"] for row in result["summary"]] == ["float32:scan_vjp", "bfloat16:scan_vjp"]
+    assert result["meta"]["seeds"] == [0, 1] and result["meta"]["deterministic"] is False
     assert (out / "precision.png").read_bytes()[:4] == b"\x89PNG"
     notes = (out / "NOTES.md").read_text()
-    assert "| float32 | 2 |" in notes and "| bfloat16 | 2 |" in notes and "bfloat16 - float32: CER" in notes
+    assert "| float32:scan_vjp | 2 |" in notes and "| bfloat16:scan_vjp | 1 | 2 |" in notes

@@ -5,7 +5,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ds2_jax.rnn import mosaic, pallas_common, persistent, recurrence, reference
+from ds2_jax.kernels import common, mosaic_rnn, triton_rnn
+from ds2_jax.rnn import recurrence, reference
 
 pytestmark = pytest.mark.gpu  # kernel numerics: make test-gpu runs them on a GPU
 
@@ -56,7 +57,7 @@ def test_scan_vjp_matches_scan(dtype, rtol, unroll, shared):
 @pytest.mark.parametrize("dtype, rtol", DTYPES)
 @pytest.mark.parametrize("cols, shared", [(16, True), (64, False)])
 def test_pallas_kernel_matches_scan(dtype, rtol, cols, shared, monkeypatch):
-    monkeypatch.setattr(persistent, "column_block", lambda *_: cols)
+    monkeypatch.setattr(triton_rnn, "column_block", lambda *_: cols)
     assert_matches_scan("pallas", dtype, rtol, *problem(dtype, t=19, b=16, h=64, shared=shared))
 
 
@@ -89,7 +90,7 @@ def test_pallas_kernel_at_seed_width():
         pytest.skip("seed-width kernel check runs on the GPU (interpret mode would take minutes)")
     xs, w, dys = problem(jnp.bfloat16, t=267, b=16, h=2048, shared=True)
     assert_as_close_to_float32_as_scan_vjp(
-        lambda xs, w, cell: persistent.persistent_simple_rnn(xs, w), xs, w, dys)
+        lambda xs, w, cell: triton_rnn.persistent_simple_rnn(xs, w), xs, w, dys)
 
 
 def test_fast_impls_refuse_gated_cells():
@@ -123,15 +124,15 @@ def test_backward_direction_starts_at_each_sequence_end(cell, impl):
         np.testing.assert_allclose(ys[b, :n], valid_prefix_reference(x[b], w, n, cell), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("options", [mosaic.KernelOptions(), mosaic.KernelOptions(state_chunks=2),
-                                     mosaic.KernelOptions(multicast=True)])
+@pytest.mark.parametrize("options", [mosaic_rnn.KernelOptions(), mosaic_rnn.KernelOptions(state_chunks=2),
+                                     mosaic_rnn.KernelOptions(multicast=True)])
 def test_mosaic_kernels_lower_for_cuda(options):
     """The Mosaic GPU kernels (forward and backward) lower for CUDA without a GPU."""
     xs = jax.ShapeDtypeStruct((16, 5, 1, 256), jnp.bfloat16)
     w = jax.ShapeDtypeStruct((2, 256, 256), jnp.float32)
 
     def loss(xs, w):
-        return jnp.sum(mosaic.mosaic_simple_rnn(xs, w, options).astype(jnp.float32))
+        return jnp.sum(mosaic_rnn.mosaic_simple_rnn(xs, w, options).astype(jnp.float32))
 
     text = jax.jit(jax.grad(loss, argnums=(0, 1))).trace(xs, w).lower(lowering_platforms=("cuda",)).as_text()
     assert text.count("mosaic_gpu") >= 2  # one custom call per kernel
@@ -139,20 +140,20 @@ def test_mosaic_kernels_lower_for_cuda(options):
 
 def test_mosaic_rejects_what_it_cannot_run():
     with pytest.raises(ValueError, match="batch 16"):
-        mosaic.check_shapes(jnp.zeros((8, 3, 1, 128), jnp.bfloat16), jnp.zeros((2, 128, 128)))
+        mosaic_rnn.check_shapes(jnp.zeros((8, 3, 1, 128), jnp.bfloat16), jnp.zeros((2, 128, 128)))
     with pytest.raises(ValueError, match="bfloat16"):
-        mosaic.check_shapes(jnp.zeros((16, 3, 1, 128), jnp.float32), jnp.zeros((2, 128, 128)))
+        mosaic_rnn.check_shapes(jnp.zeros((16, 3, 1, 128), jnp.float32), jnp.zeros((2, 128, 128)))
 
 
 @pytest.mark.parametrize("t, h", [(7, 256), (267, 2048)])
 def test_mosaic_kernel_matches_float32(t, h):
     """Outputs and gradients of the Mosaic GPU kernels at least as close to float32 as scan_vjp in bfloat16."""
-    if not mosaic.supported():
+    if not mosaic_rnn.supported():
         pytest.skip("the Mosaic GPU kernels run on Hopper GPUs")
     xs, w, dys = problem(jnp.bfloat16, t=t, b=16, h=h, shared=True)
-    assert_as_close_to_float32_as_scan_vjp(lambda xs, w, cell: mosaic.mosaic_simple_rnn(xs, w), xs, w, dys)
+    assert_as_close_to_float32_as_scan_vjp(lambda xs, w, cell: mosaic_rnn.mosaic_simple_rnn(xs, w), xs, w, dys)
     # A race in its grid barrier would show as calls that disagree: later calls must agree bit for bit.
-    first, *again = [np.asarray(mosaic.mosaic_simple_rnn(xs, w), np.float32) for _ in range(3)]
+    first, *again = [np.asarray(mosaic_rnn.mosaic_simple_rnn(xs, w), np.float32) for _ in range(3)]
     for ys in again:
         np.testing.assert_array_equal(ys, first)
 
@@ -160,13 +161,13 @@ def test_mosaic_kernel_matches_float32(t, h):
 @pytest.mark.parametrize("b", [5, 20])
 def test_mosaic_impl_pads_and_chunks_the_batch(b):
     """rnn_impl='mosaic' runs any batch (padded to chunks of 16) and matches the scan in bfloat16."""
-    if not mosaic.supported():
+    if not mosaic_rnn.supported():
         pytest.skip("the Mosaic GPU kernels run on Hopper GPUs")
     assert_matches_scan("mosaic", jnp.bfloat16, 2e-2, *problem(jnp.bfloat16, t=11, b=b, h=128, shared=True))
 
 
 def test_mosaic_impl_refuses_other_gpus():
-    if mosaic.supported():
+    if mosaic_rnn.supported():
         pytest.skip("this GPU runs the Mosaic kernels")
     with pytest.raises(ValueError, match="Hopper"):
         recurrence.IMPLS["mosaic"](jnp.zeros((16, 3, 1, 128), jnp.bfloat16), jnp.zeros((2, 128, 128)), "simple")
@@ -212,9 +213,9 @@ def test_saturated_recurrence_matches_numpy_and_its_gradient_stops_at_the_clip(i
 @pytest.mark.parametrize("capability, fits_bf16_2048", [("9.0", True), ("8.0", False), ("8.6", False), ("7.5", False)])
 def test_triton_kernel_fits_by_the_gpus_shared_memory(monkeypatch, capability, fits_bf16_2048):
     """The shared-memory limit is the GPU's own (A100 163 KB, consumer Ampere 99 KB), not the H200's."""
-    expected = pallas_common.SHARED_MEMORY_BYTES.get(capability, pallas_common.SMALLEST_SHARED_MEMORY)
-    assert pallas_common.shared_memory_bytes(capability) == expected
+    expected = common.SHARED_MEMORY_BYTES.get(capability, common.SMALLEST_SHARED_MEMORY)
+    assert common.shared_memory_bytes(capability) == expected
     # 2 directions, bfloat16, 132 SMs (32 columns per program): (32 + 16) x 2048 x 2 B
-    assert persistent.fits(2048, 2, 2, 132, expected) == fits_bf16_2048
-    monkeypatch.setattr(pallas_common, "compute_capability", lambda: capability)
-    assert mosaic.supported() == (capability == pallas_common.HOPPER)  # the Mosaic kernels: Hopper only
+    assert triton_rnn.fits(2048, 2, 2, 132, expected) == fits_bf16_2048
+    monkeypatch.setattr(common, "compute_capability", lambda: capability)
+    assert mosaic_rnn.supported() == (capability == common.HOPPER)  # the Mosaic kernels: Hopper only

@@ -108,6 +108,101 @@ def test_a_bad_value_names_its_key_and_what_is_allowed(key, value, message):
         settings.override(settings.Settings(), {key: value})
 
 
+# ----------------------------------------------------------------------------- boundaries
+
+TINY = 1e-9  # "just below" / "just above" a float limit
+
+
+def _at_least(key, minimum, step=1):
+    """A `key >= minimum` check: refused just below, accepted at and just above."""
+    return [(key, minimum - step, False, {}), (key, minimum, True, {}), (key, minimum + step, True, {})]
+
+
+# Every check in settings.py at, just below and just above its boundary:
+# (dotted key, value, accepted, other keys set with it).
+BOUNDARIES = [
+    *[row for key in ("num_train_steps", "per_device_batch_size", "log_every_steps", "checkpoint_every_steps",
+                      "keep_checkpoints") for row in _at_least(key, 1)],
+    *_at_least("eval_every_steps", 0),  # 0 = never
+    *_at_least("num_devices", 0),  # 0 = all
+    ("faults.nan_at_steps", "", True, {}),
+    ("faults.nan_at_steps", "0", True, {}),
+    ("faults.nan_at_steps", "-1", False, {}),
+    ("faults.nan_at_steps", "5-5", True, {}),
+    ("faults.nan_at_steps", "5-4", False, {}),  # an empty range: a typo, not "no steps"
+    ("faults.kill_at", "step:0", True, {}),
+    ("faults.kill_at", "step:", False, {}),
+    ("faults.kill_at", "step:-1", False, {}),
+    # 0 <= min_duration_s < max_duration_s (27 by default)
+    ("dataset.min_duration_s", -TINY, False, {}),
+    ("dataset.min_duration_s", 0.0, True, {}),
+    ("dataset.min_duration_s", 27.0 - 1e-6, True, {}),
+    ("dataset.min_duration_s", 27.0, False, {}),
+    ("dataset.min_duration_s", 27.0 + 1e-6, False, {}),
+    ("dataset.max_duration_s", 2.0 - 1e-6, False, {"dataset.min_duration_s": 2.0}),
+    ("dataset.max_duration_s", 2.0, False, {"dataset.min_duration_s": 2.0}),
+    ("dataset.max_duration_s", 2.0 + 1e-6, True, {"dataset.min_duration_s": 2.0}),
+    *_at_least("dataset.num_buckets", 1),
+    ("dataset.num_buckets", settings.MAX_BUCKETS - 1, True, {}),
+    ("dataset.num_buckets", settings.MAX_BUCKETS, True, {}),
+    ("dataset.num_buckets", settings.MAX_BUCKETS + 1, False, {}),
+    *_at_least("dataset.num_workers", -1),  # -1 = auto
+    ("dataset.manual_dir", "", False, {"dataset.name": "librispeech_local"}),
+    ("dataset.manual_dir", "x", True, {"dataset.name": "librispeech_local"}),
+    ("dataset.data_dir", "x", True, {"dataset.name": "librispeech_local"}),
+    ("features.sample_rate", 15_999, False, {}),
+    ("features.sample_rate", 16_000, True, {}),
+    ("features.sample_rate", 16_001, False, {}),
+    *[row for key in ("features.freq_masks", "features.freq_mask_width", "features.time_masks")
+      for row in _at_least(key, 0)],
+    ("features.time_mask_max_fraction", -TINY, False, {}),
+    ("features.time_mask_max_fraction", 0.0, True, {}),
+    ("features.time_mask_max_fraction", TINY, True, {}),
+    ("features.time_mask_max_fraction", 1.0 - TINY, True, {}),
+    ("features.time_mask_max_fraction", 1.0, True, {}),
+    ("features.time_mask_max_fraction", 1.0 + TINY, False, {}),
+    *_at_least("model.num_conv_layers", 1),
+    ("model.num_conv_layers", 3, True, {}),
+    ("model.num_conv_layers", 4, False, {}),
+    *[row for key in ("model.num_rnn_layers", "model.rnn_size", "model.conv_channels", "model.scan_unroll")
+      for row in _at_least(key, 1)],
+    *[(k, v, ok, {"model.bidirectional": False}) for k, v, ok, _ in _at_least("model.row_conv_context", 0)],
+    ("optimizer.learning_rate", -TINY, False, {}),
+    ("optimizer.learning_rate", 0.0, False, {}),
+    ("optimizer.learning_rate", TINY, True, {}),
+    *_at_least("optimizer.max_consecutive_skips", 1),
+    *_at_least("eval.max_utterances", 0),
+    *_at_least("eval.num_examples_to_print", 0),
+    *_at_least("decoding.beam_width", 0),  # 0 = greedy only
+    ("decoding.lm_path", "lm.arpa", False, {"decoding.beam_width": 0}),
+    ("decoding.lm_path", "lm.arpa", True, {"decoding.beam_width": 1}),
+    ("decoding.lexicon_path", "words.txt", False, {"decoding.beam_width": 1}),
+    ("decoding.lexicon_path", "words.txt", True, {"decoding.beam_width": 1, "decoding.lm_path": "lm.arpa"}),
+    ("decoding.alpha", -TINY, False, {}),
+    ("decoding.alpha", 0.0, True, {}),
+    ("decoding.alpha", TINY, True, {}),
+    *[row for key in ("decoding.beam_prune_logp", "decoding.token_min_logp")
+      for row in [(key, -TINY, True, {}), (key, 0.0, False, {}), (key, TINY, False, {})]],
+]
+
+
+@pytest.mark.parametrize("key,value,accepted,others", BOUNDARIES,
+                         ids=[f"{k}={v!r}{'+' + ','.join(o) if o else ''}" for k, v, _, o in BOUNDARIES])
+def test_every_check_holds_at_its_boundary(key, value, accepted, others):
+    """A check that moved its boundary by one (< for <=, < 0 for < 1) fails here."""
+    changes = {**others, key: value}
+    if accepted:
+        built = settings.override(settings.Settings(), changes)
+        node = built
+        for part in key.split("."):
+            node = getattr(node, part)
+        assert node == value
+    else:
+        with pytest.raises(ValueError) as refused:
+            settings.override(settings.Settings(), changes)
+        assert key.split(".")[-1] in str(refused.value)  # the message names the setting
+
+
 def test_a_kernel_for_the_simple_cell_only_is_refused_for_gru():
     config = with_key("model.rnn_cell", "gru")
     config.model.rnn_impl = "scan_vjp"

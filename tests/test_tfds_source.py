@@ -1,4 +1,4 @@
-"""TfdsSource: filters, buckets, SortaGrad, determinism, sharding, eval coverage, no TF."""
+"""TfdsSource: filters (and at their limits), buckets, SortaGrad, determinism, sharding, eval coverage, no TF."""
 
 import os
 import subprocess
@@ -241,3 +241,109 @@ def test_vectorized_min_frames_match_the_per_sequence_rule():
     offsets = np.concatenate([[0], np.cumsum([len(x) for x in seqs])])
     got = min_frames_of(np.concatenate(seqs), offsets)
     np.testing.assert_array_equal(got, [geometry.ctc_min_frames(x) for x in seqs])
+
+
+# ----------------------------------------------------------------------------- filters at their limits
+# A TfdsSource over splits held in memory (no tfds build): each split is a list of
+# (num_samples, transcript); the filters, buckets and eval batches are the real code.
+
+
+@pytest.fixture
+def memory_source(monkeypatch, tmp_path):
+    from types import SimpleNamespace
+
+    from ds2_jax import tfds_source
+
+    def make(splits: dict[str, list[tuple[int, str]]], batch: int = BATCH, **dataset) -> TfdsSource:
+        names = {tfds_source.split_names(s)[0]: utts for s, utts in splits.items()}
+        builder = SimpleNamespace(name="memory", data_dir=str(tmp_path),
+                                  info=SimpleNamespace(splits=dict.fromkeys(names), features={"audio": None}))
+        monkeypatch.setattr(tfds_source, "_open_builder", lambda config, sharding: builder)
+
+        def index(self, split):
+            utts = names[split]
+            labels = [text.encode(t) for _, t in utts]
+            offsets = np.concatenate([[0], np.cumsum([len(x) for x in labels])])
+            return tfds_source.SplitIndex.from_flat([n for n, _ in utts], np.concatenate(labels), offsets,
+                                                    np.zeros(len(utts), bool))
+
+        monkeypatch.setattr(TfdsSource, "_index", index)
+        monkeypatch.setattr(TfdsSource, "_source",
+                            lambda self, split: [{"audio": np.ones(n, np.int16)} for n, _ in names[split]])
+        c = default.get_config()
+        c.dataset.name, c.dataset.manual_dir = "librispeech_local", "memory"
+        c.dataset.train_splits, c.dataset.eval_split = list(splits)[0], list(splits)[-1]
+        c.dataset.update(dataset)
+        return TfdsSource(c, Sharding(batch))
+
+    return make
+
+
+def eval_rows(src: TfdsSource, split: str) -> list[tuple[int, int, tuple[int, int]]]:
+    """(samples, labels, batch shape) of every real row the eval batches of `split` hold."""
+    return [(int(n), int(m), (b["audio"].shape[1], b["labels"].shape[1]))
+            for b in src.eval_batches(split)
+            for w, n, m in zip(b["weights"], b["audio_lengths"], b["label_lengths"]) if w == 1]
+
+
+FILLER = [(16_000 + 160 * i, "hello") for i in range(8)]  # a training set for the buckets
+
+
+def test_duration_filter_keeps_utterances_exactly_at_each_limit(memory_source):
+    """min/max_duration_s are inclusive, in whole samples: 2.01 s is 32160 samples (not the
+    32159 that int(2.01 * 16000) gives)."""
+    rate = td.RATE
+    lo, hi = round(2.01 * rate), round(4.02 * rate)
+    dev = [(n, "hello") for n in (lo - 1, lo, lo + 1, 3 * rate, hi - 1, hi, hi + 1)]
+    src = memory_source({"train-clean-100": FILLER + dev, "dev-clean": dev},
+                        min_duration_s=2.01, max_duration_s=4.02)
+    assert sorted(n for n, _, _ in eval_rows(src, "dev-clean")) == [lo, lo + 1, 3 * rate, hi - 1, hi]
+
+
+def _samples_for_frames(frames: int, num_conv_layers: int = 2) -> int:
+    """The fewest samples whose conv stack emits `frames` output frames."""
+    from ds2_jax import geometry
+
+    n = 320
+    while geometry.output_frames(geometry.num_frames(n), num_conv_layers) < frames:
+        n += 160
+    return n
+
+
+@pytest.mark.parametrize("transcript", ["ab", "aa", "hello"])  # 'aa' and 'hello' need a blank between repeats
+def test_ctc_filter_keeps_an_utterance_whose_frames_equal_what_its_labels_need(memory_source, transcript):
+    """Frames == ctc_min_frames is feasible (one path): kept by the host filter, as the loss's
+    mask (ctc.feasible) counts it; one frame fewer is dropped by both."""
+    import jax.numpy as jnp
+
+    from ds2_jax import ctc, geometry
+
+    labels = text.encode(transcript)
+    need = geometry.ctc_min_frames(labels)
+    at = _samples_for_frames(need)
+    below = _samples_for_frames(need - 1)
+    assert geometry.output_frames(geometry.num_frames(at - 1), 2) == need - 1  # `at` is the limit itself
+    dev = [(below, transcript), (at - 1, transcript), (at, transcript), (_samples_for_frames(need + 1), transcript)]
+    src = memory_source({"train-clean-100": FILLER, "dev-clean": dev})
+    kept = sorted(n for n, _, _ in eval_rows(src, "dev-clean"))
+    assert kept == [at, _samples_for_frames(need + 1)]
+    frames = jnp.array([need - 1, need, need + 1])
+    rows = jnp.asarray(np.tile(labels, (3, 1)))
+    np.testing.assert_array_equal(ctc.feasible(frames, rows, jnp.full(3, len(labels))), [False, True, True])
+
+
+def test_eval_keeps_utterances_longer_than_the_largest_bucket_each_in_the_smallest_shape(memory_source):
+    """Eval drops nothing: an utterance exactly the largest bucket's size uses that bucket; one
+    sample longer, or with more labels than it holds, gets the one extra shape."""
+    src = memory_source({"train-clean-100": FILLER, "dev-clean": []}, num_buckets=2)
+    (s0, l0), (s1, l1) = src.shapes()
+    dev = [(s0, "hello"), (s0 + 1, "hello"), (s1, "hello"), (s1 + 1, "hello"), (s0 - 160, "a" * 3 + "b" * 3 + "c" * l1)]
+    src = memory_source({"train-clean-100": FILLER, "dev-clean": dev}, num_buckets=2)
+    assert src.shapes() == [(s0, l0), (s1, l1)]
+    rows = eval_rows(src, "dev-clean")
+    assert sorted((n, m) for n, m, _ in rows) == sorted((n, len(t)) for n, t in dev)  # each once
+    shapes = {(n, m): shape for n, m, shape in rows}
+    assert shapes[(s0, 5)] == (s0, l0) and shapes[(s0 + 1, 5)] == shapes[(s1, 5)] == (s1, l1)
+    extra = shapes[(s1 + 1, 5)]
+    assert extra[0] > s1 and extra[0] % src.hop == 0 and extra[1] >= l1
+    assert shapes[(s0 - 160, 6 + l1)] == extra and extra[1] >= 6 + l1  # too many labels for every bucket

@@ -1,6 +1,7 @@
 """The train step and loop: device-count invariance, eager == compiled, overfitting,
 checkpoint round trip and exact resume."""
 
+import dataclasses
 import functools
 import os
 
@@ -88,14 +89,44 @@ def test_checkpoint_round_trip(tmp_path):
         np.testing.assert_array_equal(a, b)
 
 
-def test_stopped_and_resumed_run_matches_uninterrupted(tmp_path):
-    common = {"log_every_steps": 2, "eval_every_steps": 0, "checkpoint_every_steps": 3}
-    full = train.train_and_evaluate(tiny_config(num_train_steps=8, **common), str(tmp_path / "full"))
-    train.train_and_evaluate(tiny_config(num_train_steps=5, **common), str(tmp_path / "split"))
-    resumed = train.train_and_evaluate(tiny_config(num_train_steps=8, **common), str(tmp_path / "split"))
-    assert int(resumed.step) == int(full.step) == 8
-    for a, b in zip(leaves(full), leaves(resumed)):
-        np.testing.assert_array_equal(a, b)
+class Killed(BaseException):
+    """What faults.kill_at's SIGKILL becomes in-process: nothing after it runs but cleanup."""
+
+
+TIMING = ("step_time_s", "utterances_per_s", "input_wait_s")  # the only metrics a resume may change
+
+
+def test_killed_and_resumed_run_matches_uninterrupted_in_every_field_and_counter(tmp_path, monkeypatch):
+    """Every field of the train state and every metrics counter after two kills and resumes
+    equals the uninterrupted run's. SpecAugment is on; non-finite steps (2, 5-8) lie on both
+    sides of the checkpoints: resumed from checkpoint 3 (1 skipped step), steps 3-4 train with
+    their own masks; resumed from checkpoint 6 (2 skipped, the last 1 in a row), every step
+    after it is skipped, so the consecutive count has to come from the checkpoint."""
+    real_kill = os.kill
+    monkeypatch.setattr(os, "kill", lambda pid, sig: (_ for _ in ()).throw(Killed()) if pid == os.getpid()
+                        else real_kill(pid, sig))
+    common = {"num_train_steps": 9, "log_every_steps": 1, "eval_every_steps": 4, "checkpoint_every_steps": 3,
+              "eval.max_utterances": 8, "faults.nan_at_steps": "2,5-8", "features.freq_masks": 2,
+              "features.time_masks": 2, "features.time_mask_max_fraction": 0.2}
+    full = train.train_and_evaluate(tiny_config(**common), str(tmp_path / "full"))
+    for kill_at in ("step:5", "step:8"):  # each after a checkpoint (3, 6) and before the next
+        with pytest.raises(Killed):
+            train.train_and_evaluate(tiny_config(**common, **{"faults.kill_at": kill_at}), str(tmp_path / "split"))
+    resumed = train.train_and_evaluate(tiny_config(**common), str(tmp_path / "split"))
+    assert (int(full.skipped_steps), int(full.consecutive_skips)) == (5, 4)
+    fields = [f.name for f in dataclasses.fields(full) if f.name not in ("apply_fn", "tx")]
+    assert {"step", "params", "opt_state", "batch_stats", "skipped_steps", "consecutive_skips"} <= set(fields)
+    for name in fields:
+        a, b = getattr(full, name), getattr(resumed, name)
+        assert jax.tree_util.tree_structure(a) == jax.tree_util.tree_structure(b), name
+        for x, y in zip(leaves(a), leaves(b), strict=True):
+            np.testing.assert_array_equal(x, y, err_msg=name)
+    records = {w: metrics.read_jsonl(str(tmp_path / w / "metrics.jsonl")) for w in ("full", "split")}
+    assert [r["step"] for r in records["split"]] == [r["step"] for r in records["full"]]
+    assert [r["skipped_steps"] for r in records["full"] if "skipped_steps" in r] == [0, 0, 1, 1, 1, 2, 3, 4, 5]
+    for a, b in zip(records["full"], records["split"], strict=True):
+        assert a.keys() == b.keys()
+        assert {k: v for k, v in a.items() if k not in TIMING} == {k: v for k, v in b.items() if k not in TIMING}
 
 
 def test_non_finite_steps_are_skipped_and_counted():

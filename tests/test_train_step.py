@@ -223,3 +223,24 @@ def test_optimizer_clips_the_global_gradient_norm_before_adam():
     _, state = tx.update(grads, tx.init(params), params)
     mu = optax.tree_utils.tree_get(state, "mu")  # (1 - b1) * the clipped gradient
     np.testing.assert_allclose(mu["a"], (1 - opt.b1) * np.array([0.6, 0.0, 0.8]), rtol=1e-6)
+
+
+def test_spec_augment_draws_differ_by_step_and_by_device_and_repeat_for_the_same_step(setup):
+    """The step's masks come from (rng, state.step, device index): the same step masks alike
+    (a resumed run repeats them), the next step otherwise; the same rows on two devices are
+    masked differently, so their loss is not twice one device's. (The loss depends on the
+    step number through the masks only: the learning rate acts on the update, after it.)"""
+    config, state, batch = setup
+    config = config.copy_and_resolve_references()
+    config.features.freq_masks, config.features.time_masks = 2, 2
+    config.features.time_mask_max_fraction = 0.2
+    rows = {k: v[:2] for k, v in batch.items()}  # two feasible rows
+    step = jax.jit(functools.partial(train.train_step, **train.step_kwargs(config), axis_name=None))
+    rng = jax.random.PRNGKey(1)  # run_step's
+    losses = [float(step(state.replace(step=jnp.asarray(s, jnp.int32)), rows, rng)[1]["loss_sum"])
+              for s in (0, 1, 2, 0)]
+    assert losses[0] == losses[3]  # the same step: the same draws
+    assert len(set(losses[:3])) == 3, losses  # each step its own
+    _, two = run_step(config, state, {k: np.concatenate([v, v]) for k, v in rows.items()}, 2, cache=False)
+    assert float(two["loss_count"]) == 4
+    assert float(two["loss_sum"]) != 2 * losses[0]  # (what two devices drawing the same masks would give)

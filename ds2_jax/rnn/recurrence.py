@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 
 from ds2_jax import batch_axis
-from ds2_jax.rnn import dispatch, mosaic, persistent
+from ds2_jax.kernels import dispatch, mosaic_rnn, triton_rnn
 from ds2_jax.rnn.reference import scan_recurrence, scan_vjp_recurrence
 
 
@@ -32,7 +32,7 @@ def pallas_recurrence(xs: jax.Array, recurrent: jax.Array, cell: str, unroll: in
     del unroll  # the kernel loops over time itself
     if cell != "simple":
         raise ValueError(f"rnn_impl='pallas' supports rnn_cell='simple' only, not {cell!r}")
-    return persistent.persistent_simple_rnn(xs, recurrent)
+    return triton_rnn.persistent_simple_rnn(xs, recurrent)
 
 
 def mosaic_recurrence(xs: jax.Array, recurrent: jax.Array, cell: str, unroll: int = 1) -> jax.Array:
@@ -41,11 +41,11 @@ def mosaic_recurrence(xs: jax.Array, recurrent: jax.Array, cell: str, unroll: in
     del unroll
     if cell != "simple":
         raise ValueError(f"rnn_impl='mosaic' supports rnn_cell='simple' only, not {cell!r}")
-    if not mosaic.supported():
+    if not mosaic_rnn.supported():
         raise ValueError("rnn_impl='mosaic' needs a Hopper GPU (compute capability 9.0); use 'auto'")
-    batch, chunk = xs.shape[0], mosaic.BATCH
+    batch, chunk = xs.shape[0], mosaic_rnn.BATCH
     padded = jnp.pad(xs, [(0, -batch % chunk)] + [(0, 0)] * (xs.ndim - 1))
-    ys = [mosaic.mosaic_simple_rnn(padded[i:i + chunk], recurrent) for i in range(0, padded.shape[0], chunk)]
+    ys = [mosaic_rnn.mosaic_simple_rnn(padded[i:i + chunk], recurrent) for i in range(0, padded.shape[0], chunk)]
     return jnp.concatenate(ys, axis=0)[:batch]
 
 
@@ -67,7 +67,7 @@ def bidirectional(
       projections: <dtype>[B, T, G*H] each; one (shared by all directions) or one per direction.
       recurrent: [D, H, G*H].
       lengths: <int32>[B] valid frames.
-      impl: a name in dispatch.RNN_IMPLS ('auto': dispatch.choose_rnn decides).
+      impl: a name in settings.RNN_IMPLS ('auto': dispatch.choose_rnn decides).
     Returns:
       [B, T, D*H], directions concatenated (forward first); padded frames hold garbage.
 

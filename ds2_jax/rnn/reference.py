@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 
 from ds2_jax.activation import clipped_relu
-from ds2_jax.rnn.gates import passes_gradient
+from ds2_jax.kernels.gates import passes_gradient
 
 
 def simple_cell(carry, proj_t, rec_t):
@@ -82,10 +82,10 @@ def scan_recurrence_time_major(xs: jax.Array, recurrent: jax.Array, cell: str, u
     """Reference recurrence (every direction forward in time).
 
     Args:
-      xs: [T, D, B, G*H] time-major projections for D directions.
-      recurrent: [D, H, G*H] recurrent matrices.
+      xs: [T, D, B, G*H] time-major projections for D directions (the compute dtype).
+      recurrent: [D, H, G*H] recurrent matrices (any float dtype: cast to xs's for the products).
     Returns:
-      [T, D, B, H] hidden states.
+      [T, D, B, H] hidden states in xs's dtype.
     """
     d, h_size = recurrent.shape[0], recurrent.shape[1]
     b = xs.shape[2]
@@ -96,7 +96,9 @@ def scan_recurrence_time_major(xs: jax.Array, recurrent: jax.Array, cell: str, u
 
     def step(carry, x_t):
         h = _hidden(carry)
-        rec = jnp.einsum("dbh,dhw->dbw", h, recurrent, preferred_element_type=jnp.float32)
+        # Cast here, not before the loop: autodiff then sums the weight gradient over the steps
+        # in recurrent's dtype (float32), not in the compute dtype.
+        rec = jnp.einsum("dbh,dhw->dbw", h, recurrent.astype(dtype), preferred_element_type=jnp.float32)
         if cell == "lstm":
             carry = (carry[0].astype(jnp.float32), carry[1])
         else:
@@ -132,18 +134,19 @@ def _simple_rnn_bwd(unroll, residuals, dys):
     ys, recurrent = residuals
     dtype = ys.dtype
     active = passes_gradient(ys)
+    weights = recurrent.astype(dtype)
 
     def step(g, inputs):
         dy_t, active_t = inputs
         dz = jnp.where(active_t, dy_t.astype(jnp.float32) + g, 0.0)
-        g = jnp.einsum("dbw,dhw->dbh", dz.astype(dtype), recurrent, preferred_element_type=jnp.float32)
+        g = jnp.einsum("dbw,dhw->dbh", dz.astype(dtype), weights, preferred_element_type=jnp.float32)
         return g, dz.astype(dtype)
 
     g0 = jnp.zeros(ys.shape[1:], jnp.float32)
     _, dzs = jax.lax.scan(step, g0, (dys, active), reverse=True, unroll=unroll)
     h_prev = jnp.concatenate([jnp.zeros_like(ys[:1]), ys[:-1]], axis=0)
     d_recurrent = jnp.einsum("tdbh,tdbw->dhw", h_prev, dzs, preferred_element_type=jnp.float32)
-    return dzs, d_recurrent.astype(recurrent.dtype)
+    return dzs, d_recurrent.astype(recurrent.dtype)  # float32 weights get a float32 gradient
 
 
 _simple_rnn.defvjp(_simple_rnn_fwd, _simple_rnn_bwd)

@@ -31,8 +31,8 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plt
 
 from ds2_jax.activation import clipped_relu
-from ds2_jax.rnn.gates import input_gradient, passes_gradient, previous_states
-from ds2_jax.rnn.pallas_common import MIN_BLOCK, block_size, interpret_mode, sync_threads
+from ds2_jax.kernels.gates import input_gradient, passes_gradient, previous_states
+from ds2_jax.kernels.common import MIN_BLOCK, block_size, interpret_mode, sync_threads
 
 ROWS = MIN_BLOCK  # batch rows per matmul: the MMA tile height
 

@@ -27,11 +27,9 @@ import logging
 import jax
 import jax.numpy as jnp
 
-from ds2_jax.rnn import mosaic, pallas_common, persistent
+from ds2_jax import settings
+from ds2_jax.kernels import common, mosaic_rnn, triton_rnn
 
-RNN_IMPLS = ("auto", "scan", "scan_vjp", "pallas", "mosaic")
-CTC_IMPLS = ("auto", "optax", "pallas")
-KERNEL_CELLS = ("simple",)  # the cells scan_vjp and the kernels implement
 
 _LOGGED: set = set()
 _QUIET: list = []  # non-empty inside unlogged()
@@ -48,16 +46,16 @@ class Machine:
 
 def this_machine() -> Machine:
     device = jax.devices()[0]
-    return Machine(jax.default_backend(), pallas_common.compute_capability(), getattr(device, "core_count", None))
+    return Machine(jax.default_backend(), common.compute_capability(), getattr(device, "core_count", None))
 
 
 def mosaic_runs(rows: int, dtype, hidden: int, directions: int, machine: Machine) -> bool:
     """Whether the Mosaic GPU kernels take this problem here: Hopper, bfloat16, at most one
     kernel batch of rows, a hidden size they tile, and a grid that is resident at once
-    (`mosaic.unsupported`, with the SM count given instead of read)."""
-    ctas = 2 * directions * (hidden // mosaic.COLS)
-    return (machine.capability == pallas_common.HOPPER and rows <= mosaic.BATCH and jnp.dtype(dtype) == jnp.bfloat16
-            and hidden % mosaic.HIDDEN_MULTIPLE == 0 and (machine.sms is None or ctas <= machine.sms))
+    (`mosaic_rnn.unsupported`, with the SM count given instead of read)."""
+    ctas = 2 * directions * (hidden // mosaic_rnn.COLS)
+    return (machine.capability == common.HOPPER and rows <= mosaic_rnn.BATCH and jnp.dtype(dtype) == jnp.bfloat16
+            and hidden % mosaic_rnn.HIDDEN_MULTIPLE == 0 and (machine.sms is None or ctas <= machine.sms))
 
 
 def choose_rnn(asked: str, cell: str, rows: int, dtype, hidden: int, directions: int, machine: Machine) -> str:
@@ -67,9 +65,9 @@ def choose_rnn(asked: str, cell: str, rows: int, dtype, hidden: int, directions:
     An explicit choice runs as asked (the kernels raise where they cannot), except that
     'pallas' whose shared memory would not fit is an error here, where 'auto' takes scan_vjp.
     """
-    if asked not in RNN_IMPLS:
-        raise ValueError(f"model.rnn_impl={asked!r}: expected one of {sorted(RNN_IMPLS)}")
-    if asked == "auto" and cell not in KERNEL_CELLS:
+    if asked not in settings.RNN_IMPLS:
+        raise ValueError(f"model.rnn_impl={asked!r}: expected one of {sorted(settings.RNN_IMPLS)}")
+    if asked == "auto" and cell not in settings.KERNEL_CELLS:
         return "scan"
     if asked not in ("auto", "pallas"):
         return asked
@@ -77,21 +75,21 @@ def choose_rnn(asked: str, cell: str, rows: int, dtype, hidden: int, directions:
         return "scan_vjp" if asked == "auto" else "pallas"
     if asked == "auto" and mosaic_runs(rows, dtype, hidden, directions, machine):
         return "mosaic"
-    if not persistent.fits(hidden, directions, jnp.dtype(dtype).itemsize, machine.sms or 1,
-                           pallas_common.shared_memory_bytes(machine.capability)):
+    if not triton_rnn.fits(hidden, directions, jnp.dtype(dtype).itemsize, machine.sms or 1,
+                           common.shared_memory_bytes(machine.capability)):
         if asked == "pallas":
             raise ValueError(f"rnn_impl='pallas': a {jnp.dtype(dtype).name} recurrence of width {hidden} does not fit "
                              "the GPU's shared memory; use model.rnn_impl='auto' (falls back to scan_vjp) or bfloat16")
         return "scan_vjp"
-    if asked == "auto" and rows > persistent.ROWS:
+    if asked == "auto" and rows > triton_rnn.ROWS:
         return "scan_vjp"
     return "pallas"
 
 
 def choose_ctc(asked: str, machine: Machine) -> str:
     """loss.ctc_impl `asked` -> 'optax' or 'pallas' (the forward-backward kernels, on GPUs)."""
-    if asked not in CTC_IMPLS:
-        raise ValueError(f"loss.ctc_impl={asked!r}: expected one of {CTC_IMPLS}")
+    if asked not in settings.CTC_IMPLS:
+        raise ValueError(f"loss.ctc_impl={asked!r}: expected one of {settings.CTC_IMPLS}")
     if asked == "auto":
         return "pallas" if machine.backend == "gpu" else "optax"
     return asked

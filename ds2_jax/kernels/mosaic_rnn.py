@@ -34,8 +34,8 @@ from jax.experimental.pallas import mosaic_gpu as plgpu
 from jaxlib.mlir.dialects import nvvm
 
 from ds2_jax.activation import clipped_relu
-from ds2_jax.rnn import pallas_common
-from ds2_jax.rnn.gates import input_gradient, passes_gradient, previous_states
+from ds2_jax.kernels import common
+from ds2_jax.kernels.gates import input_gradient, passes_gradient, previous_states
 
 COLS = 64  # wgmma M: the columns one CTA pair computes
 BATCH = 16  # wgmma N: the batch the kernel takes
@@ -230,7 +230,7 @@ def _run(cell: Callable, xs: jax.Array, weights: jax.Array, *, reverse: bool, op
 
 def supported() -> bool:
     """wgmma kernels: Hopper (compute capability 9.0) only."""
-    return pallas_common.compute_capability() == pallas_common.HOPPER
+    return common.compute_capability() == common.HOPPER
 
 
 def unsupported(dtype, batch: int, directions: int, hidden: int) -> str | None:
@@ -257,12 +257,13 @@ def mosaic_simple_rnn(xs: jax.Array, recurrent: jax.Array, options: KernelOption
 
     Args:
       xs: <bf16>[16, T, D or 1, H] input projections (1: shared by the D directions).
-      recurrent: [D, H, H] recurrent matrices.
+      recurrent: [D, H, H] recurrent matrices (float32 or bf16; multiplied in bf16, the gradient
+        in recurrent's dtype, summed over time in float32).
     Returns:
       <bf16>[16, T, D, H] hidden states.
     """
     check_shapes(xs, recurrent)
-    return _model_layout(_mosaic(xs, recurrent.astype(xs.dtype), options, xs.shape[2] < recurrent.shape[0]))
+    return _model_layout(_mosaic(xs, recurrent, options, xs.shape[2] < recurrent.shape[0]))
 
 
 def _kernel_layout(x: jax.Array) -> jax.Array:
@@ -277,7 +278,8 @@ def _model_layout(x: jax.Array) -> jax.Array:
 def _mosaic(xs, recurrent, options, shared_input):
     """-> [T, D, B, H] states. shared_input: xs has one direction (static, for the gradient's shape)."""
     del shared_input
-    return _run(clipped_relu, _kernel_layout(xs), recurrent.transpose(0, 2, 1), reverse=False, options=options)
+    weights = recurrent.astype(xs.dtype).transpose(0, 2, 1)
+    return _run(clipped_relu, _kernel_layout(xs), weights, reverse=False, options=options)
 
 
 def _fwd(xs, recurrent, options, shared_input):
@@ -290,7 +292,7 @@ def _bwd(options, shared_input, residuals, dys):
     # One input per step, as in the forward kernel (a kernel that read dL/dy and y apart came
     # out wrong at hidden 2048 in batch entries 8-15; cause not found): the gate rides in it.
     gated = jnp.where(passes_gradient(ys), dys.astype(ys.dtype), SHUT)
-    dzs = _run(_gated, gated, recurrent, reverse=True, options=options)
+    dzs = _run(_gated, gated, recurrent.astype(ys.dtype), reverse=True, options=options)
     d_recurrent = jnp.einsum("tdbh,tdbw->dhw", previous_states(ys, time_axis=0), dzs,
                              preferred_element_type=jnp.float32)
     return input_gradient(_model_layout(dzs), shared_input), d_recurrent.astype(recurrent.dtype)

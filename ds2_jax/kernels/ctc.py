@@ -23,7 +23,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plt
 
-from ds2_jax.rnn.pallas_common import block_size, interpret_mode, sync_threads
+from ds2_jax.kernels.common import block_size, interpret_mode, sync_threads
 
 LOG_ZERO = -1e30
 GUARD = 2  # slots before and after the flattened rows so shifted reads stay in bounds
