@@ -6,6 +6,7 @@ neither imports the other.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import jax
@@ -42,22 +43,38 @@ def learning_rate_schedule(opt) -> optax.Schedule:
     return optax.join_schedules([warmup, after], [opt.warmup_steps])
 
 
-def schedule_end(opt) -> int | None:
-    """The step from which the learning rate is 0 ('cosine' ends there), or None."""
-    return max(opt.warmup_steps, 0) + max(opt.decay_steps, 1) if opt.schedule == "cosine" else None
+IDLE_FRACTION = 0.01  # a step below this fraction of optimizer.learning_rate barely trains
+
+
+def schedule_end(opt) -> tuple[int, int] | None:
+    """(first step below IDLE_FRACTION of the peak rate, step from which the rate is 0) of a
+    'cosine' schedule; None for the others (they never reach 0)."""
+    if opt.schedule != "cosine":
+        return None
+    warmup, decay = max(opt.warmup_steps, 0), max(opt.decay_steps, 1)
+    low = warmup + math.ceil(decay * math.acos(2 * IDLE_FRACTION - 1) / math.pi)  # 0.5 (1 + cos) < fraction
+    return low, warmup + decay
 
 
 def idle_steps_warning(opt, start: int, stop: int) -> str | None:
-    """What to change when steps [start, stop) would run past the schedule's end at
-    learning rate 0 (they would not change the model); None when none would."""
-    end = schedule_end(opt)
-    if end is None or stop <= end:
+    """What to change when steps [start, stop) would train past the schedule's end: some at
+    learning rate 0, or most of them below 1% of it (they would hardly change the model);
+    None otherwise (a schedule's own tail is not warned about)."""
+    ends = schedule_end(opt)
+    if ends is None:
         return None
-    first = max(start, end) + 1  # counted as the log counts them: step n is the n-th finished
-    return (f"steps {first}-{stop} will train at learning rate 0: optimizer.schedule='cosine' ends at step {end} "
-            f"(optimizer.warmup_steps={opt.warmup_steps} + optimizer.decay_steps={opt.decay_steps}). To train "
-            f"further, stretch the schedule: --config.optimizer.decay_steps={stop - max(opt.warmup_steps, 0)} "
-            "(the rate rises again from this step on), or use --config.optimizer.schedule=constant")
+    low, end = ends
+    idle = stop - max(start, low)
+    if stop <= end and 2 * idle <= stop - start:
+        return None
+    first = max(start, low) + 1  # counted as the log counts them: step n is the n-th finished
+    warmup = max(opt.warmup_steps, 0)
+    stretched = math.ceil((stop - warmup) * math.pi / math.acos(2 * IDLE_FRACTION - 1))  # low == stop
+    return (f"steps {first}-{stop} will train at under {IDLE_FRACTION:.0%} of optimizer.learning_rate (0 from step "
+            f"{end}): optimizer.schedule='cosine' ends at step {end} (optimizer.warmup_steps={opt.warmup_steps} + "
+            f"optimizer.decay_steps={opt.decay_steps}). To train further, stretch the schedule: "
+            f"--config.optimizer.decay_steps={stretched} or more (the rate rises again from this step on), or use "
+            "--config.optimizer.schedule=constant")
 
 
 def make_optimizer(opt) -> optax.GradientTransformation:
