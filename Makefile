@@ -11,6 +11,7 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= 2
 XDIST := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
 WORKDIR ?= .demo/run
+export WORKDIR  # the recipe quotes it from the environment: any path a shell accepts
 
 .PHONY: demo plot test test-fast test-gpu converge-gpu mutate venv clean
 
@@ -31,7 +32,7 @@ demo: $(VENV)/.stamp-base
 	$(PY) -m ds2_jax.demo
 
 plot: $(VENV)/.stamp-base
-	$(PY) -m ds2_jax.plot --workdir=$(WORKDIR)
+	$(PY) -m ds2_jax.plot --workdir="$$WORKDIR"
 
 test: $(VENV)/.stamp-test
 	$(PY) -m pytest -q $(XDIST) $(PYTEST_ARGS)

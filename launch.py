@@ -2,23 +2,25 @@
 
     python launch.py --config=configs/ds2_8gpu.py --workdir=DIR [--config.key=value ...]
     python launch.py --config=configs/smoke.py --workdir=DIR --mode=eval
+    python launch.py --config=configs/smoke.py [--config.key=value ...] --print_config
 
-Errors a user can fix end in one line, `error: <what to change>`; the traceback goes to
-DIR/error.log (and to stderr with --traceback or DS2_TRACEBACK=1).
+A mistake in the command line is one line, `error: <what to change>`, exit code 2
+(ds2_jax/cli.py). Errors a user can fix end in one line too, exit code 1; the traceback
+goes to DIR/error.log (and to stderr with --traceback or DS2_TRACEBACK=1). A run that
+fails before it has written a result removes the workdir it created.
 """
 
-import difflib
-import importlib.util
 import logging
 import os
-import sys
 
-from absl import app, flags
-from absl import logging as absl_logging
+from absl import flags
 from ml_collections import config_flags
 
+from ds2_jax import cli
+
 FLAGS = flags.FLAGS
-config_flags.DEFINE_config_file("config", None, "Config file (configs/*.py).", lock_config=True)
+config_flags.DEFINE_config_file("config", None, "Config file (configs/*.py); override any key with "
+                                "--config.KEY=VALUE; --print_config lists them.", lock_config=True)
 flags.DEFINE_string("workdir", None, "Checkpoints, metrics.jsonl and TensorBoard events go here.")
 flags.DEFINE_enum("mode", "train", ["train", "eval"], "train (resumes if workdir has checkpoints) or eval.")
 flags.DEFINE_integer("eval_step", None, "--mode=eval: checkpoint step to evaluate (default: latest).")
@@ -28,7 +30,9 @@ flags.DEFINE_string("coordinator_address", None, "host:port of process 0 (implie
 flags.DEFINE_integer("num_processes", None, "Number of processes (with --coordinator_address).")
 flags.DEFINE_integer("process_id", None, "This process's index (with --coordinator_address).")
 flags.DEFINE_bool("traceback", False, "Print the traceback of an error too (also: DS2_TRACEBACK=1).")
-flags.mark_flags_as_required(["config", "workdir"])
+flags.DEFINE_bool("print_config", False, "Print every setting of --config (with the overrides) with its value, type "
+                  "and meaning, mark those that differ from the defaults, and exit.")
+flags.mark_flags_as_required(["config"])
 
 
 def start_distributed() -> None:
@@ -45,73 +49,31 @@ def start_distributed() -> None:
     logging.getLogger("ds2_jax").info("jax.distributed: process %d of %d", jax.process_index(), jax.process_count())
 
 
-def _config_file(argv: list[str]) -> str | None:
-    for i, a in enumerate(argv):
-        if a.startswith("--config="):
-            return a.split("=", 1)[1].split(":", 1)[0]
-        if a == "--config" and i + 1 < len(argv):
-            return argv[i + 1].split(":", 1)[0]
-    return None
-
-
-def _flat_keys(config, prefix: str = "") -> list[str]:
-    keys = []
-    for k, v in config.items():
-        keys.append(prefix + k)
-        if hasattr(v, "items"):
-            keys += _flat_keys(v, prefix + k + ".")
-    return keys
-
-
-def unknown_key_message(argv: list[str]) -> str | None:
-    """'unknown config key ...' with close matches, for the first --config.KEY the config lacks."""
-    path = _config_file(argv)
-    if not path or not os.path.exists(path):
-        return None
-    spec = importlib.util.spec_from_file_location("_ds2_config_file", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    known = _flat_keys(module.get_config())
-    for a in argv:
-        if a.startswith("--config.") or a.startswith("--noconfig."):
-            key = a.split("=", 1)[0].split("config.", 1)[1]
-            if key not in known:
-                close = difflib.get_close_matches(key, known, n=3, cutoff=0.6)
-                hint = f"did you mean {', '.join(close)}?" if close else "no key is close (ds2_jax/settings.py lists and explains them all)"
-                return f"unknown config key {key!r} ({a}) in {path}: {hint}"
-    return None
-
-
-def parse_flags(argv: list[str]) -> list[str]:
-    """absl's parsing, but an unknown --config.KEY is one line naming it and close matches."""
-    try:
-        return FLAGS(argv)
-    except flags.Error:
-        raise  # absl prints these as one line itself
-    except (AttributeError, KeyError) as e:  # ml_collections: a key the config does not have
-        message = unknown_key_message(argv) or f"bad --config override: {e}"
-        print(f"error: {message}", file=sys.stderr, flush=True)
-        sys.exit(2)
-
-
 def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    absl_logging.set_verbosity(absl_logging.WARNING)  # quiets orbax's per-save chatter
-    logging.getLogger("ds2_jax").setLevel(logging.INFO)
+    if FLAGS.print_config:
+        print(cli.config_listing(FLAGS.config, cli.config_source(FLAGS["config"])), flush=True)
+        from ds2_jax import errors, settings
+
+        # then the checks a run makes first: a bad value is an `error:` line naming it
+        return errors.run_explained(lambda: settings.from_config_dict(FLAGS.config), None, errors.traceback_wanted())
+    if not FLAGS.workdir:
+        cli.usage_error(f"--workdir is required ({FLAGS['workdir'].help.rstrip('.')})")
     from ds2_jax import determinism
 
     determinism.apply(FLAGS.config)  # must reach XLA before jax starts
     if FLAGS.distributed or FLAGS.coordinator_address:
         start_distributed()
+    cli.setup_logging(FLAGS.workdir)  # the full log in workdir/log.txt (one file per process: after distributed)
     from ds2_jax import errors, evaluation, train
 
     if FLAGS.mode == "train":
         run = lambda: train.train_and_evaluate(FLAGS.config, FLAGS.workdir)  # noqa: E731
     else:
         run = lambda: evaluation.evaluate_checkpoint(FLAGS.config, FLAGS.workdir, step=FLAGS.eval_step)  # noqa: E731
+    if not (FLAGS.distributed or FLAGS.coordinator_address):  # a shared workdir is left to its processes
+        run = cli.removing_new_workdir_on_error(run, FLAGS.workdir)
     return errors.run_explained(run, FLAGS.workdir, FLAGS.traceback or errors.traceback_wanted())
 
 
 if __name__ == "__main__":
-    app.run(main, flags_parser=parse_flags)
+    cli.run(main)

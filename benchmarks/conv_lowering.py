@@ -15,7 +15,7 @@ import json
 
 import jax
 import jax.numpy as jnp
-from absl import app, flags
+from absl import flags
 
 from benchmarks import micro, timing
 from ds2_jax import geometry, space_to_depth
@@ -77,4 +77,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    from ds2_jax import cli
+
+    cli.run(main)

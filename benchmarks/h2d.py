@@ -19,7 +19,6 @@ Prints one JSON object: GB/s per way.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -61,12 +60,18 @@ def timed(copy, make, repeats: int) -> float:
     return round(statistics.median(rates), 3)
 
 
+def define_flags(fv) -> None:
+    from absl import flags
+
+    flags.DEFINE_integer("batch", 128, "Utterances per batch.", flag_values=fv)
+    flags.DEFINE_float("seconds", 8.0, "Seconds per utterance.", flag_values=fv)
+    flags.DEFINE_integer("repeats", 20, "Timed copies per case.", flag_values=fv)
+
+
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--batch", type=int, default=128)
-    p.add_argument("--seconds", type=float, default=8.0)
-    p.add_argument("--repeats", type=int, default=20)
-    args = p.parse_args(argv)
+    from ds2_jax import cli
+
+    args, _ = cli.parse_args(argv, define_flags, __doc__)
 
     dev = jax.devices()[0]
     samples = int(args.seconds * 16_000)
@@ -106,4 +111,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from ds2_jax import errors
+
+    sys.exit(errors.run_explained(main, None, errors.traceback_wanted()))

@@ -12,7 +12,6 @@ fit the GPU host's disk as clips of its real length). Prints one JSON line.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import resource
@@ -44,12 +43,19 @@ def rss_mb() -> float:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
 
 
+def define_flags(fv) -> None:
+    from absl import flags
+
+    flags.DEFINE_integer("utterances", 281_241, "Utterances in the index (LibriSpeech 960 h has 281,241).",
+                         flag_values=fv)
+    flags.DEFINE_float("chars_per_second", 15.0, "Transcript length per second of audio.", flag_values=fv)
+    flags.DEFINE_integer("batch", 128, "Global batch.", flag_values=fv)
+
+
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--utterances", type=int, default=281_241)
-    p.add_argument("--chars_per_second", type=float, default=15.0)
-    p.add_argument("--batch", type=int, default=128)
-    args = p.parse_args(argv)
+    from ds2_jax import cli
+
+    args, _ = cli.parse_args(argv, define_flags, __doc__)
 
     directory = tempfile.mkdtemp(prefix="ds2_index_")
     write_index(directory, args.utterances, args.chars_per_second)
@@ -87,4 +93,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from ds2_jax import errors
+
+    sys.exit(errors.run_explained(main, None, errors.traceback_wanted()))

@@ -16,7 +16,6 @@ CPU use, and the peak resident memory of the process tree (workers included).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import resource
@@ -114,19 +113,25 @@ def read_rate(config, sharding, source, steps: int, to_device: bool) -> dict:
     }
 
 
+def define_flags(fv) -> None:
+    from absl import flags
+
+    flags.DEFINE_string("manual_dir", "", "LibriSpeech tree or archives (as dataset.manual_dir).", flag_values=fv)
+    flags.DEFINE_string("data_dir", "", "tfds data dir (as dataset.data_dir).", flag_values=fv)
+    flags.DEFINE_integer("make_clips", 0, "Write and build this many 6-8 s clips.", flag_values=fv)
+    flags.DEFINE_string("workdir", "/tmp/ds2_input_bench", "Where made clips and their build go.", flag_values=fv)
+    flags.DEFINE_string("train_splits", "train-clean-100", "Splits read (as dataset.train_splits).", flag_values=fv)
+    flags.DEFINE_integer("batch", 128, "Global batch.", flag_values=fv)
+    flags.DEFINE_integer("steps", 40, "Timed batches per measurement.", flag_values=fv)
+    flags.DEFINE_string("num_workers", "0", "Comma-separated worker counts, e.g. 0,1,2,4,8,16.", flag_values=fv)
+    flags.DEFINE_bool("to_device", False, "Also stage each batch on the local jax devices.", flag_values=fv)
+    flags.DEFINE_string("out", "", "Write the rows as JSON here.", flag_values=fv)
+
+
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--manual_dir", default="")
-    p.add_argument("--data_dir", default="")
-    p.add_argument("--make_clips", type=int, default=0, help="write and build this many 6-8 s clips")
-    p.add_argument("--workdir", default="/tmp/ds2_input_bench")
-    p.add_argument("--train_splits", default="train-clean-100")
-    p.add_argument("--batch", type=int, default=128, help="global batch")
-    p.add_argument("--steps", type=int, default=40, help="timed batches per measurement")
-    p.add_argument("--num_workers", default="0", help="comma-separated worker counts, e.g. 0,1,2,4,8,16")
-    p.add_argument("--to_device", action="store_true", help="also stage each batch on the local jax devices")
-    p.add_argument("--out", default="", help="write the rows as JSON here")
-    args = p.parse_args(argv)
+    from ds2_jax import cli
+
+    args, _ = cli.parse_args(argv, define_flags, __doc__)
 
     result = {"cores": os.cpu_count()}
     if args.make_clips:
@@ -173,4 +178,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from ds2_jax import errors
+
+    sys.exit(errors.run_explained(main, None, errors.traceback_wanted()))

@@ -21,7 +21,7 @@ import types
 import jax
 import jax.numpy as jnp
 import numpy as np
-from absl import app, flags
+from absl import flags
 from jax.experimental.pallas import triton as plt
 
 from benchmarks import micro, timing
@@ -96,4 +96,6 @@ def main(argv):
 
 if __name__ == "__main__":
     define_flags()
-    app.run(main)
+    from ds2_jax import cli
+
+    cli.run(main)

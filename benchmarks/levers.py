@@ -17,7 +17,7 @@ import os
 import subprocess
 import sys
 
-from absl import app, flags
+from absl import flags
 
 COMMAND_BUFFERS = "--xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,WHILE,CONDITIONAL"
 # The levers before the CTC kernel ran with optax's scan, those before conv_impl with strided convs.
@@ -163,4 +163,6 @@ def main(argv) -> None:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    from ds2_jax import cli
+
+    cli.run(main)

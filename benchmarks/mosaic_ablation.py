@@ -19,7 +19,7 @@ import json
 import jax
 import jax.numpy as jnp
 import numpy as np
-from absl import app, flags
+from absl import flags
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
 from benchmarks import micro, timing
@@ -98,4 +98,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    from ds2_jax import cli
+
+    cli.run(main)

@@ -31,14 +31,15 @@ import sys
 import time
 
 from absl import app, flags
-from ml_collections import config_flags
+
+from ds2_jax import cli
 
 FLAGS = flags.FLAGS
 
 
 def define_flags() -> None:
     """The command line; defined only when run, so that tests can import this module."""
-    config_flags.DEFINE_config_file("config", "configs/ds2_8gpu.py", "Model and optimizer (dataset: the bundled corpus).")
+    cli.define_config_file("config", "configs/ds2_8gpu.py", "Model and optimizer (dataset: the bundled corpus).")
     flags.DEFINE_string("out", None, "Output directory.", required=True)
     flags.DEFINE_integer("steps", 600, "Training steps per run.")
     flags.DEFINE_integer("evals", 6, "Evaluations per run, evenly spaced; the last at the final step.")
@@ -238,4 +239,4 @@ def main(argv) -> None:
 
 if __name__ == "__main__":
     define_flags()
-    app.run(main)
+    cli.run(main)

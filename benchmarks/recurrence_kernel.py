@@ -17,7 +17,7 @@ import json
 import jax
 import jax.numpy as jnp
 import numpy as np
-from absl import app, flags
+from absl import flags
 
 from benchmarks import micro, timing
 from ds2_jax.kernels import mosaic_rnn, triton_rnn
@@ -78,4 +78,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    from ds2_jax import cli
+
+    cli.run(main)

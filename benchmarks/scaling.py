@@ -36,22 +36,23 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 import datetime  # noqa: E402
 import json  # noqa: E402
+import logging  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 import traceback  # noqa: E402
 
 import jax  # noqa: E402
-from absl import app, flags, logging  # noqa: E402
-from ml_collections import config_flags  # noqa: E402
+from absl import app, flags  # noqa: E402
 
 from benchmarks import jax_bench, report  # noqa: E402
-from ds2_jax import model, settings  # noqa: E402
+from ds2_jax import cli, model, settings  # noqa: E402
 
+log = logging.getLogger("benchmarks.scaling")
 TORCH_VARIANTS = ("torch_loop", "torch_cudnn", "torch_compile", "torch_cudnn_graphs")
 VARIANTS = jax_bench.VARIANTS + TORCH_VARIANTS
 
-_CONFIG = config_flags.DEFINE_config_file("config", "configs/ds2_8gpu.py", "Config file (model, batch, synthetic data).")
+_CONFIG = cli.define_config_file("config", "configs/ds2_8gpu.py", "Config file (model, batch, synthetic data).")
 _DEVICES = flags.DEFINE_list("devices", ["1"], "Device counts to measure, e.g. 1,2,4,8.")
 _VARIANTS = flags.DEFINE_list("variants", list(VARIANTS), f"Any of {','.join(VARIANTS)}.")
 _DTYPES = flags.DEFINE_list("dtype", ["float32"], "Compute dtypes: float32, bfloat16.")
@@ -162,7 +163,7 @@ def measure(config, variant: str, dtype: str, n: int, counts: tuple[int, int, in
                 return {**row, "status": "skipped", "notes": "several torch devices need CUDA (one process per GPU)"}
         return {**row, "status": "ok", **result}
     except Exception as e:  # recorded, and the other measurements go on
-        logging.error("%s %s x%d failed:\n%s", variant, dtype, n, traceback.format_exc())
+        log.error("%s %s x%d failed:\n%s", variant, dtype, n, traceback.format_exc())
         return {**row, "status": "error", "error": f"{type(e).__name__}: {e}"[:1000]}
 
 
@@ -200,11 +201,11 @@ def main(argv) -> None:
         for dtype in dtypes:
             for n in devices:
                 counts = variant_steps.get(variant, (_STEPS.value, _WARMUP.value, _PROFILE_STEPS.value))
-                logging.info("measuring %s %s on %d device(s), (steps, warmup, profiled) = %s", variant, dtype, n, counts)
+                log.info("measuring %s %s on %d device(s), (steps, warmup, profiled) = %s", variant, dtype, n, counts)
                 row = measure(config, variant, dtype, n, counts)
                 rows = [r for r in rows if (r["variant"], r["dtype"], r["devices"]) != (variant, dtype, n)] + [row]
                 report.write_all(_OUT.value, meta, rows)
-                logging.info("%s %s x%d: %s, %s ms/step", variant, dtype, n, row["status"], row.get("step_ms_median"))
+                log.info("%s %s x%d: %s, %s ms/step", variant, dtype, n, row["status"], row.get("step_ms_median"))
     print(f"wrote {_OUT.value}/results.md")
     with open(os.path.join(_OUT.value, "results.md")) as f:
         print(f.read())
@@ -218,4 +219,4 @@ def _model_summary(config) -> str:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run(main)

@@ -20,17 +20,15 @@ import json
 import os
 import shutil
 import statistics
-import sys
 import tempfile
 
-from absl import app, flags
-from ml_collections import config_flags
+from absl import flags
 
 from benchmarks import input_pipeline as input_bench
 from benchmarks import jax_bench
-from ds2_jax import loader, train
+from ds2_jax import cli, loader, train
 
-_CONFIG = config_flags.DEFINE_config_file("config", "configs/ds2_8gpu.py", "Config file.")
+_CONFIG = cli.define_config_file("config", "configs/ds2_8gpu.py", "Config file.")
 _SOURCES = flags.DEFINE_list("sources", ["synthetic", "clips"], "synthetic and/or clips.")
 _OUT = flags.DEFINE_string("out", None, "Output directory.", required=True)
 _STEPS = flags.DEFINE_integer("steps", 300, "Trainer steps per source.")
@@ -125,4 +123,4 @@ def write(rows: list[dict]) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(app.run(main))
+    cli.run(main)

@@ -10,8 +10,6 @@ from configs import default
 def get_config():
     config = default.get_config()
     config.num_train_steps = 400
-    config.per_device_batch_size = 16
-    config.log_every_steps = 50
     config.eval_every_steps = 200
     config.checkpoint_every_steps = 200
     config.dataset.name = "librispeech_local"
@@ -19,8 +17,6 @@ def get_config():
     config.dataset.data_dir = ".demo/tfds"
     config.dataset.train_splits = "train-clean-100"
     config.dataset.eval_split = "test-clean"
-    config.dataset.min_duration_s = 0.0
-    config.dataset.max_duration_s = 27.0
     config.dataset.num_buckets = 2
     config.dataset.feature_stats_utterances = 208
     config.model.conv_channels = 16

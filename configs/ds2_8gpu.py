@@ -14,14 +14,10 @@ from configs import default
 
 def get_config():
     config = default.get_config()
-    config.per_device_batch_size = 16
     config.num_train_steps = 50_000
     config.log_every_steps = 100
     config.eval_every_steps = 5_000
-    config.checkpoint_every_steps = 1_000
     config.dataset.name = "librispeech_local"
-    config.dataset.train_splits = "train-clean-100+train-clean-360+train-other-500"
-    config.dataset.eval_split = "dev-clean"
     config.dataset.min_duration_s = 6.0
     config.dataset.max_duration_s = 8.0
     config.dataset.num_buckets = 2

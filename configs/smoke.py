@@ -14,11 +14,9 @@ def get_config():
     config.log_every_steps = 5
     config.eval_every_steps = 10
     config.checkpoint_every_steps = 10
-    config.dataset.name = "synthetic"
     config.dataset.synthetic_min_duration_s = 0.5
     config.dataset.synthetic_max_duration_s = 1.0
     config.eval.max_utterances = 16
-    config.model.num_conv_layers = 2
     config.model.conv_channels = 4
     config.model.num_rnn_layers = 1
     config.model.rnn_size = 32

@@ -20,6 +20,7 @@ search holds the GIL, so threads would not help.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import dataclasses
 import logging
 import math
@@ -75,6 +76,10 @@ class BeamSearchDecoder:
         if cfg.lm_path:
             with open(cfg.lm_path, "rb"):  # a clear FileNotFoundError naming the file
                 pass
+            if not _is_arpa(cfg.lm_path) and not _is_kenlm_binary(cfg.lm_path):
+                raise ValueError(f"decoding.lm_path={cfg.lm_path!r} is not a word LM: neither an ARPA file (it "
+                                 "starts with \\data\\) nor a KenLM binary (build one with python -m "
+                                 "ds2_jax.tools.build_lm)")
             if not cfg.lexicon_path and not _is_arpa(cfg.lm_path):
                 raise ValueError(f"decoding.lm_path={cfg.lm_path!r} is a KenLM binary: set decoding.lexicon_path "
                                  "to its word list (one word per line), or use the ARPA file")
@@ -82,7 +87,8 @@ class BeamSearchDecoder:
             self._word_dict = dictionary.Dictionary([*self.words, UNK])
             from flashlight.lib.text.decoder.kenlm import KenLM
 
-            self._lm = KenLM(cfg.lm_path, self._word_dict)
+            with _kenlm_banner_dropped():
+                self._lm = KenLM(cfg.lm_path, self._word_dict)
             self._trie = self._lexicon_trie()
         else:
             self.words, self._lm = [], self._fl.ZeroLM()
@@ -208,6 +214,36 @@ def lexicon_words(path: str) -> list[str]:
     if not words:
         raise ValueError(f"{path}: no words for the lexicon")
     return words
+
+
+def _is_kenlm_binary(path: str) -> bool:
+    with open(path, "rb") as f:
+        return f.read(8) == b"mmap lm "  # KenLM's binary header
+
+
+# What KenLM prints to stderr while it reads an ARPA file: advice and a progress bar of stars.
+_KENLM_BANNER = ("Loading the LM will be faster if you build a binary file.", "Reading ", "----5---10", "*")
+
+
+@contextlib.contextmanager
+def _kenlm_banner_dropped():
+    """KenLM's C++ writes its banner to fd 2: catch it there and pass on any other line."""
+    import sys
+    import tempfile
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as caught:
+        os.dup2(caught.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            caught.seek(0)
+            for line in caught.read().decode(errors="replace").splitlines():
+                if line.strip() and not line.startswith(_KENLM_BANNER):
+                    print(line, file=sys.stderr)
 
 
 def _is_arpa(path: str) -> bool:

@@ -5,27 +5,25 @@ curves (ds2_jax.plot) to WORKDIR/curves.png. A rerun trains only the steps still
     python -m ds2_jax.demo [--workdir=.demo/run] [--config.num_train_steps=...]
 """
 
-import logging
 import os
 import sys
 import time
 
-from absl import app, flags
-from absl import logging as absl_logging
-from ml_collections import config_flags
+from absl import flags
+
+from ds2_jax import cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)  # configs/ lives at the repository root
 
 FLAGS = flags.FLAGS
-config_flags.DEFINE_config_file("config", os.path.join(ROOT, "configs", "demo.py"), "Demo config.")
+cli.define_config_file("config", os.path.join(ROOT, "configs", "demo.py"), "Demo config.")
 flags.DEFINE_string("workdir", os.path.join(ROOT, ".demo", "run"), "Where the demo model goes.")
 
 
 def main(argv):
     del argv
-    absl_logging.set_verbosity(absl_logging.WARNING)
-    logging.getLogger("ds2_jax").setLevel(logging.INFO)
+    cli.setup_logging(FLAGS.workdir)
     from ds2_jax import errors
 
     # An explained error is one `error: ...` line (traceback in WORKDIR/error.log), as in launch.py.
@@ -35,14 +33,16 @@ def main(argv):
 def _demo() -> None:
     from ds2_jax import checkpoint, evaluation, settings, train
 
-    config = settings.from_config_dict(FLAGS.config)
+    # The evals during training print one line each; the examples are printed once, below.
+    config = settings.override(settings.from_config_dict(FLAGS.config), {"eval.num_examples_to_print": 0})
     os.chdir(ROOT)  # the config's corpus paths are relative to the repository
     start = time.time()
     mgr = checkpoint.manager(FLAGS.workdir, config.keep_checkpoints)
     first_step = mgr.latest_step() or 0
     mgr.close()
     train.train_and_evaluate(config, FLAGS.workdir)
-    result = evaluation.evaluate_checkpoint(config, FLAGS.workdir, split=config.dataset.eval_split)
+    with cli.quiet_console():  # the result is printed below (and logged to WORKDIR/log.txt)
+        result = evaluation.evaluate_checkpoint(config, FLAGS.workdir, split=config.dataset.eval_split)
     print(f"\n== held-out speakers ({result['split']}, {result['utterances']} utterances) ==")
     for ex in result["examples"][:8]:
         print(f"  REF: {ex['reference']}\n  HYP: {ex['hypothesis']}\n")
@@ -63,4 +63,4 @@ def _curves(workdir: str) -> str:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run(main)

@@ -126,13 +126,25 @@ def train_batches(config, sharding, source, start: int, stop: int) -> Iterator[d
                     "the training state is intact. Rerun to resume; if it repeats, set "
                     "--config.dataset.num_workers=0 to read inline and see the error in this process"
                 ) from e
-            # Plain ndarray views of grain's shared-memory arrays (each view keeps its mapping alive).
-            yield {k: np.asarray(v) for k, v in batch.items()}
+            yield {k: _unlinked_view(v) for k, v in batch.items()}
     finally:
         close = getattr(iterator, "close", None)
         if close is not None:
             close()
         del iterator
+
+
+def _unlinked_view(array) -> np.ndarray:
+    """A plain ndarray view of one of grain's shared-memory arrays, its segment's name
+    unlinked at once: the mapping stays valid while a view holds it (POSIX), and no segment
+    is left behind however the process ends (grain unlinks when the array is collected,
+    which the interpreter's exit or a batch still on a device can outlast: resource_tracker's
+    'leaked shared_memory objects' warning)."""
+    shm = getattr(array, "shm", None)
+    if shm is not None and getattr(array, "_unlink_on_del", False):
+        shm.unlink()
+        array._unlink_on_del = False  # grain's flag: __del__ then only closes the mapping
+    return np.asarray(array)
 
 
 class InputWait:

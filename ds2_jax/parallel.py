@@ -218,6 +218,27 @@ def enable_compilation_cache(path: str) -> str | None:
     return path
 
 
+GPU_SIZED_RNN = 1024  # model.rnn_size from which a config is meant for GPUs (the seed's: 2048)
+
+
+def devices_line(devices: list) -> str:
+    """'1 local (gpu: NVIDIA H200)' / '8 local (cpu)': what the run found."""
+    kinds = sorted({d.device_kind for d in devices})
+    platform = devices[0].platform
+    kind = "" if kinds == [platform] or platform == "cpu" else f": {', '.join(kinds)}"
+    return f"{len(devices)} local ({platform}{kind})"
+
+
+def cpu_warning(config, devices: list) -> str | None:
+    """What to expect when a GPU-sized config runs on the CPU (None otherwise)."""
+    if devices[0].platform != "cpu" or config.model.rnn_size < GPU_SIZED_RNN:
+        return None
+    return (f"no GPU found: jax runs on the CPU, and this config is sized for GPUs (model.rnn_size="
+            f"{config.model.rnn_size}): expect a long compile and seconds to minutes per step. With an NVIDIA GPU, "
+            "install jax for it (pip install -e '.[cuda]'; `python -c \"import jax; print(jax.devices())\"` should "
+            "list it); on the CPU, configs/demo.py trains in minutes")
+
+
 def make(config) -> Parallel:
     """The strategy named by config.parallelism (checked by settings) over config.num_devices
     local devices."""

@@ -9,7 +9,6 @@ rows have `input_wait_s`; a panel whose keys no row has is left out. TensorBoard
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
@@ -72,14 +71,22 @@ def plot_workdir(workdir: str, out: str = "") -> str:
     return out
 
 
+def define_flags(fv) -> None:
+    from absl import flags
+
+    flags.DEFINE_string("workdir", None, "A training workdir (metrics.jsonl).", required=True, flag_values=fv)
+    flags.DEFINE_string("out", "", "PNG path (default: WORKDIR/curves.png).", flag_values=fv)
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--workdir", required=True, help="A training workdir (metrics.jsonl).")
-    p.add_argument("--out", default="", help="PNG path (default: WORKDIR/curves.png).")
-    args = p.parse_args(argv)
+    from ds2_jax import cli
+
+    args, _ = cli.parse_args(argv, define_flags, __doc__)
     print(plot_workdir(args.workdir, args.out))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from ds2_jax import errors
+
+    sys.exit(errors.run_explained(main, None, errors.traceback_wanted()))

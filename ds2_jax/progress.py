@@ -4,8 +4,11 @@ jax dispatches steps asynchronously, so the loop runs ahead of the device. The l
 hands each dispatched step's metrics (device arrays) to `StepProgress.dispatched`; the
 bar moves past a step once its metrics are ready (`jax.Array.is_ready`, no wait) or
 when `wait_all` waits for them in order, and shows the latest finished step's loss and
-the utterances per second of the finished steps. While the bar is open, log records
-clear it, print, and redraw it, so a log line never lands inside the bar.
+the steps and utterances per second of the finished steps with the time left. The rates
+span the last RATE_SECONDS of finished steps after the run's first (which compiles), so a
+compile never enters them (tqdm's own rate, an average since the start, would). While the
+bar is open, log records clear it, print, and redraw it, so a log line never lands inside
+the bar.
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ import weakref
 import jax
 import numpy as np
 
-RATE_WINDOW = 20  # finished steps that the utt/s figure spans
+RATE_SECONDS = 10.0  # the step/s and utt/s figures span the finished steps of this long
+BAR_FORMAT = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]"  # tqdm's rate left out: ours is in the postfix
 
 
 def _scalar(x) -> float:
@@ -39,22 +43,25 @@ class StepProgress:
         from tqdm import tqdm
 
         self.bar = tqdm(total=total, initial=start, disable=not enabled, unit="step", dynamic_ncols=True,
-                        mininterval=1.0)
+                        mininterval=1.0, bar_format=BAR_FORMAT)
         self.finished = start
         self._pending: collections.deque = collections.deque()
-        self._times: collections.deque = collections.deque(maxlen=RATE_WINDOW + 1)  # (time, utterances)
+        self._times: collections.deque = collections.deque()  # (time, steps, utterances) of finished steps
+        self._utterances = 0.0
         # handle, not emit: absl's handler forwards handle() to an inner handler.
-        handlers = [h for name in loggers for h in logging.getLogger(name).handlers] if enabled else []
+        # Handlers that write to files (`terminal = False`, the workdir's log) are left alone.
+        handlers = [h for name in loggers for h in logging.getLogger(name).handlers
+                    if getattr(h, "terminal", True)] if enabled else []
         self._handlers = [(h, h.__dict__.get("handle")) for h in handlers]  # a handle set on the instance, if any
         for h in handlers:
-            h.handle = self._clearing(h.handle)
+            h.handle = self._clearing(h.handle, h.filter)
 
-    def _clearing(self, handle):
+    def _clearing(self, handle, passes):
         bar_ref = weakref.ref(self.bar)  # a loop that raised leaves no live bar behind
 
         def handle_around_bar(record):
             bar = bar_ref()
-            if bar is None or bar.disable:  # closed
+            if bar is None or bar.disable or not passes(record):  # closed, or a record this handler drops
                 return handle(record)
             with bar.external_write_mode():
                 return handle(record)
@@ -76,12 +83,21 @@ class StepProgress:
 
     def _finish(self, m) -> None:
         self.finished += 1
-        self._times.append((time.perf_counter(), _scalar(m["utterances"])))
-        postfix = {"loss": f"{_scalar(m['loss_sum']) / max(_scalar(m['loss_count']), 1.0):.3f}"}
+        now = time.perf_counter()
+        self._utterances += _scalar(m["utterances"])
+        self._times.append((now, self.finished, self._utterances))  # the first: after the compile
+        while len(self._times) > 2 and now - self._times[1][0] >= RATE_SECONDS:
+            self._times.popleft()
+        # "last step loss": this step's alone (the log's loss is the mean of its interval)
+        postfix = {"last step loss": f"{_scalar(m['loss_sum']) / max(_scalar(m['loss_count']), 1.0):.3f}"}
         if len(self._times) > 1:
-            seconds = self._times[-1][0] - self._times[0][0]
-            utterances = sum(u for _, u in list(self._times)[1:])
-            postfix["utt/s"] = f"{utterances / max(seconds, 1e-9):.1f}"
+            (t0, n0, u0), (t1, n1, u1) = self._times[0], self._times[-1]
+            seconds = max(t1 - t0, 1e-9)
+            steps_per_s = (n1 - n0) / seconds
+            postfix["step/s"] = f"{steps_per_s:.3g}"
+            postfix["utt/s"] = f"{(u1 - u0) / seconds:.1f}"
+            if self.bar.total:
+                postfix["eta"] = self.bar.format_interval((self.bar.total - self.finished) / steps_per_s)
         self.bar.set_postfix(postfix, refresh=False)
         self.bar.update(1)
 

@@ -32,6 +32,7 @@ SCHEDULES = ("constant", "cosine", "exponential")
 PARALLELISMS = ("pmap", "jit")
 DTYPES = ("float32", "bfloat16")
 CONV_IMPLS = ("direct", "space_to_depth")
+LM_BEAM_WIDTH = 32  # decoding.beam_width where an LM is given without a width (transcribe, tune_lm)
 # The implementations' names (rnn.reference.CELLS, rnn.recurrence.IMPLS and ds2_jax.ctc hold
 # them; tests check that they agree) and the cells the kernels and scan_vjp implement.
 RNN_CELLS = ("simple", "gru", "lstm")
@@ -92,7 +93,7 @@ class Dataset:
     name: str = "synthetic"
     manual_dir: str = ""  # LibriSpeech tree or *.tar.gz archives (librispeech_local).
     data_dir: str = ""  # tfds data_dir; '' = tfds default (~/tensorflow_datasets).
-    train_splits: str = "train-clean-100+train-clean-360+train-other-500"
+    train_splits: str = "train-clean-100+train-clean-360+train-other-500"  # Training splits, '+'-separated.
     eval_split: str = "dev-clean"  # Split evaluated during training.
     min_duration_s: float = 0.0  # Utterances shorter than this are skipped.
     max_duration_s: float = 27.0  # Utterances longer than this are skipped.
@@ -133,9 +134,9 @@ class Spectrogram:
 
     KEY: ClassVar[str] = "features"
 
-    sample_rate: int = 16_000
+    sample_rate: int = 16_000  # Hz; the datasets are stored at 16 kHz.
     window_ms: float = 20.0  # Hann window -> 161 linear bins at 16 kHz.
-    hop_ms: float = 10.0
+    hop_ms: float = 10.0  # One frame every hop_ms.
     eps: float = 1e-14  # log(power + eps).
 
     @property
@@ -199,18 +200,18 @@ class Model:
 
     KEY: ClassVar[str] = "model"
 
-    num_conv_layers: int = 2  # 1..3 (the seed: 2).
-    conv_channels: int = 32
-    num_rnn_layers: int = 3
-    rnn_size: int = 2048
+    num_conv_layers: int = 2  # Conv layers before the RNNs: 1..3 (the seed: 2).
+    conv_channels: int = 32  # Output channels of each conv layer.
+    num_rnn_layers: int = 3  # Recurrent layers after the convs.
+    rnn_size: int = 2048  # Hidden units per direction.
     rnn_cell: str = "simple"  # 'simple' (clipped ReLU), 'gru' or 'lstm'.
     share_rnn_weights: bool = True  # One input projection + BN for both directions.
     bidirectional: bool = True  # False: forward RNN + lookahead row convolution.
     row_conv_context: int = 20  # Future frames seen by the row convolution.
     dtype: str = "float32"  # Compute dtype: 'float32' or 'bfloat16' (params stay f32).
     sync_batch_norm: bool = True  # Batch-norm statistics over all devices.
-    batch_norm_momentum: float = 0.99
-    batch_norm_epsilon: float = 1e-5
+    batch_norm_momentum: float = 0.99  # Decay of the batch-norm running statistics.
+    batch_norm_epsilon: float = 1e-5  # Added to the batch-norm variance.
     # Strided convs: 'direct' (lax.conv_general_dilated with strides, the reference) or
     # 'space_to_depth' (each stride patch folded into channels, then a stride-1 conv: the
     # same sums, and tensor-core kernels for conv 1's single input channel; figures in
@@ -263,14 +264,14 @@ class Optimizer:
     KEY: ClassVar[str] = "optimizer"
 
     learning_rate: float = 5e-4  # Paddle DS2's default Adam rate.
-    b1: float = 0.9
-    b2: float = 0.999
-    eps: float = 1e-8
+    b1: float = 0.9  # Adam's first-moment decay.
+    b2: float = 0.999  # Adam's second-moment decay.
+    eps: float = 1e-8  # Adam's denominator epsilon.
     clip_global_norm: float = 400.0  # Paddle's gradient_clipping_threshold.
     warmup_steps: int = 0  # Linear warm-up from 0.
     schedule: str = "constant"  # After warm-up: 'constant', 'cosine' or 'exponential'.
     decay_rate: float = 0.83  # 'exponential': factor per decay_steps.
-    decay_steps: int = 10_000
+    decay_steps: int = 10_000  # 'cosine': steps after warm-up to reach 0; 'exponential': steps per decay_rate.
     max_consecutive_skips: int = 20  # Non-finite steps in a row before stopping.
 
     def __post_init__(self):
@@ -285,7 +286,7 @@ class Eval:
     KEY: ClassVar[str] = "eval"
 
     split: str = ""  # --mode=eval split; '' = dataset.eval_split.
-    max_utterances: int = 0  # 0 = the whole split.
+    max_utterances: int = 0  # Utterances scored per split; 0 = the whole split.
     num_examples_to_print: int = 3  # Reference/hypothesis pairs logged.
 
     def __post_init__(self):
@@ -298,7 +299,7 @@ class Decoding:
 
     KEY: ClassVar[str] = "decoding"
 
-    beam_width: int = 0  # > 0: also beam search (flashlight-text); 0 = greedy only.
+    beam_width: int = 0  # > 0: also beam search (flashlight-text); 0 = greedy only. With an LM, 32 is tuned.
     lm_path: str = ""  # KenLM ARPA/binary word LM (tools.build_lm); '' = no LM.
     lexicon_path: str = ""  # Words the LM search may output, one a line; '' = the ARPA's unigrams.
     alpha: float = 0.5  # LM weight (on the natural-log LM score).
@@ -460,6 +461,65 @@ def to_config_dict(config: Settings | None = None):
     import ml_collections
 
     return ml_collections.ConfigDict(defaults() if config is None else to_dict(config))
+
+
+def field_help(cls=None) -> dict[str, str]:
+    """{field: its comment in this file, as one line} of a section (Settings: the run's own
+    fields): the trailing comment, else the comment lines right above the field."""
+    import ast
+    import inspect
+    import io
+    import tokenize
+
+    cls = cls or Settings
+    source = inspect.getsource(inspect.getmodule(cls))
+    trailing: dict[int, str] = {}  # line -> a comment after code
+    full_line: dict[int, str] = {}  # line -> a comment on a line of its own
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.COMMENT:
+            own_line = not tok.line[: tok.start[1]].strip()
+            (full_line if own_line else trailing)[tok.start[0]] = tok.string.lstrip("#").strip()
+    classes = {node.name: node for node in ast.parse(source).body if isinstance(node, ast.ClassDef)}
+    helps: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):  # a subclass's comment wins (Features over Spectrogram)
+        group = ""  # a comment block above uncommented fields explains them all
+        for node in classes[klass.__name__].body if klass.__name__ in classes else ():
+            if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)):
+                continue
+            above, line = [], node.lineno - 1
+            while line in full_line:
+                above.insert(0, full_line[line])
+                line -= 1
+            group = " ".join(above) or group
+            if node.lineno in trailing:
+                helps[node.target.id], group = trailing[node.lineno], ""
+            else:
+                helps[node.target.id] = group
+    return helps
+
+
+def describe(config) -> list[dict]:
+    """Every key of a config (a ConfigDict, dict or Settings) in schema order: {'key', 'value',
+    'type', 'default', 'help'}; keys the schema lacks come last with type '?' (build names them)."""
+    rows: list[dict] = []
+
+    def walk(cls, mapping, prefix: str) -> None:
+        given = _items(mapping, prefix.rstrip(".")) if mapping is not None else {}
+        hints, helps = typing.get_type_hints(cls), field_help(cls)
+        for f in dataclasses.fields(cls):
+            want = hints[f.name]
+            if dataclasses.is_dataclass(want):
+                walk(want, given.get(f.name), f"{prefix}{f.name}.")
+                continue
+            default = f.default
+            rows.append({"key": prefix + f.name, "value": given.get(f.name, default), "type": want.__name__,
+                         "default": default, "help": helps.get(f.name, "")})
+        for name in sorted(set(given) - {f.name for f in dataclasses.fields(cls)}):
+            rows.append({"key": prefix + name, "value": given[name], "type": "?", "default": None,
+                         "help": "not a setting (ds2_jax/settings.py)"})
+
+    walk(Settings, config, "")
+    return rows
 
 
 def override(config: Settings, changes: dict[str, Any]) -> Settings:

@@ -6,6 +6,7 @@ neither imports the other.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import jax
@@ -15,6 +16,7 @@ import optax
 from flax.training import train_state
 
 from ds2_jax import features, model, resilience, settings
+from ds2_jax.kernels import dispatch
 
 INIT_FRAMES = 64  # Frames of the dummy input that shapes the parameters at init.
 
@@ -41,6 +43,40 @@ def learning_rate_schedule(opt) -> optax.Schedule:
     return optax.join_schedules([warmup, after], [opt.warmup_steps])
 
 
+IDLE_FRACTION = 0.01  # a step below this fraction of optimizer.learning_rate barely trains
+
+
+def schedule_end(opt) -> tuple[int, int] | None:
+    """(first step below IDLE_FRACTION of the peak rate, step from which the rate is 0) of a
+    'cosine' schedule; None for the others (they never reach 0)."""
+    if opt.schedule != "cosine":
+        return None
+    warmup, decay = max(opt.warmup_steps, 0), max(opt.decay_steps, 1)
+    low = warmup + math.ceil(decay * math.acos(2 * IDLE_FRACTION - 1) / math.pi)  # 0.5 (1 + cos) < fraction
+    return low, warmup + decay
+
+
+def idle_steps_warning(opt, start: int, stop: int) -> str | None:
+    """What to change when steps [start, stop) would train past the schedule's end: some at
+    learning rate 0, or most of them below 1% of it (they would hardly change the model);
+    None otherwise (a schedule's own tail is not warned about)."""
+    ends = schedule_end(opt)
+    if ends is None:
+        return None
+    low, end = ends
+    idle = stop - max(start, low)
+    if stop <= end and 2 * idle <= stop - start:
+        return None
+    first = max(start, low) + 1  # counted as the log counts them: step n is the n-th finished
+    warmup = max(opt.warmup_steps, 0)
+    stretched = math.ceil((stop - warmup) * math.pi / math.acos(2 * IDLE_FRACTION - 1))  # low == stop
+    return (f"steps {first}-{stop} will train at under {IDLE_FRACTION:.0%} of optimizer.learning_rate (0 from step "
+            f"{end}): optimizer.schedule='cosine' ends at step {end} (optimizer.warmup_steps={opt.warmup_steps} + "
+            f"optimizer.decay_steps={opt.decay_steps}). To train further, stretch the schedule: "
+            f"--config.optimizer.decay_steps={stretched} or more (the rate rises again from this step on), or use "
+            "--config.optimizer.schedule=constant")
+
+
 def make_optimizer(opt) -> optax.GradientTransformation:
     """Adam after clipping by global norm (Paddle's gradient_clipping_threshold)."""
     return optax.chain(
@@ -54,7 +90,9 @@ def create_state(config, rng: jax.Array, feature_mean: np.ndarray, feature_std: 
     cfg = model.ModelConfig.from_config(config.model, num_bins=len(feature_mean))
     net = model.DeepSpeech2(cfg)
     frames = INIT_FRAMES
-    variables = jax.jit(lambda r: net.init(r, jnp.zeros((1, frames, cfg.num_bins)), jnp.array([frames]), train=False))(rng)
+    with dispatch.unlogged():  # one dummy row: not the kernel choice training makes
+        variables = jax.jit(lambda r: net.init(r, jnp.zeros((1, frames, cfg.num_bins)), jnp.array([frames]),
+                                               train=False))(rng)
     return TrainState.create(
         apply_fn=net.apply,
         params=variables["params"],

@@ -27,6 +27,7 @@ from ds2_jax.checkpoint import load_config, save_config  # noqa: F401 - the loop
 from ds2_jax.state import (  # noqa: F401 - re-exported: the step's state and static arguments
     TrainState,
     create_state,
+    idle_steps_warning,
     initial_state,
     learning_rate_schedule,
     make_optimizer,
@@ -176,11 +177,13 @@ def _train(config, workdir: str, mgr) -> TrainState:
     log.info("compilation cache: %s", parallel.enable_compilation_cache(config.compilation_cache_dir) or "off")
     par = parallel.make(config)
     devices = par.devices
-    n_dev = len(devices)
     sharding = par.batch_sharding(config.per_device_batch_size)
     is_chief = jax.process_index() == 0
-    log.info("devices: %d local (%s) x %d process(es), %s, global batch %d",
-             n_dev, devices[0].platform, jax.process_count(), par.kind, sharding.global_batch)
+    log.info("devices: %s x %d process(es), %s, global batch %d",
+             parallel.devices_line(devices), jax.process_count(), par.kind, sharding.global_batch)
+    cpu_note = parallel.cpu_warning(config, devices)
+    if cpu_note:
+        log.warning("%s", cpu_note)
     source = input_pipeline.make_source(config, sharding)
     log.info("compiled batch shapes (samples, labels): %s", source.shapes())
     if config.eval_every_steps and hasattr(source, "check_eval_split"):  # synthetic data has every split
@@ -200,6 +203,9 @@ def _train(config, workdir: str, mgr) -> TrainState:
     start = int(state.step)
     if _nothing_to_train(start, config, workdir):
         return state
+    idle = idle_steps_warning(config.optimizer, start, config.num_train_steps)
+    if idle:
+        log.warning("%s", idle)
     # After the restore: a config its checkpoints don't fit never replaces the one they do;
     # a resume's changed settings are recorded beside it, not over it.
     changes = checkpoint.record_resume_changes(config, workdir, start) if is_chief else []
@@ -271,7 +277,8 @@ def _train(config, workdir: str, mgr) -> TrainState:
                     summary["input_wait_s"] = input_wait.take(interval_s)
                     summary["skipped_steps"] = float(_first(state.skipped_steps))
                     writer.write(done, summary)
-                    log.info("step %d: %s", done, " ".join(f"{k}={v:.4g}" for k, v in summary.items()))
+                    log.info("step %d: means of steps %d-%d: %s", done, done - len(fetched) + 1, done,
+                             " ".join(f"{k}={v:.4g}" for k, v in summary.items()))
                     _stop_if_diverged(_first(state.consecutive_skips), done, config)
                     pending, last_time, last_step = [], time.perf_counter(), done
                     watchdog.ping(f"step {done}")

@@ -1,7 +1,7 @@
 """Audio files -> text with a trained workdir: one 'path<TAB>text' line per file on stdout.
 
     python -m ds2_jax.transcribe --workdir=W a.flac b.wav ...                 # greedy
-    python -m ds2_jax.transcribe --workdir=W --lm=lm.arpa [--beam_width=64 \\
+    python -m ds2_jax.transcribe --workdir=W --lm=lm.arpa [--beam_width=32 \\
         --alpha=0.5 --beta=1.0] a.flac ...                                  # beam + LM
 
 Restores the latest (or --step) checkpoint of W with the config W was trained with
@@ -16,7 +16,6 @@ bounded by the window, not by the file.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import functools
 import logging
@@ -28,7 +27,9 @@ import numpy as np
 from ds2_jax import decoding, errors, geometry, settings
 
 log = logging.getLogger("ds2_jax")
-DEFAULT_LM_BEAM_WIDTH = 64  # --lm without --beam_width
+# Errors name decoding.* settings; here they are these flags.
+FLAG_OF_SETTING = {"decoding.lm_path": "--lm", "decoding.lexicon_path": "--lexicon", "decoding.beam_width": "--beam_width",
+                   "decoding.alpha": "--alpha", "decoding.beta": "--beta"}
 PAD_SECONDS = 4.0  # Files are padded to a multiple of this: each multiple is one compiled shape.
 # Longer files run in windows of WINDOW_SECONDS (memory and compiled shapes bounded by it),
 # each overlapping its neighbours by CONTEXT_SECONDS on either side; the output frames of
@@ -211,21 +212,26 @@ class Transcriber:
         return [failed[i] if i in failed else np.concatenate(mine[i]) for i in range(len(waveforms))]
 
 
+def define_flags(fv) -> None:
+    from absl import flags
+
+    flags.DEFINE_string("workdir", None, "A training workdir (config.json + checkpoints/).", required=True,
+                        flag_values=fv)
+    flags.DEFINE_integer("step", None, "Checkpoint step (default: latest).", flag_values=fv)
+    flags.DEFINE_string("lm", "", "KenLM ARPA/binary word LM: beam search with it.", flag_values=fv)
+    flags.DEFINE_string("lexicon", "", "Words the LM search may output, one per line (default: decoding.lexicon_path "
+                        "of the workdir's config with its LM, else the LM's unigrams).", flag_values=fv)
+    flags.DEFINE_integer("beam_width", None, "Beam search width; 0 = greedy (default: decoding.beam_width of the "
+                         f"workdir's config; {settings.LM_BEAM_WIDTH} with --lm if that is 0).", flag_values=fv)
+    flags.DEFINE_float("alpha", None, "LM weight (default: decoding.alpha of the workdir's config).", flag_values=fv)
+    flags.DEFINE_float("beta", None, "Word bonus (default: decoding.beta of the workdir's config).", flag_values=fv)
+    flags.DEFINE_integer("batch_size", 8, "Files per forward pass.", flag_values=fv)
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("files", nargs="+", help="Audio files.")
-    p.add_argument("--workdir", required=True, help="A training workdir (config.json + checkpoints/).")
-    p.add_argument("--step", type=int, default=None, help="Checkpoint step (default: latest).")
-    p.add_argument("--lm", default="", help="KenLM ARPA/binary word LM: beam search with it.")
-    p.add_argument("--lexicon", default="",
-                   help="Words the LM search may output, one per line (default: decoding.lexicon_path of the "
-                        "workdir's config with its LM, else the LM's unigrams).")
-    p.add_argument("--beam_width", type=int, default=None,
-                   help=f"Beam search width; 0 = greedy (default: {DEFAULT_LM_BEAM_WIDTH} with --lm, else 0).")
-    p.add_argument("--alpha", type=float, default=None, help="LM weight (default: decoding.alpha of the workdir's config).")
-    p.add_argument("--beta", type=float, default=None, help="Word bonus (default: decoding.beta of the workdir's config).")
-    p.add_argument("--batch_size", type=int, default=8, help="Files per forward pass.")
-    args = p.parse_args(argv)
+    from ds2_jax import cli
+
+    args, files = cli.parse_args(argv, define_flags, __doc__, positional="audio files")
 
     from absl import logging as absl_logging
 
@@ -233,7 +239,8 @@ def main(argv: list[str] | None = None) -> int:
     from ds2_jax import checkpoint
 
     base = checkpoint.load_config(args.workdir).decoding
-    beam_width = args.beam_width if args.beam_width is not None else (DEFAULT_LM_BEAM_WIDTH if args.lm else base.beam_width)
+    beam_width = args.beam_width if args.beam_width is not None else (
+        base.beam_width or (settings.LM_BEAM_WIDTH if args.lm else 0))
     lm_path = args.lm if args.lm else (base.lm_path if beam_width else "")
     try:
         cfg = dataclasses.replace(
@@ -244,12 +251,12 @@ def main(argv: list[str] | None = None) -> int:
             alpha=base.alpha if args.alpha is None else args.alpha,
             beta=base.beta if args.beta is None else args.beta,
         )
-    except ValueError as e:  # names decoding.* settings; say which flag
-        p.error(f"{e} (flags: --lm needs --beam_width > 0, --lexicon needs --lm)")
-    transcriber = Transcriber(args.workdir, cfg, step=args.step, batch_size=args.batch_size)
+        transcriber = Transcriber(args.workdir, cfg, step=args.step, batch_size=args.batch_size)
+    except ValueError as e:  # names decoding.* settings: say which flag
+        raise ValueError(cli.in_flag_names(str(e), FLAG_OF_SETTING)) from e
 
     paths, waveforms, failed = [], [], 0
-    for path in args.files:
+    for path in files:
         try:
             waveforms.append(load_audio(path, transcriber.sample_rate))
             paths.append(path)
@@ -269,6 +276,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from ds2_jax import errors
-
     sys.exit(errors.run_explained(main, None, errors.traceback_wanted()))

@@ -114,10 +114,11 @@ def test_settings_imports_no_jax_and_names_what_the_code_implements():
 
 
 def _defines_flags_at_import(tree: ast.Module) -> bool:
-    """A top-level statement calls flags.DEFINE_* or config_flags.DEFINE_* (absl)."""
+    """A top-level statement calls flags.DEFINE_*, config_flags.DEFINE_* (absl) or cli.define_config_file."""
     for node in tree.body:
         for call in (n for n in ast.walk(node) if isinstance(n, ast.Call)):
-            if isinstance(call.func, ast.Attribute) and call.func.attr.startswith("DEFINE"):
+            if isinstance(call.func, ast.Attribute) and (call.func.attr.startswith("DEFINE")
+                                                         or call.func.attr == "define_config_file"):
                 if not isinstance(node, (ast.FunctionDef, ast.ClassDef)):
                     return True
     return False

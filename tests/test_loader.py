@@ -233,3 +233,28 @@ def test_compilation_cache_goes_where_configured_unless_the_environment_says(mon
         assert jax.config.jax_compilation_cache_dir == str(tmp_path / "cfg") and (tmp_path / "cfg").is_dir()
     finally:
         jax.config.update("jax_compilation_cache_dir", before)
+
+
+@pytest.mark.e2e
+def test_a_process_that_read_with_workers_leaves_no_shared_memory_behind(corpus):
+    """Batches still alive when the interpreter exits (the last one on the devices) used to leave
+    their segments to resource_tracker: 'There appear to be N leaked shared_memory objects'."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.helpers import ROOT
+
+    script = f"""
+from ds2_jax import input_pipeline, loader
+from ds2_jax.input_pipeline import Sharding
+from tests.test_tfds_source import make_config
+config = make_config({corpus!r}, num_workers=2)
+sharding = Sharding({BATCH}, 0, 1)
+kept = list(loader.train_batches(config, sharding, input_pipeline.make_source(config, sharding), 0, 4))
+print(sum(len(b) for b in kept), "arrays kept until exit")
+"""
+    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    assert proc.returncode == 0 and "arrays kept until exit" in proc.stdout, proc.stderr[-3000:]
+    assert "leaked shared_memory" not in proc.stderr, proc.stderr[-3000:]

@@ -48,3 +48,22 @@ def test_cli_writes_a_png_of_the_workdir(tmp_path, capsys):
     assert np.asarray(pixels)[..., :3].std() > 0.05  # not a blank canvas
     with pytest.raises(FileNotFoundError, match="metrics.jsonl"):
         plot.main([f"--workdir={tmp_path / 'nothing'}"])
+
+
+@pytest.mark.e2e
+def test_make_plot_takes_any_workdir_a_shell_accepts(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from tests.helpers import ROOT
+
+    workdir = tmp_path / "run 1 (bob's; a&b)"
+    workdir.mkdir()
+    (workdir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in TRAIN + EVAL))
+    # -o: the venv the target depends on is not built; PY: this interpreter
+    proc = subprocess.run(["make", "-s", "-o", ".venv/.stamp-base", "plot", f"PY={sys.executable}",
+                           f"WORKDIR={workdir}"], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "MPLBACKEND": "Agg"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (workdir / "curves.png").stat().st_size > 0

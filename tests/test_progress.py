@@ -7,6 +7,7 @@ import re
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 import pytest
 
@@ -40,6 +41,22 @@ def test_bar_advances_when_steps_finish_not_when_dispatched():
     jax.block_until_ready(steps)
     bar.wait_all()
     assert bar.bar.n == 14
+    bar.close()
+
+
+def test_rates_and_eta_leave_out_the_first_step_which_compiles(monkeypatch):
+    clock = [100.0]
+    monkeypatch.setattr(progress.time, "perf_counter", lambda: clock[0])
+    bar = progress.StepProgress(start=0, total=1000, enabled=True)
+    bar.bar.fp = io.StringIO()
+    step = {"steps": np.float32(1), "utterances": np.float32(16), "loss_sum": np.float32(3), "loss_count": np.float32(2)}
+    clock[0] += 60.0  # the first step compiles for a minute
+    bar.dispatched(step)
+    for _ in range(100):  # then 100 steps/s
+        clock[0] += 0.01
+        bar.dispatched(step)
+    assert bar.bar.postfix == "last step loss=1.500, step/s=100, utt/s=1600.0, eta=00:08"  # 899 steps left
+    assert "s/step" not in str(bar.bar) and "step/s]" not in str(bar.bar)  # tqdm's own rate (since the start) is not shown
     bar.close()
 
 

@@ -215,6 +215,28 @@ def test_learning_rate_warms_up_linearly_from_zero_then_decays():
     np.testing.assert_allclose([cosine(10), cosine(60), cosine(110)], [1e-3, 5e-4, 0.0], atol=1e-9)
 
 
+def test_steps_past_a_cosine_schedule_are_announced_with_the_decay_steps_that_stretch_it():
+    """The demo's schedule (warm-up 30, cosine over 400): its own run is quiet; resuming it to 430 or
+    480 would train at a rate of (nearly) 0, and the advised decay_steps makes every step train."""
+    from ds2_jax import state
+
+    opt = tiny_config(**{"optimizer.learning_rate": 2e-3, "optimizer.warmup_steps": 30, "optimizer.decay_steps": 400,
+                         "optimizer.schedule": "cosine"}).optimizer
+    lr = train.learning_rate_schedule(opt)
+    assert state.idle_steps_warning(opt, 0, 400) is None and state.idle_steps_warning(opt, 0, 430) is None
+    for stop in (430, 480):
+        message = state.idle_steps_warning(opt, 400, stop)
+        assert message.startswith(f"steps 406-{stop} will train at under 1% of optimizer.learning_rate (0 from step 430)")
+        assert float(lr(404)) >= 0.01 * 2e-3 > float(lr(405))  # step 406 is the first below 1%
+        advised = int(message.split("--config.optimizer.decay_steps=")[1].split()[0])
+        opt.decay_steps = advised
+        stretched = train.learning_rate_schedule(opt)
+        assert state.idle_steps_warning(opt, 400, stop) is None and float(stretched(stop - 1)) >= 0.01 * 2e-3
+        opt.decay_steps = 400
+    opt.schedule = "exponential"  # never reaches 0
+    assert state.idle_steps_warning(opt, 400, 100_000) is None
+
+
 def test_optimizer_clips_the_global_gradient_norm_before_adam():
     opt = tiny_config(**{"optimizer.clip_global_norm": 1.0}).optimizer
     tx = train.make_optimizer(opt)

@@ -153,3 +153,44 @@ def test_a_long_file_is_read_block_by_block_like_in_one_piece(tmp_path, monkeypa
     assert abs(len(blocks44) - len(whole44)) <= 2
     n = min(len(blocks44), len(whole44))
     assert np.mean(np.abs(blocks44[:n].astype(float) - whole44[:n])) < 2  # int16 units, out of ~3000
+
+
+def _transcribe_command(*args):
+    import subprocess
+    import sys
+
+    from tests.helpers import ROOT
+
+    return subprocess.run([sys.executable, "-m", "ds2_jax.transcribe", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+
+
+@pytest.mark.e2e
+def test_its_messages_name_its_own_flags(tmp_path):
+    """transcribe's flags are --lm and --lexicon, not the config's decoding.lm_path / lexicon_path;
+    a text file given as --lm is not taken for a KenLM binary."""
+    pytest.importorskip("flashlight.lib.text")
+    from ds2_jax import checkpoint, settings
+    from tests.helpers import ROOT
+
+    checkpoint.save_config(settings.to_config_dict(), str(tmp_path))  # the LM is checked before any checkpoint
+    readme = os.path.join(ROOT, "README.md")
+    proc = _transcribe_command(f"--workdir={tmp_path}", f"--lm={readme}", "a.wav")
+    assert proc.returncode == 1 and proc.stderr.startswith(
+        f"error: --lm={readme!r} is not a word LM: neither an ARPA file (it starts with \\data\\) nor a KenLM "
+        "binary (build one with python -m ds2_jax.tools.build_lm)"), proc.stderr
+    proc = _transcribe_command(f"--workdir={tmp_path}", f"--lexicon={readme}", "a.wav")
+    assert proc.returncode == 1 and proc.stderr.startswith(
+        f"error: --lexicon={readme!r} is used with an LM only: set --lm"), proc.stderr
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+@pytest.mark.xdist_group("trained")  # one worker trains it (conftest.py)
+def test_beam_search_with_an_arpa_lm_prints_only_the_transcripts(trained):
+    """KenLM's 'Loading the LM will be faster...' banner and its bar of stars do not reach the console."""
+    pytest.importorskip("flashlight.lib.text")
+    flac, _ = _utterances(1)[0]
+    proc = _transcribe_command(f"--workdir={trained.workdir}", f"--lm={trained.lm}", flac)
+    assert proc.returncode == 0 and proc.stdout.count("\n") == 1 and proc.stdout.startswith(f"{flac}\t"), proc.stderr
+    assert "Loading the LM" not in proc.stderr and "****" not in proc.stderr and "----5---10" not in proc.stderr

@@ -15,7 +15,6 @@ deleting D/librispeech_local.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import hashlib
 import json
@@ -222,12 +221,18 @@ def summary(report: dict) -> str:
     )
 
 
+def define_flags(fv) -> None:
+    from absl import flags
+
+    flags.DEFINE_string("manual_dir", None, "LibriSpeech tree or *.tar.gz archives.", required=True, flag_values=fv)
+    flags.DEFINE_string("data_dir", "", "tfds data dir ('' = tfds default).", flag_values=fv)
+
+
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--manual_dir", required=True, help="LibriSpeech tree or *.tar.gz archives")
-    parser.add_argument("--data_dir", default="", help="tfds data dir ('' = tfds default)")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    from ds2_jax import cli
+
+    args, _ = cli.parse_args(argv, define_flags, __doc__)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")  # plain lines, as every command prints
     builder = build(args.manual_dir, args.data_dir)
     print(f"librispeech_local prepared in {builder.data_dir}")
     for split, report in sorted(reports(builder).items()):

@@ -20,6 +20,7 @@ profile"). The CTC: the Pallas kernels on GPUs, optax elsewhere.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 
@@ -31,6 +32,7 @@ from ds2_jax.kernels import common, mosaic_rnn, triton_rnn
 
 
 _LOGGED: set = set()
+_QUIET: list = []  # non-empty inside unlogged()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,10 +95,21 @@ def choose_ctc(asked: str, machine: Machine) -> str:
     return asked
 
 
+@contextlib.contextmanager
+def unlogged():
+    """No choice is logged inside (parameter init traces the model on a dummy row; its
+    choice is not the one training runs)."""
+    _QUIET.append(True)
+    try:
+        yield
+    finally:
+        _QUIET.pop()
+
+
 def log_choice(what: str, asked: str, chosen: str, detail: str = "") -> None:
     """Logs once per distinct choice which implementation 'auto' (or the config) ran."""
     key = (what, asked, chosen, detail)
-    if key not in _LOGGED:
+    if key not in _LOGGED and not _QUIET:
         _LOGGED.add(key)
         where = ", ".join(filter(None, [detail, jax.default_backend()]))
         logging.getLogger("ds2_jax").info("%s: %s -> %s (%s)", what, asked, chosen, where)

@@ -22,7 +22,6 @@ collapsed spaces), so LM words and decoded words match.
 
 from __future__ import annotations
 
-import argparse
 import collections
 import math
 import os
@@ -275,24 +274,30 @@ class ArpaModel:
 # ----------------------------------------------------------------------------- CLI
 
 
+def define_flags(fv) -> None:
+    from absl import flags
+
+    flags.DEFINE_list("transcripts", [], "Comma-separated text files (one sentence a line), *.trans.txt files, "
+                      "directories (every *.trans.txt below) or LibriSpeech .tar.gz archives.", flag_values=fv)
+    flags.DEFINE_string("manual_dir", "", "A LibriSpeech-layout directory (as dataset.manual_dir).", flag_values=fv)
+    flags.DEFINE_string("splits", "", "With --manual_dir: comma or '+' separated splits, e.g. "
+                        "train-clean-100+train-clean-360.", flag_values=fv)
+    flags.DEFINE_integer("order", 3, "n-gram order.", flag_values=fv)
+    flags.DEFINE_string("out", None, "Output ARPA file.", required=True, flag_values=fv)
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--transcripts", nargs="*", default=[], help="Text files (one sentence a line), "
-                   "*.trans.txt files, directories (every *.trans.txt below) or LibriSpeech .tar.gz archives.")
-    p.add_argument("--manual_dir", default="", help="A LibriSpeech-layout directory (as dataset.manual_dir).")
-    p.add_argument("--splits", default="", help="With --manual_dir: comma or '+' separated splits, "
-                   "e.g. train-clean-100+train-clean-360.")
-    p.add_argument("--order", type=int, default=3, help="n-gram order.")
-    p.add_argument("--out", required=True, help="Output ARPA file.")
-    args = p.parse_args(argv)
+    from ds2_jax import cli
+
+    args, _ = cli.parse_args(argv, define_flags, __doc__)
     paths = list(args.transcripts)
     if args.manual_dir:
         splits = [s.strip() for s in args.splits.replace("+", ",").split(",") if s.strip()]
         if not splits:
-            p.error("--manual_dir needs --splits (e.g. train-clean-100)")
+            cli.usage_error("--manual_dir needs --splits (e.g. train-clean-100)")
         paths += split_paths(args.manual_dir, splits)
     if not paths:
-        p.error("give --transcripts and/or --manual_dir with --splits")
+        cli.usage_error("give --transcripts and/or --manual_dir with --splits")
     sents = list(sentences(read_paths(paths)))
     probs, backoffs = estimate(sents, args.order)
     sizes = write_arpa(probs, backoffs, args.out)
@@ -303,4 +308,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from ds2_jax import errors
+
+    sys.exit(errors.run_explained(main, None, errors.traceback_wanted()))

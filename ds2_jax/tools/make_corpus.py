@@ -15,7 +15,6 @@ output is a pure function of the flags (and the espeak-ng version). Needs the
 
 from __future__ import annotations
 
-import argparse
 import io
 import os
 import shutil
@@ -76,7 +75,7 @@ def speakers(rng: np.random.Generator, count: int) -> list[tuple[str, int, int]]
 def require_espeak() -> str:
     exe = shutil.which("espeak-ng")
     if exe is None:
-        raise SystemExit(
+        raise FileNotFoundError(
             "make_corpus needs the espeak-ng program: apt-get install -y espeak-ng "
             "(or brew install espeak-ng)"
         )
@@ -133,17 +132,23 @@ def make_split(out: str, split: str, spk: list, first_id: int, utts: int, rng, e
     return rows
 
 
+def define_flags(fv) -> None:
+    from absl import flags
+
+    flags.DEFINE_string("out", None, "Output dir (LibriSpeech/ goes inside).", required=True, flag_values=fv)
+    flags.DEFINE_integer("seed", 0, "Seeds voices, texts and their order.", flag_values=fv)
+    flags.DEFINE_integer("train_speakers", 16, "Speakers of train-clean-100.", flag_values=fv)
+    flags.DEFINE_integer("dev_speakers", 2, "Speakers of dev-clean.", flag_values=fv)
+    flags.DEFINE_integer("test_speakers", 3, "Speakers of test-clean (held out).", flag_values=fv)
+    flags.DEFINE_integer("utts_per_speaker", 13, "Utterances per speaker.", flag_values=fv)
+    flags.DEFINE_float("max_seconds", 4.0, "Longest utterance.", flag_values=fv)
+    flags.DEFINE_integer("workers", os.cpu_count() or 1, "espeak-ng processes.", flag_values=fv)
+
+
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", required=True, help="output dir (LibriSpeech/ goes inside)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--train_speakers", type=int, default=16)
-    p.add_argument("--dev_speakers", type=int, default=2)
-    p.add_argument("--test_speakers", type=int, default=3)
-    p.add_argument("--utts_per_speaker", type=int, default=13)
-    p.add_argument("--max_seconds", type=float, default=4.0)
-    p.add_argument("--workers", type=int, default=os.cpu_count() or 1)
-    args = p.parse_args(argv)
+    from ds2_jax import cli
+
+    args, _ = cli.parse_args(argv, define_flags, __doc__)
     exe = require_espeak()
     rng = np.random.default_rng(args.seed)
     counts = {"train-clean-100": args.train_speakers, "dev-clean": args.dev_speakers,
@@ -176,4 +181,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from ds2_jax import errors
+
+    sys.exit(errors.run_explained(main, None, errors.traceback_wanted()))

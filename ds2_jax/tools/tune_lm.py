@@ -16,8 +16,7 @@ import json
 import logging
 import os
 
-from absl import app, flags
-from absl import logging as absl_logging
+from absl import flags
 from ml_collections import config_flags
 
 FLAGS = flags.FLAGS
@@ -31,7 +30,9 @@ def define_flags() -> None:
     flags.DEFINE_string("split", "", "Split to tune on (default: eval.split or dataset.eval_split).")
     flags.DEFINE_list("alphas", ["0", "0.25", "0.5", "1", "1.5", "2"], "LM weights to try.")
     flags.DEFINE_list("betas", ["0", "0.5", "1", "2", "3"], "Word bonuses to try.")
-    flags.DEFINE_integer("beam_width", 32, "Beam width during the search.")
+    from ds2_jax import settings
+
+    flags.DEFINE_integer("beam_width", settings.LM_BEAM_WIDTH, "Beam width during the search (decoding.beam_width).")
     flags.DEFINE_integer("max_utterances", 0, "Utterances of the split used; 0 = all.")
     flags.DEFINE_integer("step", None, "Checkpoint step (default: latest).")
     flags.mark_flags_as_required(["workdir", "lm"])
@@ -72,29 +73,42 @@ def tune(config, workdir: str, lm: str, split: str, alphas, betas, beam_width: i
     # One file per (split, step, beam, LM): tuning against another LM never replaces this one.
     path = os.path.join(workdir, f"tune_lm-{split}-{step}-beam{beam_width}-lm-{evaluation.lm_name(lm)}.json")
     files.write_text(path, json.dumps(result, indent=2))
+    result["path"] = path
     log.info("greedy WER %.4f CER %.4f; best alpha %.3g beta %.3g: WER %.4f CER %.4f -> %s",
              result["greedy"]["wer"], result["greedy"]["cer"], best["alpha"], best["beta"], best["wer"], best["cer"], path)
     return result
 
 
 def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    absl_logging.set_verbosity(absl_logging.WARNING)
-    logging.getLogger("ds2_jax").setLevel(logging.INFO)
-    from ds2_jax import checkpoint, settings
+    from ds2_jax import cli, errors
+
+    cli.setup_logging(FLAGS.workdir)
+    # An explained error is one `error: ...` line (traceback in WORKDIR/error.log), as in launch.py.
+    return errors.run_explained(_tune_and_print, FLAGS.workdir, errors.traceback_wanted())
+
+
+def _tune_and_print() -> None:
+    from ds2_jax import checkpoint, cli, settings
 
     config = settings.from_config_dict(FLAGS.config) if FLAGS.config is not None else checkpoint.load_config(FLAGS.workdir)
-    result = tune(config, FLAGS.workdir, FLAGS.lm, FLAGS.split, FLAGS.alphas, FLAGS.betas, FLAGS.beam_width, FLAGS.max_utterances, FLAGS.step)
+    try:
+        with cli.quiet_console():  # each grid point's line goes to WORKDIR/log.txt; the table below is printed once
+            result = tune(config, FLAGS.workdir, FLAGS.lm, FLAGS.split, FLAGS.alphas, FLAGS.betas, FLAGS.beam_width,
+                          FLAGS.max_utterances, FLAGS.step)
+    except ValueError as e:  # names decoding.* settings: say which flag
+        raise ValueError(cli.in_flag_names(str(e), {"decoding.lm_path": "--lm", "decoding.beam_width": "--beam_width"})) from e
     best = result["best"]
     print(f"{'alpha':>6} {'beta':>6} {'WER':>7} {'CER':>7}")
     for r in result["grid"]:
         print(f"{r['alpha']:6.3g} {r['beta']:6.3g} {r['wer']:7.4f} {r['cer']:7.4f}")
     print(f"greedy: WER {result['greedy']['wer']:.4f} CER {result['greedy']['cer']:.4f}")
     print(f"best: --config.decoding.alpha={best['alpha']:g} --config.decoding.beta={best['beta']:g} "
-          f"(WER {best['wer']:.4f} CER {best['cer']:.4f} on {result['split']}, beam {result['beam_width']})")
+          f"(WER {best['wer']:.4f} CER {best['cer']:.4f} on {result['split']}, beam {result['beam_width']}; "
+          f"all in {result['path']})")
 
 
 if __name__ == "__main__":
     define_flags()
-    app.run(main)
+    from ds2_jax import cli
+
+    cli.run(main)
