@@ -15,6 +15,7 @@ import logging
 import os
 import shutil
 import sys
+import threading
 import traceback
 from typing import Callable
 
@@ -179,6 +180,8 @@ def run_explained(fn: Callable[[], object], workdir: str | None, show_traceback:
             where = workdir or os.getcwd()
             message = (f"disk full ({free_space(where)} in {where}): {message}; free disk space or choose another "
                        "--workdir, then rerun the same command")
+        # Other threads alive may be halfway through a line on stderr: start on a fresh one.
+        fresh_line = "\n" if threading.active_count() > 1 else ""
         terminal = _divert_stderr(log_path)
-        os.write(terminal, f"error: {message} [{hint}]\n".encode())
+        os.write(terminal, f"{fresh_line}error: {message} [{hint}]\n".encode())
         os._exit(1)
