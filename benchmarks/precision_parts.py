@@ -34,8 +34,9 @@ import os
 import statistics
 import sys
 
-from absl import app, flags
-from ml_collections import config_flags
+from absl import flags
+
+from ds2_jax import cli
 
 FLAGS = flags.FLAGS
 REFERENCE = ("float32", "scan_vjp")  # (model.dtype, model.rnn_impl) every run is compared with
@@ -46,7 +47,7 @@ FLOOR = ("float32", "scan_vjp, params rounded to bf16")
 
 def define_flags() -> None:
     """The command line; defined only when run, so that tests can import this module."""
-    config_flags.DEFINE_config_file("config", "configs/ds2_8gpu.py", "Model (dataset: the bundled corpus).")
+    cli.define_config_file("config", "configs/ds2_8gpu.py", "Model (dataset: the bundled corpus).")
     flags.DEFINE_string("out", None, "Output directory.", required=True)
     flags.DEFINE_integer("batches", 3, "Training batches measured (steps 0..N-1 of the seed's order).")
     flags.DEFINE_list("rnn_impls", ["auto", "scan_vjp"], "model.rnn_impl of each bfloat16 run.")
@@ -284,8 +285,7 @@ def notes(result: dict) -> str:
 
 
 def main(argv) -> None:
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    del argv  # cli.run refuses positional arguments
     import jax
 
     runs = [("bfloat16", impl) for impl in FLAGS.rnn_impls]
@@ -312,4 +312,4 @@ def main(argv) -> None:
 
 if __name__ == "__main__":
     define_flags()
-    app.run(main)
+    cli.run(main)
