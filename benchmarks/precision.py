@@ -202,7 +202,7 @@ def main(argv) -> None:
         config = on_bundled_corpus(FLAGS.config, FLAGS.steps, FLAGS.evals, FLAGS.log_every, FLAGS.data_dir)
     except ValueError as e:
         raise app.UsageError(str(e)) from e
-    from ds2_jax import determinism
+    from ds2_jax import determinism, files
 
     determinism.apply(config)  # before jax starts
     import jax
@@ -228,12 +228,12 @@ def main(argv) -> None:
         for dtype, impl in runs:
             workdir = os.path.join(FLAGS.out, f"{dtype}-{impl}-seed{seed}")
             results.append(run(config, dtype, impl, seed, workdir))
-            with open(os.path.join(FLAGS.out, "precision.json"), "w") as f:
-                json.dump({"meta": meta, "runs": results, "summary": summary(results, runs)}, f, indent=1)
+            # After each run, atomically: a command cut short keeps every finished run.
+            files.write_text(os.path.join(FLAGS.out, "precision.json"),
+                             json.dumps({"meta": meta, "runs": results, "summary": summary(results, runs)}, indent=1))
     rows = summary(results, runs)
     plot(results, os.path.join(FLAGS.out, "precision.png"))
-    with open(os.path.join(FLAGS.out, "NOTES.md"), "w") as f:
-        f.write(notes(results, rows, meta))
+    files.write_text(os.path.join(FLAGS.out, "NOTES.md"), notes(results, rows, meta))
     print(notes(results, rows, meta))
 
 

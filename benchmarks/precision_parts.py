@@ -288,6 +288,8 @@ def main(argv) -> None:
     del argv  # cli.run refuses positional arguments
     import jax
 
+    from ds2_jax import files
+
     runs = [("bfloat16", impl) for impl in FLAGS.rnn_impls]
     config, source, state = setup(FLAGS.config, FLAGS.data_dir)
     m = config.model
@@ -303,10 +305,8 @@ def main(argv) -> None:
     result["parts"] = measure_parts(config, source, state, runs, FLAGS.batches)
     if FLAGS.track_steps:
         result["track"] = track(config, source, state, FLAGS.track_steps, FLAGS.track_points, FLAGS.track_dtype, runs)
-    with open(os.path.join(FLAGS.out, "parts.json"), "w") as f:
-        json.dump(result, f, indent=1)
-    with open(os.path.join(FLAGS.out, "NOTES.md"), "w") as f:
-        f.write(notes(result))
+    files.write_text(os.path.join(FLAGS.out, "parts.json"), json.dumps(result, indent=1))
+    files.write_text(os.path.join(FLAGS.out, "NOTES.md"), notes(result))
     print(notes(result))
 
 
