@@ -93,12 +93,19 @@ def run_name(dtype: str, rnn_impl: str) -> str:
     return f"{dtype}:{rnn_impl}"
 
 
+def with_run(config, dtype: str, rnn_impl: str):
+    """A copy of `config` with model.dtype and model.rnn_impl set."""
+    config = config.copy_and_resolve_references()
+    config.model.dtype, config.model.rnn_impl = dtype, rnn_impl
+    return config
+
+
 def run(config, dtype: str, rnn_impl: str, seed: int, workdir: str) -> dict:
     """Trains `config` with model.dtype, model.rnn_impl and seed set, in `workdir`; its curves and figures."""
     from ds2_jax import metrics, train
 
-    config = config.copy_and_resolve_references()
-    config.model.dtype, config.model.rnn_impl, config.seed = dtype, rnn_impl, seed
+    config = with_run(config, dtype, rnn_impl)
+    config.seed = seed
     t0 = time.perf_counter()
     train.train_and_evaluate(config, workdir)
     wall_s = time.perf_counter() - t0

@@ -36,6 +36,7 @@ import sys
 
 from absl import flags
 
+from benchmarks import precision
 from ds2_jax import cli
 
 FLAGS = flags.FLAGS
@@ -92,9 +93,7 @@ def step_kwargs(config, dtype: str, rnn_impl: str) -> dict:
 
     from ds2_jax import state as state_lib
 
-    config = config.copy_and_resolve_references()
-    config.model.dtype, config.model.rnn_impl = dtype, rnn_impl
-    kwargs = state_lib.step_kwargs(config)
+    kwargs = state_lib.step_kwargs(precision.with_run(config, dtype, rnn_impl))
     del kwargs["learning_rate_fn"]
     # SpecAugment off: its masks are a draw, not a precision effect.
     return dict(kwargs, augment=dataclasses.replace(kwargs["augment"], freq_masks=0, time_masks=0), axis_name=None)
@@ -153,27 +152,25 @@ def compare(parts, reference, masks: dict) -> dict[str, float]:
     return errors
 
 
-def whole(tree_a, tree_b) -> float:
-    """Relative error of a whole pytree (its leaves concatenated)."""
+def vector(tree):
+    """A pytree's leaves as one float64 host vector."""
     import jax
     import numpy as np
+    from jax.flatten_util import ravel_pytree
 
-    a = np.concatenate([np.ravel(x) for x in jax.tree_util.tree_leaves(jax.device_get(tree_a))])
-    b = np.concatenate([np.ravel(x) for x in jax.tree_util.tree_leaves(jax.device_get(tree_b))])
-    return relative_error(a, b)
+    return np.asarray(ravel_pytree(jax.device_get(tree))[0], np.float64)
+
+
+def whole(tree_a, tree_b) -> float:
+    """Relative error of a whole pytree (its leaves as one vector)."""
+    return relative_error(vector(tree_a), vector(tree_b))
 
 
 def adam_update_errors(state, grads, reference_grads) -> dict[str, float]:
     """The first Adam update (state's optimizer) from `grads` against the one from `reference_grads`."""
-    import jax
     import numpy as np
 
-    def update(g):
-        return state.tx.update(g, state.opt_state, state.params)[0]
-
-    mine, ref = update(grads), update(reference_grads)
-    a = np.concatenate([np.ravel(x) for x in jax.tree_util.tree_leaves(jax.device_get(mine))])
-    b = np.concatenate([np.ravel(x) for x in jax.tree_util.tree_leaves(jax.device_get(ref))])
+    a, b = (vector(state.tx.update(g, state.opt_state, state.params)[0]) for g in (grads, reference_grads))
     return {"adam/update": relative_error(a, b), "adam/sign_disagreement": float(np.mean(np.sign(a) != np.sign(b)))}
 
 
@@ -181,7 +178,6 @@ def setup(config, data_dir: str):
     """(config on the bundled corpus, its training source, the seed's initial state)."""
     import jax
 
-    from benchmarks import precision
     from ds2_jax import input_pipeline, state as state_lib
     from ds2_jax.batching import Sharding
 
@@ -240,9 +236,8 @@ def track(config, source, state, steps: int, points: int, dtype: str, runs: list
     from ds2_jax import state as state_lib, train
 
     impl = next((i for d, i in runs if d == dtype), REFERENCE[1])
-    cfg = config.copy_and_resolve_references()
-    cfg.model.dtype, cfg.model.rnn_impl = dtype, impl
-    step_fn = jax.jit(functools.partial(train.train_step, **state_lib.step_kwargs(cfg), axis_name=None))
+    train_kwargs = state_lib.step_kwargs(precision.with_run(config, dtype, impl))
+    step_fn = jax.jit(functools.partial(train.train_step, **train_kwargs, axis_name=None))
     grad_fns = {run: jax.jit(functools.partial(train.loss_gradients, **step_kwargs(config, *run)))
                 for run in [REFERENCE, *runs]}
     at = sorted({round(i * steps / max(points - 1, 1)) for i in range(points)})

@@ -245,13 +245,14 @@ CHANGES_FILE = "config_changes.jsonl"  # {"step", "time", "changes": {key: [befo
 
 
 def flat(d: dict, prefix: str = "") -> dict:
-    """{'model.rnn_size': 32, ...} of a nested settings dict (lists as lists, so tuples compare equal)."""
+    """{'model.rnn_size': 32, ...} of a nested settings dict, values as JSON reads them back
+    (tuples as lists, so a config and its config.json compare equal)."""
     out = {}
     for k, v in d.items():
         if isinstance(v, dict):
             out.update(flat(v, f"{prefix}{k}."))
         else:
-            out[prefix + k] = list(v) if isinstance(v, tuple) else v
+            out[prefix + k] = json.loads(json.dumps(v))
     return out
 
 

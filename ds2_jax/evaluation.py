@@ -253,19 +253,9 @@ EVAL_SETTINGS = ("eval", "decoding", "dataset", "per_device_batch_size", "num_de
                  "keep_checkpoints", "prefetch_batches")
 
 
-def _flat(d: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, dict):
-            out.update(_flat(v, f"{prefix}{k}."))
-        else:
-            out[prefix + k] = json.loads(json.dumps(v))  # tuples and lists compare equal
-    return out
-
-
 def differing_keys(trained: dict, given: dict) -> list[tuple[str, object, object]]:
     """(dotted key, trained value, given value) of the training settings both have that differ."""
-    a, b = _flat(trained), _flat(given)
+    a, b = checkpoint.flat(trained), checkpoint.flat(given)
     return [(k, a[k], b[k]) for k in sorted(set(a) & set(b)) if k.split(".")[0] not in EVAL_SETTINGS and a[k] != b[k]]
 
 
