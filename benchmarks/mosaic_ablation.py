@@ -1,12 +1,11 @@
-"""Where one step of the Mosaic GPU recurrence goes, and what its launch options buy.
+"""Where one step of the Mosaic GPU recurrence goes.
 
     python -m benchmarks.mosaic_ablation --out=DIR [--steps=50] [--shape=267,16,2048]
 
 Hopper GPUs only. One seed layer (267 frames, batch 16, 2 x 2048, bfloat16, shared input
-projection): each `ds2_jax.kernels.mosaic_rnn.KernelOptions` setting times the forward and the
-forward + backward and gives the relative error of outputs and gradients against a
-float32 scan_vjp (so a fast but wrong setting shows). The ablation cases replace pieces
-of the default kernel at trace time and are wrong on purpose (timing, not numerics):
+projection): the kernel's forward and forward + backward times and the relative error of its
+outputs and gradients against a float32 scan_vjp. The ablation cases replace pieces of the
+kernel at trace time and are wrong on purpose (timing, not numerics):
   no poll    - the grid-wide wait returns at once (states race; CTAs still publish),
   no product - the tensor-core product is skipped (the state is still loaded).
 Writes DIR/mosaic_ablation.json and .md: median ms per call and us per time step.
@@ -29,15 +28,12 @@ from ds2_jax.rnn.reference import scan_vjp_recurrence
 _OUT = flags.DEFINE_string("out", None, "Output directory.", required=True)
 _STEPS = flags.DEFINE_integer("steps", 50, "Timed calls per case.")
 _SHAPE = flags.DEFINE_list("shape", ["267", "16", "2048"], "T, batch (16), hidden (two directions).")
-_OPTIONS = flags.DEFINE_list("options", ["1/0", "2/0", "4/0", "8/0", "1/1", "4/1"],
-                             "KernelOptions to time, each state_chunks/multicast (multicast last: clusters of 4 "
-                             "that cannot all be resident would hang).")
 
 
-def _skip_product(acc_ref, eye_smem, in_smem, in_bar, w_smem, h_smem, h_bar, chunks):
+def _skip_product(acc_ref, eye_smem, in_smem, in_bar, w_smem, h_smem, h_bar, with_state):
     plgpu.barrier_wait(in_bar)
-    for c in range(chunks):
-        plgpu.barrier_wait(h_bar.at[c])
+    if with_state:
+        plgpu.barrier_wait(h_bar)
     return jnp.zeros(acc_ref.shape, jnp.float32)
 
 
@@ -70,17 +66,14 @@ def main(argv):
         args = (xs.astype(jnp.float32), w.astype(jnp.float32))
         reference = (*ref_grad(*args, ct), ref_fwd(*args))
     rows = []
-    cases = [(f"chunks {c} multicast {m}", mosaic_rnn.KernelOptions(state_chunks=int(c), multicast=m == "1"), {})
-             for c, m in (o.split("/") for o in _OPTIONS.value)]
-    cases[1:1] = [(name, mosaic_rnn.KernelOptions(), patch) for name, patch in ABLATIONS.items()]
-    for name, options, patch in cases:
+    for name, patch in [("kernel", {}), *ABLATIONS.items()]:
         real = {k: getattr(mosaic_rnn, k) for k in patch}
         for k, v in patch.items():
             setattr(mosaic_rnn, k, v)
         try:
-            row = {"case": name, **_time(lambda x, r: mosaic_rnn.mosaic_simple_rnn(x, r, options), xs, w, ct,
+            row = {"case": name, **_time(lambda x, r: mosaic_rnn.mosaic_simple_rnn(x, r), xs, w, ct,
                                         None if patch else reference)}
-        except Exception as e:  # a setting that fails to build is recorded, the others still run
+        except Exception as e:  # a case that fails to build is recorded, the others still run
             row = {"case": name, "error": f"{type(e).__name__}: {e}"[:600]}
         finally:
             for k, v in real.items():

@@ -124,15 +124,13 @@ def test_backward_direction_starts_at_each_sequence_end(cell, impl):
         np.testing.assert_allclose(ys[b, :n], valid_prefix_reference(x[b], w, n, cell), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("options", [mosaic_rnn.KernelOptions(), mosaic_rnn.KernelOptions(state_chunks=2),
-                                     mosaic_rnn.KernelOptions(multicast=True)])
-def test_mosaic_kernels_lower_for_cuda(options):
+def test_mosaic_kernels_lower_for_cuda():
     """The Mosaic GPU kernels (forward and backward) lower for CUDA without a GPU."""
     xs = jax.ShapeDtypeStruct((16, 5, 1, 256), jnp.bfloat16)
     w = jax.ShapeDtypeStruct((2, 256, 256), jnp.float32)
 
     def loss(xs, w):
-        return jnp.sum(mosaic_rnn.mosaic_simple_rnn(xs, w, options).astype(jnp.float32))
+        return jnp.sum(mosaic_rnn.mosaic_simple_rnn(xs, w).astype(jnp.float32))
 
     text = jax.jit(jax.grad(loss, argnums=(0, 1))).trace(xs, w).lower(lowering_platforms=("cuda",)).as_text()
     assert text.count("mosaic_gpu") >= 2  # one custom call per kernel

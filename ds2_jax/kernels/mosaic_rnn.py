@@ -22,7 +22,6 @@ in `rnn.persistent`.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from typing import Callable
 
@@ -80,77 +79,53 @@ def _async_proxy_fence(ctx) -> None:
     nvvm.fence_proxy(nvvm.ProxyKind.async_global)
 
 
-@dataclasses.dataclass(frozen=True)
-class KernelOptions:
-    """Launch settings (Hopper GPUs). Neither option paid (`benchmarks/mosaic_ablation.py`;
-    figures in BUILD_NOTES.md, "Tried and rejected"): the defaults leave both off."""
-
-    # Load each step's state in this many TMA pieces (separate barriers) and start the
-    # product on each piece as it lands, overlapping the load with the tensor cores.
-    state_chunks: int = 1
-    # Clusters of 4: two column blocks share each state half through one TMA multicast
-    # (half the L2 reads). Needs hidden / 64 clusters of 4 resident at once (two
-    # directions), which `unsupported` does not check.
-    multicast: bool = False
-
-
 def _wait_for(sem, target) -> None:
     """Spins until the GMEM semaphore reaches `target`, then orders later TMA loads after it."""
     jax.lax.while_loop(lambda _: pl.semaphore_read(sem) < target, lambda c: c, 0)
     _async_proxy_fence()
 
 
-def _product(acc_ref, eye_smem, in_smem, in_bar, w_smem, h_smem, h_bar, chunks: int) -> jax.Array:
-    """input + W_half @ h_half on the tensor cores, each state piece multiplied as soon as it lands.
+def _product(acc_ref, eye_smem, in_smem, in_bar, w_smem, h_smem, h_bar, with_state: bool) -> jax.Array:
+    """input + W_half @ h_half on the tensor cores (input alone at the first step).
 
     The input tile ([B, 64] in shared memory) enters as identity @ input^T, which also turns it
     into the accumulator's [64 columns, B] orientation; fp32 accumulation keeps it exact.
     """
     plgpu.barrier_wait(in_bar)
     plgpu.wgmma(acc_ref, eye_smem, plgpu.transpose_ref(in_smem, (1, 0)))
-    for c in range(chunks):
-        plgpu.barrier_wait(h_bar.at[c])
-        plgpu.wgmma(acc_ref, w_smem.at[c], plgpu.transpose_ref(h_smem.at[c], (1, 0)))
+    if with_state:
+        plgpu.barrier_wait(h_bar)
+        plgpu.wgmma(acc_ref, w_smem, plgpu.transpose_ref(h_smem, (1, 0)))
     plgpu.wgmma_wait(0)
     return acc_ref[...]
 
 
 def _kernel(in_gmem, w_gmem, eye_gmem, out_gmem, w_smem, h_smem, in_smem, eye_smem, part_smem, w_bar, h_bar, in_bar,
             eye_bar, pair_bar, *, cell: Callable, reverse: bool, n_steps: int, blocks: int, k_half: int,
-            directions: int, options: KernelOptions):
+            directions: int):
     # Steps published per direction: a grid-global semaphore, zeroed by Pallas for every call.
     count = pl.get_global(plgpu.SemaphoreType.REGULAR((directions,)))
     g, r = jax.lax.axis_index("g"), jax.lax.axis_index("c")
-    if options.multicast:  # cluster (c, m): column blocks 2i and 2i + 1 share their state loads
-        per_direction = blocks // 2
-        d, j = g // per_direction, 2 * (g % per_direction) + jax.lax.axis_index("m")
-    else:
-        d, j = g // blocks, g % blocks
+    d, j = g // blocks, g % blocks
     cols = pl.ds(j * COLS, COLS)
     flip = d if not reverse else 1 - d  # 1: this direction walks time backwards
-    chunks = options.state_chunks
-    k_chunk = k_half // chunks
 
     def time_of(step):
         return step + flip * (n_steps - 1 - 2 * step)
 
     plgpu.copy_gmem_to_smem(eye_gmem.at[r], eye_smem, eye_bar)  # rank 1: zeros (rank 0 adds the input)
-    for c in range(chunks):
-        plgpu.copy_gmem_to_smem(w_gmem.at[d, cols, pl.ds(r * k_half + c * k_chunk, k_chunk)], w_smem.at[c], w_bar.at[c])
+    plgpu.copy_gmem_to_smem(w_gmem.at[d, cols, pl.ds(r * k_half, k_half)], w_smem, w_bar)
     plgpu.barrier_wait(eye_bar)
-    for c in range(chunks):
-        plgpu.barrier_wait(w_bar.at[c])
+    plgpu.barrier_wait(w_bar)
 
     def load_input(t):  # an input with one direction (a shared projection) serves both
         plgpu.copy_gmem_to_smem(in_gmem.at[t, d if in_gmem.shape[1] > 1 else 0, :, cols], in_smem, in_bar)
 
     def load_state(t):
-        for c in range(chunks):
-            plgpu.copy_gmem_to_smem(out_gmem.at[t, d, :, pl.ds(r * k_half + c * k_chunk, k_chunk)], h_smem.at[c],
-                                    h_bar.at[c], collective_axes="m" if options.multicast else None)
+        plgpu.copy_gmem_to_smem(out_gmem.at[t, d, :, pl.ds(r * k_half, k_half)], h_smem, h_bar)
 
-    def product(n_chunks):
-        return pl.run_scoped(lambda acc: _product(acc, eye_smem, in_smem, in_bar, w_smem, h_smem, h_bar, n_chunks),
+    def product(with_state):
+        return pl.run_scoped(lambda acc: _product(acc, eye_smem, in_smem, in_bar, w_smem, h_smem, h_bar, with_state),
                              plgpu.ACC((COLS, BATCH), jnp.float32))
 
     def publish(z, t):
@@ -162,16 +137,14 @@ def _kernel(in_gmem, w_gmem, eye_gmem, out_gmem, w_smem, h_smem, in_smem, eye_sm
     def _():
         t0 = time_of(0)
         load_input(t0)
-        publish(product(0), t0)
+        publish(product(False), t0)
 
     def step_fn(step, carry):
         t, t_prev = time_of(step), time_of(step - 1)
         load_input(t)  # independent of the other CTAs: in flight while we wait
-        # Every CTA of the direction has published step - 1, so every CTA is done reading
-        # its state buffers: a multicast into a partner's buffers cannot overwrite live data.
-        _wait_for(count.at[d], blocks * step)
+        _wait_for(count.at[d], blocks * step)  # every CTA of the direction has published step - 1
         load_state(t_prev)
-        z = product(chunks)
+        z = product(True)
 
         @pl.when(r == 1)
         def _():
@@ -190,37 +163,33 @@ def _kernel(in_gmem, w_gmem, eye_gmem, out_gmem, w_smem, h_smem, in_smem, eye_sm
     jax.lax.fori_loop(1, n_steps, step_fn, 0)
 
 
-def _run(cell: Callable, xs: jax.Array, weights: jax.Array, *, reverse: bool, options: KernelOptions) -> jax.Array:
+def _run(cell: Callable, xs: jax.Array, weights: jax.Array, *, reverse: bool) -> jax.Array:
     """xs: [T, D or 1, B, H] cell inputs; weights: [D, H_out, H_in] (A = rows of output columns). -> [T, D, B, H]."""
     n_steps, _, batch, hidden = xs.shape
     directions = weights.shape[0]
     dtype = xs.dtype
     k_half, blocks = hidden // 2, hidden // COLS
-    chunks = options.state_chunks
-    if k_half % (COLS * chunks):
-        raise ValueError(f"state_chunks={chunks} must split {k_half} rows into multiples of {COLS}")
-    cluster = {"c": 2, "m": 2} if options.multicast else {"c": 2}
     eye = jnp.stack([jnp.eye(COLS, dtype=dtype), jnp.zeros((COLS, COLS), dtype)])  # rank 0 adds the input
     kernel = plgpu.kernel(
         functools.partial(_kernel, cell=cell, reverse=reverse, n_steps=n_steps, blocks=blocks, k_half=k_half,
-                          directions=directions, options=options),
+                          directions=directions),
         out_type=jax.ShapeDtypeStruct((n_steps, directions, batch, hidden), dtype),
         scratch_types=[
-            plgpu.SMEM((chunks, COLS, k_half // chunks), dtype, transforms=_swizzled(dtype)),
-            plgpu.SMEM((chunks, batch, k_half // chunks), dtype, transforms=_swizzled(dtype)),
+            plgpu.SMEM((COLS, k_half), dtype, transforms=_swizzled(dtype)),
+            plgpu.SMEM((batch, k_half), dtype, transforms=_swizzled(dtype)),
             plgpu.SMEM((batch, COLS), dtype, transforms=_swizzled(dtype)),
             plgpu.SMEM((COLS, COLS), dtype, transforms=_swizzled(dtype)),
             plgpu.SMEM((COLS, batch), jnp.float32),
-            plgpu.Barrier(num_barriers=chunks),
-            plgpu.Barrier(num_barriers=chunks),
+            plgpu.Barrier(),
+            plgpu.Barrier(),
             plgpu.Barrier(),
             plgpu.Barrier(),
             plgpu.ClusterBarrier(collective_axes=("c",)),
         ],
-        grid=(directions * blocks // (2 if options.multicast else 1),),
+        grid=(directions * blocks,),
         grid_names=("g",),
-        cluster=tuple(cluster.values()),
-        cluster_names=tuple(cluster),
+        cluster=(2,),
+        cluster_names=("c",),
         # Lane semantics (the default before jax 0.11): the warpgroup dialect of jax
         # 0.11.2 cannot store to another CTA's shared memory.
         compiler_params=plgpu.CompilerParams(lowering_semantics=plgpu.LoweringSemantics.Lane),
@@ -252,7 +221,7 @@ def check_shapes(xs: jax.Array, recurrent: jax.Array) -> None:
         raise ValueError(reason)
 
 
-def mosaic_simple_rnn(xs: jax.Array, recurrent: jax.Array, options: KernelOptions = KernelOptions()) -> jax.Array:
+def mosaic_simple_rnn(xs: jax.Array, recurrent: jax.Array) -> jax.Array:
     """Clipped-ReLU recurrence (direction 1 reversed in time) on Hopper GPUs.
 
     Args:
@@ -263,7 +232,7 @@ def mosaic_simple_rnn(xs: jax.Array, recurrent: jax.Array, options: KernelOption
       <bf16>[16, T, D, H] hidden states.
     """
     check_shapes(xs, recurrent)
-    return _model_layout(_mosaic(xs, recurrent, options, xs.shape[2] < recurrent.shape[0]))
+    return _model_layout(_mosaic(xs, recurrent, xs.shape[2] < recurrent.shape[0]))
 
 
 def _kernel_layout(x: jax.Array) -> jax.Array:
@@ -274,25 +243,25 @@ def _model_layout(x: jax.Array) -> jax.Array:
     return x.transpose(2, 0, 1, 3)  # [T, D, B, H] -> [B, T, D, H]
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
-def _mosaic(xs, recurrent, options, shared_input):
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def _mosaic(xs, recurrent, shared_input):
     """-> [T, D, B, H] states. shared_input: xs has one direction (static, for the gradient's shape)."""
     del shared_input
     weights = recurrent.astype(xs.dtype).transpose(0, 2, 1)
-    return _run(clipped_relu, _kernel_layout(xs), weights, reverse=False, options=options)
+    return _run(clipped_relu, _kernel_layout(xs), weights, reverse=False)
 
 
-def _fwd(xs, recurrent, options, shared_input):
-    ys = _mosaic(xs, recurrent, options, shared_input)
+def _fwd(xs, recurrent, shared_input):
+    ys = _mosaic(xs, recurrent, shared_input)
     return ys, (ys, recurrent)
 
 
-def _bwd(options, shared_input, residuals, dys):
+def _bwd(shared_input, residuals, dys):
     ys, recurrent = residuals
     # One input per step, as in the forward kernel (a kernel that read dL/dy and y apart came
     # out wrong at hidden 2048 in batch entries 8-15; cause not found): the gate rides in it.
     gated = jnp.where(passes_gradient(ys), dys.astype(ys.dtype), SHUT)
-    dzs = _run(_gated, gated, recurrent.astype(ys.dtype), reverse=True, options=options)
+    dzs = _run(_gated, gated, recurrent.astype(ys.dtype), reverse=True)
     d_recurrent = jnp.einsum("tdbh,tdbw->dhw", previous_states(ys, time_axis=0), dzs,
                              preferred_element_type=jnp.float32)
     return input_gradient(_model_layout(dzs), shared_input), d_recurrent.astype(recurrent.dtype)
