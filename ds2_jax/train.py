@@ -20,8 +20,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from ds2_jax import (checkpoint, ctc, determinism, features, input_pipeline, loader, metrics, model, parallel, progress,
-                     resilience, settings)
+from ds2_jax import (checkpoint, ctc, determinism, device_memory, features, input_pipeline, loader, metrics, model, parallel,
+                     progress, resilience, settings)
 from ds2_jax.batch_axis import psum
 from ds2_jax.checkpoint import load_config, save_config  # noqa: F401 - the loop's config I/O, re-exported
 from ds2_jax.state import (  # noqa: F401 - re-exported: the step's state and static arguments
@@ -42,7 +42,7 @@ def features_of(state, batch, fc):
     return features.featurize(batch["audio"], batch["audio_lengths"], state.feature_mean, state.feature_std, fc)
 
 
-def loss_gradients(
+def loss_function(
     state: TrainState,
     batch: dict[str, jax.Array],
     rng: jax.Array,
@@ -54,12 +54,12 @@ def loss_gradients(
     ctc_impl: str,
     nan_steps: tuple[int, ...] = (),
     axis_name: str | None = AXIS,
-):
-    """This device's gradient of the global batch's mean loss (before the all-reduce).
+) -> Callable:
+    """params -> (this device's share of the global batch's mean loss, (new batch-norm
+    statistics, this device's loss sum, the global feasible count, <float32>[B] rows used)).
 
     The loss is the mean over all feasible utterances of the global batch, so 1 device and
-    N devices compute the same gradient once it is psum'd. Returns (grads, (new batch-norm
-    statistics, this device's loss sum, the global feasible count, <float32>[B] rows used)).
+    N devices compute the same gradient once it is psum'd.
     """
     net = model.DeepSpeech2(model_cfg, axis_name=axis_name)
     rng = jax.random.fold_in(rng, state.step)
@@ -83,7 +83,13 @@ def loss_gradients(
             local_sum = local_sum * jnp.where(jnp.isin(state.step, jnp.asarray(nan_steps)), jnp.nan, 1.0)
         return local_sum / jnp.maximum(count, 1.0), (updates["batch_stats"], local_sum, count, used)
 
-    return jax.grad(loss_fn, has_aux=True)(state.params)
+    return loss_fn
+
+
+def loss_gradients(state: TrainState, batch: dict[str, jax.Array], rng: jax.Array, **loss_kwargs):
+    """This device's gradient of the global batch's mean loss (before the all-reduce), and
+    `loss_function`'s aux; `loss_kwargs` are loss_function's keyword arguments."""
+    return jax.grad(loss_function(state, batch, rng, **loss_kwargs), has_aux=True)(state.params)
 
 
 def train_step(
@@ -210,7 +216,12 @@ def _train(config, workdir: str, mgr) -> TrainState:
     # a resume's changed settings are recorded beside it, not over it.
     changes = checkpoint.record_resume_changes(config, workdir, start) if is_chief else []
 
-    p_train = par.compile(train_step, step_kwargs(config))
+    static = step_kwargs(config)
+    estimate = device_memory.estimate(loss_function, state, config.per_device_batch_size, source.shapes(),
+                                      {k: v for k, v in static.items() if k != "learning_rate_fn"},
+                                      staged_batches=config.prefetch_batches + 1)
+    log.info("%s", device_memory.check(estimate, config.per_device_batch_size, device_memory.device_limit(devices[0])))
+    p_train = par.compile(train_step, static)
     p_eval = evaluation.compile_eval_step(config, par)  # reads the placed train state, as is
     state, step_rng = par.put_replicated(state), par.put_replicated(step_rng)
     host_batches = loader.train_batches(config, sharding, source, start, config.num_train_steps)

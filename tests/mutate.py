@@ -467,6 +467,15 @@ MUTATIONS = [
     Mutation("read_long_file_whole", "ds2_jax/transcribe.py", "        if 0 < frames <= block:", "        if True:",
              ("tests/test_transcribe.py::test_a_long_file_is_read_block_by_block_like_in_one_piece",),
              "a long file is read whole as float32 channels (an hour of 44.1 kHz stereo: 1.3 GB)"),
+    Mutation("memory_estimate_without_activations", "ds2_jax/device_memory.py",
+             "        per_row=residual_per_row + staged_batches * batch_per_row,",
+             "        per_row=staged_batches * batch_per_row,",
+             ("tests/test_device_memory.py",),
+             "the estimate counts only the input batches, not what the backward keeps: a batch 10x too large compiles"),
+    Mutation("memory_not_checked", "ds2_jax/train.py",
+             '    log.info("%s", device_memory.check(estimate, config.per_device_batch_size, device_memory.device_limit(devices[0])))\n',
+             "", ("tests/test_device_memory.py::test_training_refuses_before_compiling",),
+             "the loop never checks the estimate: an oversized batch is silent for minutes, then fails to allocate"),
 ]
 
 

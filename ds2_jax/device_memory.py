@@ -1,0 +1,102 @@
+"""The train step's device memory, estimated from shapes before anything is compiled.
+
+A batch too large for the device used to show as minutes of silent compiling and autotuning
+before an allocation failed. This estimate traces the loss with `jax.eval_shape` (no compile,
+no device memory, under a second for the seed model) and counts what cannot be avoided: the
+train state, a gradient, the staged input batches and the activations the backward pass keeps
+(`jax.vjp`'s residuals). XLA's own temporaries come on top, so the estimate is a lower bound:
+a batch it refuses cannot fit; one it passes may still not.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+import jax
+
+from ds2_jax import batching, resilience
+from ds2_jax.kernels import dispatch
+
+log = logging.getLogger("ds2_jax")
+
+GIB = 2**30
+
+
+@dataclasses.dataclass(frozen=True)
+class Estimate:
+    """Device bytes of one train step: `fixed` + `per_row` x rows per device."""
+
+    fixed: int
+    per_row: int
+
+    def at(self, rows: int) -> int:
+        return self.fixed + self.per_row * rows
+
+    def largest_fitting(self, limit: int) -> int:
+        """The most rows per device whose estimate fits `limit` bytes (0: none)."""
+        return max((limit - self.fixed) // self.per_row, 0)
+
+
+def batch_spec(rows: int, samples: int, label_len: int) -> dict[str, jax.ShapeDtypeStruct]:
+    """The shapes and dtypes of a padded batch (batching.pad_batch's format) of `rows` rows."""
+    one = batching.pad_batch([], samples, label_len, 1)
+    return {k: jax.ShapeDtypeStruct((rows, *v.shape[1:]), v.dtype) for k, v in one.items()}
+
+
+def residual_bytes(loss_function, state, rows: int, samples: int, label_len: int, loss_kwargs: dict) -> int:
+    """Bytes the backward pass keeps from the forward for a batch of `rows` rows, from shapes alone.
+
+    loss_function(state, batch, rng, axis_name=None, **loss_kwargs) -> params -> (loss, aux),
+    as train.loss_function.
+    """
+    def saved(st, batch, rng):
+        return jax.vjp(loss_function(st, batch, rng, axis_name=None, **loss_kwargs), st.params, has_aux=True)[1]
+
+    with dispatch.unlogged():  # the 'auto' choice is logged once, by the compile
+        residuals = jax.eval_shape(saved, state, batch_spec(rows, samples, label_len), jax.random.PRNGKey(0))
+    return resilience.tree_bytes(residuals)
+
+
+def estimate(loss_function, state, rows: int, shapes: list[tuple[int, int]], loss_kwargs: dict,
+             staged_batches: int) -> Estimate:
+    """The step's device bytes at the largest batch shape in `shapes` ((samples, label length)):
+    the state, its gradient, `staged_batches` input batches on the device and the residuals,
+    split into a fixed part and a part per row (the residuals at `rows` and 2 x `rows`)."""
+    samples, label_len = max(shapes)
+    at_rows, at_twice = (residual_bytes(loss_function, state, n, samples, label_len, loss_kwargs) for n in (rows, 2 * rows))
+    residual_per_row = (at_twice - at_rows) // rows
+    batch_per_row = resilience.tree_bytes(batch_spec(1, samples, label_len))
+    return Estimate(
+        fixed=resilience.tree_bytes(state) + resilience.tree_bytes(state.params) + at_rows - residual_per_row * rows,
+        per_row=residual_per_row + staged_batches * batch_per_row,
+    )
+
+
+def device_limit(device) -> int | None:
+    """Bytes the device lets XLA allocate; None where it does not say (CPUs)."""
+    stats = device.memory_stats() if hasattr(device, "memory_stats") else None
+    return (stats or {}).get("bytes_limit")
+
+
+def size(n: int) -> str:
+    return f"{n / GIB:,.1f} GiB" if n >= GIB else f"{n / 2**20:,.1f} MiB"
+
+
+def check(est: Estimate, per_device_batch_size: int, limit: int | None) -> str:
+    """A line on the estimate against `limit`; a MemoryError naming per_device_batch_size and
+    about the largest that fits when the estimate alone exceeds it."""
+    need = est.at(per_device_batch_size)
+    if limit is None:
+        return f"device memory: the step needs at least {size(need)} per device (the device's limit is unknown)"
+    if need <= limit:
+        return f"device memory: the step needs at least {size(need)} of the device's {size(limit)}"
+    fits = est.largest_fitting(limit)
+    advice = (f"the largest that could fit is about per_device_batch_size={fits} (XLA needs more than this estimate: "
+              "leave headroom)" if fits else "not even one row fits: use model.dtype=bfloat16 or a smaller model")
+    raise MemoryError(
+        f"per_device_batch_size={per_device_batch_size} cannot fit on this device: the train step needs at least "
+        f"{size(need)} ({size(est.fixed)} of state, gradient and fixed activations, {size(est.per_row)} per row "
+        f"at the longest batch shape), the device has {size(limit)}; "
+        f"{advice}; or lower dataset.max_duration_s"
+    )
