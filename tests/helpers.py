@@ -11,6 +11,13 @@ CORPUS = os.path.join(ROOT, "data", "tiny_librispeech")  # the bundled tiny Libr
 TRAIN_STEPS = 160  # steps of conftest's `trained` demo model (its eval files are named by them)
 
 
+def repo_env(**extra) -> dict:
+    """This environment for a subprocess that imports the repository, with the repository first on
+    PYTHONPATH and what was there kept (the GPU machine's packages live on it)."""
+    path = os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH", "")]))
+    return dict(os.environ, PYTHONPATH=path, **extra)
+
+
 def tiny_config(**overrides):
     """configs/smoke.py with dotted-key overrides, e.g. tiny_config(**{'model.rnn_size': 16})."""
     config = smoke.get_config()

@@ -9,7 +9,6 @@ with 'auto' (the Mosaic kernels on Hopper) and scan_vjp; on the CPU a small mode
 
 import functools
 import json
-import os
 import subprocess
 import sys
 
@@ -20,7 +19,7 @@ import pytest
 from benchmarks import precision_parts
 from configs import ds2_8gpu
 from ds2_jax import train
-from tests.helpers import CORPUS, ROOT
+from tests.helpers import CORPUS, ROOT, repo_env
 
 pytestmark = pytest.mark.gpu  # make test-gpu runs them at the seed's widths
 
@@ -103,7 +102,7 @@ def test_deterministic_runs_of_a_seed_repeat_exactly(tmp_path):
             [sys.executable, "-m", "benchmarks.precision", f"--out={tmp_path / out}", "--steps=30", "--evals=1",
              "--log_every=5", f"--data_dir={data_dir}", "--runs=bfloat16:auto", "--seeds=1",
              "--config.deterministic=True", "--config.num_devices=1", "--config.compilation_cache_dir="],
-            cwd=ROOT, capture_output=True, text=True, timeout=900, env=dict(os.environ, PYTHONPATH=ROOT))
+            cwd=ROOT, capture_output=True, text=True, timeout=900, env=repo_env())
         assert proc.returncode == 0, proc.stderr[-3000:]
         losses.append(json.loads((tmp_path / out / "precision.json").read_text())["runs"][0]["loss"])
     assert losses[0] == losses[1]
