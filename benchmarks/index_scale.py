@@ -22,7 +22,9 @@ import time
 import numpy as np
 
 from configs import default
-from ds2_jax import input_pipeline, tfds_source
+from ds2_jax.data import tfds_source
+from ds2_jax.data.batch import Sharding
+from ds2_jax.data.source import DataSettings
 
 SPLIT = "train_clean_100"
 
@@ -71,14 +73,14 @@ def main(argv=None) -> int:
         def __len__(self):
             return args.utterances
 
-    tfds_source._open_builder = lambda config, sharding: Builder()
+    tfds_source._open_builder = lambda dataset, sharding: Builder()
     tfds_source.TfdsSource._source = lambda self, split: Records()
     config = default.get_config()
     config.dataset.name = "librispeech_local"
     config.dataset.train_splits = SPLIT
     before = rss_mb()
     t = time.perf_counter()
-    source = tfds_source.TfdsSource(config, input_pipeline.Sharding(args.batch))
+    source = tfds_source.TfdsSource(DataSettings.of(config), Sharding(args.batch))
     opened = time.perf_counter() - t
     source._plan(0), source._plan(1)
     print(json.dumps({

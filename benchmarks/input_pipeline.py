@@ -7,7 +7,7 @@
 --make_clips=N first writes N clips of 6-8 s (noisy tones; the reader never looks at the
 content) in the LibriSpeech layout under --workdir and builds them, reporting build time
 and peak memory. Reading uses only utterances of 6-8 s (the seed's training window),
-through ds2_jax.loader as the trainer reads (inline with --num_workers=0, else grain
+through ds2_jax.data.loader as the trainer reads (inline with --num_workers=0, else grain
 worker processes; several counts in one run, e.g. --num_workers=0,1,2,4,8,16), after a
 warm-up of four batches per worker (the first batch's wait, worker start-up, reported apart). --to_device also stages every batch on all local jax
 devices as the trainer does (parallel.put_batches). Each row: utt/s, the main process's
@@ -27,7 +27,9 @@ import numpy as np
 import soundfile
 
 from configs import default
-from ds2_jax import input_pipeline, settings
+from ds2_jax import settings
+from ds2_jax.data.batch import Sharding
+from ds2_jax.data.source import make_source
 
 
 def make_clips(manual_dir: str, count: int, seed: int = 0, seconds: tuple[float, float] = (6.0, 8.0)) -> None:
@@ -82,12 +84,13 @@ class PeakTreeRss:
 
 
 def read_rate(config, sharding, source, steps: int, to_device: bool) -> dict:
-    """utt/s of steps 1..steps through ds2_jax.loader (and the devices), after a warm-up."""
+    """utt/s of steps 1..steps through ds2_jax.data.loader (and the devices), after a warm-up."""
     import jax
 
-    from ds2_jax import loader, parallel
+    from ds2_jax import parallel
+    from ds2_jax.data import loader
 
-    warm = 4 * max(1, loader.resolve_num_workers(config))  # every worker past its first batches
+    warm = 4 * max(1, loader.resolve_num_workers(config.dataset))  # every worker past its first batches
     host = loader.train_batches(config, sharding, source, 0, 1 + warm + steps)
     batches = parallel.Parallel("pmap", jax.local_devices()).put_batches(host, config.prefetch_batches) if to_device else host
     with PeakTreeRss() as rss:
@@ -103,7 +106,7 @@ def read_rate(config, sharding, source, steps: int, to_device: bool) -> dict:
     batches.close()
     utts = steps * sharding.global_batch
     return {
-        "num_workers": loader.resolve_num_workers(config),
+        "num_workers": loader.resolve_num_workers(config.dataset),
         "first_batch_s": round(first_batch_s, 2),
         "to_device": to_device,
         "utterances_per_s": round(utts / wall, 1),
@@ -159,9 +162,9 @@ def main(argv=None) -> int:
     config.dataset.train_splits = args.train_splits
     config.dataset.min_duration_s, config.dataset.max_duration_s = 6.0, 8.0
     config = settings.from_config_dict(config)
-    sharding = input_pipeline.Sharding(args.batch)
+    sharding = Sharding(args.batch)
     t = time.perf_counter()
-    source = input_pipeline.make_source(config, sharding)
+    source = make_source(config, sharding)
     result["open_s"] = round(time.perf_counter() - t, 2)
     print(json.dumps(result), flush=True)
     rows = []

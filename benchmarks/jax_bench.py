@@ -9,7 +9,10 @@ import tempfile
 import jax
 
 from benchmarks import profile, timing
-from ds2_jax import input_pipeline, model, parallel, settings, train
+from ds2_jax import features, model, parallel, settings, train
+from ds2_jax.data.batch import Sharding
+from ds2_jax.data.source import DataSettings
+from ds2_jax.data.synthetic import SyntheticSource
 
 VARIANTS = ("jax", "jax_jit", "jax_eager")
 PARALLELISM = {"jax": "pmap", "jax_jit": "jit", "jax_eager": "pmap"}  # jax_eager: compile=False
@@ -30,9 +33,9 @@ def run(config, variant: str, n_devices: int, steps: int, warmup: int, profile_s
     par = parallel.make(config)
     devices = par.devices
     global_batch = config.per_device_batch_size * n_devices
-    source = input_pipeline.SyntheticSource(config, input_pipeline.Sharding(global_batch))
+    source = SyntheticSource(DataSettings.of(config), Sharding(global_batch))
     host_batches = [source.train_batch(i) for i in range(num_batches)]
-    mean, std = source.feature_stats()
+    mean, std = source.feature_stats(features.spectrogram_stats)
     state = train.create_state(config, jax.random.PRNGKey(config.seed), mean, std)
     params = model.count_params(state.params)
     step_fn = par.compile(train.train_step, train.step_kwargs(config))

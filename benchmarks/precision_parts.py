@@ -178,11 +178,12 @@ def setup(config, data_dir: str):
     """(config on the bundled corpus, its training source, the seed's initial state)."""
     import jax
 
-    from ds2_jax import input_pipeline, state as state_lib
-    from ds2_jax.batching import Sharding
+    from ds2_jax import state as state_lib
+    from ds2_jax.data.batch import Sharding
+    from ds2_jax.data.source import make_source
 
     config = precision.on_bundled_corpus(config, 1, 1, 1, data_dir)
-    source = input_pipeline.make_source(config, Sharding(global_batch=config.per_device_batch_size))
+    source = make_source(config, Sharding(global_batch=config.per_device_batch_size))
     init_rng, _ = jax.random.split(jax.random.PRNGKey(config.seed))
     return config, source, state_lib.initial_state(config, source, init_rng)
 

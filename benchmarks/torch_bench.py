@@ -36,7 +36,9 @@ import torch
 
 from benchmarks import profile, timing
 from benchmarks.torch_model import TorchDS2, count_params, ctc_loss
-from ds2_jax import input_pipeline
+from ds2_jax.data.batch import Sharding
+from ds2_jax.data.source import DataSettings
+from ds2_jax.data.synthetic import SyntheticSource
 from ds2_jax.features import FeatureConfig
 from ds2_jax.model import ModelConfig
 
@@ -66,8 +68,10 @@ def run(config, variant: str, n_devices: int, steps: int, warmup: int, profile_s
     if cuda:
         torch.cuda.set_device(device)
     global_batch = config.per_device_batch_size * n_devices
-    source = input_pipeline.SyntheticSource(config, input_pipeline.Sharding(global_batch, rank, world))
-    mean, std = source.feature_stats()
+    source = SyntheticSource(DataSettings.of(config), Sharding(global_batch, rank, world))
+    from ds2_jax import features  # jax, for the statistics only
+
+    mean, std = source.feature_stats(features.spectrogram_stats)
     net = build(config, variant, device, mean, std)
     params = count_params(net)
     bf16 = config.model.dtype == "bfloat16"

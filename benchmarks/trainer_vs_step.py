@@ -26,7 +26,8 @@ from absl import flags
 
 from benchmarks import input_pipeline as input_bench
 from benchmarks import jax_bench
-from ds2_jax import cli, loader, train
+from ds2_jax import cli, settings, train
+from ds2_jax.data import loader
 
 _CONFIG = cli.define_config_file("config", "configs/ds2_8gpu.py", "Config file.")
 _SOURCES = flags.DEFINE_list("sources", ["synthetic", "clips"], "synthetic and/or clips.")
@@ -96,7 +97,7 @@ def main(argv) -> int:
             "devices": n_dev,
             "dtype": c.model.dtype,
             "clip_seconds": "-".join(_CLIP_SECONDS.value),
-            "num_workers": loader.resolve_num_workers(c),
+            "num_workers": loader.resolve_num_workers(settings.build(settings.Dataset, c.dataset, "dataset.")),
             "step_ms_median": round(step["step_ms_median"], 2),
             "step_ms_pipelined": round(step["pipelined_ms_per_step"], 2),
             **trainer_ms(c, os.path.join(root, f"run-{source}")),

@@ -15,7 +15,8 @@ import logging
 
 import jax
 
-from ds2_jax import batching, resilience
+from ds2_jax import resilience
+from ds2_jax.data import batch as batch_format
 from ds2_jax.kernels import dispatch
 
 log = logging.getLogger("ds2_jax")
@@ -39,8 +40,8 @@ class Estimate:
 
 
 def batch_spec(rows: int, samples: int, label_len: int) -> dict[str, jax.ShapeDtypeStruct]:
-    """The shapes and dtypes of a padded batch (batching.pad_batch's format) of `rows` rows."""
-    one = batching.pad_batch([], samples, label_len, 1)
+    """The shapes and dtypes of a padded batch (data.batch.pad_batch's format) of `rows` rows."""
+    one = batch_format.pad_batch([], samples, label_len, 1)
     return {k: jax.ShapeDtypeStruct((rows, *v.shape[1:]), v.dtype) for k, v in one.items()}
 
 

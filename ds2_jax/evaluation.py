@@ -27,8 +27,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ds2_jax import (checkpoint, ctc, decoding, errors, features, files, input_pipeline, metrics, model, parallel,
+from ds2_jax import (checkpoint, ctc, decoding, errors, features, files, metrics, model, parallel,
                      resilience, settings, text)
+from ds2_jax.data.source import Source, make_source
 from ds2_jax.batch_axis import AXIS, psum
 from ds2_jax.state import TrainState, create_state, step_kwargs
 
@@ -223,7 +224,7 @@ class EvalRun:
 
     p_eval: Callable
     state: "TrainState"  # placed by `par` (put_replicated)
-    source: input_pipeline.Source
+    source: Source
     par: parallel.Parallel
     step: int
 
@@ -233,7 +234,7 @@ def prepare(config, workdir: str, step: int | None = None, log_probs: bool = Fal
     config.parallelism says, and builds the source (this process's rows) and the eval step."""
     par = parallel.make(config)
     sharding = par.batch_sharding(config.per_device_batch_size)
-    source = input_pipeline.make_source(config, sharding)
+    source = make_source(config, sharding)
     resilience.check_host_memory(config, sharding.local_batch, source.shapes(), 3)  # 2 read ahead, 1 in the step
     state, step = restore_state(config, workdir, step)
     return EvalRun(compile_eval_step(config, par, log_probs), par.put_replicated(state), source, par, step)

@@ -8,6 +8,8 @@ Frames that touch padding are zeroed, so padded input never changes valid output
 
 from __future__ import annotations
 
+from typing import Iterable
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -63,6 +65,34 @@ def featurize(
     lengths = geometry.num_frames(audio_lengths.astype(jnp.int32), fc.window, fc.hop)
     mask = jnp.arange(feats.shape[1])[None, :] < lengths[:, None]
     return jnp.where(mask[..., None], feats, 0.0), lengths
+
+
+def spectrogram_stats(waveforms: Iterable[np.ndarray], fc: FeatureConfig = FeatureConfig(),
+                      pad_to: int = 64_000) -> tuple[np.ndarray, np.ndarray]:
+    """Per-bin <float32>[num_bins] mean and std of log spectrogram frames over int16 waveforms.
+
+    Runs on the host once per run (a source's `feature_stats` picks the waveforms and caches
+    the result). Waveforms are zero-padded to a multiple of `pad_to` samples so that the
+    jitted spectrogram compiles for a handful of shapes; padded frames are excluded.
+    """
+    spectrogram = jax.jit(lambda a: log_spectrogram(a, fc))
+    total, total_sq, count = 0.0, 0.0, 0
+    for wav in waveforms:
+        wav = np.asarray(wav, np.int16)
+        frames = geometry.num_frames(len(wav), fc.window, fc.hop)
+        if frames == 0:
+            continue
+        padded = np.zeros((-(-len(wav) // pad_to) * pad_to,), np.int16)
+        padded[: len(wav)] = wav
+        spec = np.asarray(spectrogram(padded[None]), np.float64)[0, :frames]
+        total = total + spec.sum(0)
+        total_sq = total_sq + (spec**2).sum(0)
+        count += frames
+    if count == 0:
+        raise ValueError("no utterance long enough to compute feature statistics")
+    mean = total / count
+    std = np.sqrt(np.maximum(total_sq / count - mean**2, 1e-10))
+    return mean.astype(np.float32), std.astype(np.float32)
 
 
 def spec_augment(

@@ -26,7 +26,8 @@ import jax
 import numpy as np
 from flax import jax_utils
 
-from ds2_jax import batch_axis, batching, settings
+from ds2_jax import batch_axis, settings
+from ds2_jax.data.batch import Sharding, shard_for_devices
 
 AXIS = batch_axis.AXIS
 KINDS = settings.PARALLELISMS
@@ -76,7 +77,7 @@ class Parallel:
         pmap axis (the step never sees a new sharding); jit: rows sharded along 'batch'.
         """
         if self.kind == "pmap":
-            return jax.device_put(batching.shard_for_devices(batch, len(self.devices)), self._sharding((AXIS,)))
+            return jax.device_put(shard_for_devices(batch, len(self.devices)), self._sharding((AXIS,)))
         if self.kind == "jit":
             sharding = self._sharding((AXIS,))
             return {k: jax.make_array_from_process_local_data(sharding, v) for k, v in batch.items()}
@@ -91,9 +92,9 @@ class Parallel:
         put = (lambda b: (b, self.put_batch(b))) if with_host else self.put_batch
         return Staged(batches, put, size)
 
-    def batch_sharding(self, per_device_batch: int) -> batching.Sharding:
+    def batch_sharding(self, per_device_batch: int) -> Sharding:
         """How a global batch of `per_device_batch` rows per device splits over the processes."""
-        return batching.Sharding(
+        return Sharding(
             global_batch=per_device_batch * len(self.devices) * jax.process_count(),
             process_index=jax.process_index(),
             process_count=jax.process_count(),

@@ -102,7 +102,7 @@ class Dataset:
     feature_stats_utterances: int = 2000  # Sample size for per-bin mean/std.
     # Worker processes (grain) that read, decode and pad training batches off the step's
     # critical path; 0 = inline in the training process; -1 = from the cores present
-    # (ds2_jax.loader.resolve_num_workers: cores - 2, at most 16; 0 for synthetic data).
+    # (ds2_jax.data.loader.resolve_num_workers: cores - 2, at most 16; 0 for synthetic data).
     num_workers: int = -1
     worker_buffer_size: int = 2  # Batches each worker keeps ready.
     # Synthetic source: utterances uniform in [min_duration_s, max_duration_s] of the

@@ -106,7 +106,7 @@ def create_state(config, rng: jax.Array, feature_mean: np.ndarray, feature_std: 
 
 
 def initial_state(config, source, rng):
-    mean, std = source.feature_stats()
+    mean, std = source.feature_stats(features.spectrogram_stats)
     return create_state(config, rng, mean, std)
 
 

@@ -20,8 +20,10 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from ds2_jax import (checkpoint, ctc, determinism, device_memory, features, input_pipeline, loader, metrics, model, parallel,
-                     progress, resilience, settings)
+from ds2_jax import (checkpoint, ctc, determinism, device_memory, features, metrics, model, parallel, progress,
+                     resilience, settings)
+from ds2_jax.data import loader
+from ds2_jax.data.source import make_source
 from ds2_jax.batch_axis import psum
 from ds2_jax.checkpoint import load_config, save_config  # noqa: F401 - the loop's config I/O, re-exported
 from ds2_jax.state import (  # noqa: F401 - re-exported: the step's state and static arguments
@@ -190,12 +192,12 @@ def _train(config, workdir: str, mgr) -> TrainState:
     cpu_note = parallel.cpu_warning(config, devices)
     if cpu_note:
         log.warning("%s", cpu_note)
-    source = input_pipeline.make_source(config, sharding)
+    source = make_source(config, sharding)
     log.info("compiled batch shapes (samples, labels): %s", source.shapes())
     if config.eval_every_steps and hasattr(source, "check_eval_split"):  # synthetic data has every split
         source.check_eval_split(config.dataset.eval_split)
     resilience.check_host_memory(config, sharding.local_batch, source.shapes(), config.prefetch_batches + 1 +
-                                 loader.resolve_num_workers(config) * config.dataset.worker_buffer_size)
+                                 loader.resolve_num_workers(config.dataset) * config.dataset.worker_buffer_size)
 
     init_rng, step_rng = jax.random.split(jax.random.PRNGKey(config.seed))
     state = initial_state(config, source, init_rng)
@@ -226,7 +228,7 @@ def _train(config, workdir: str, mgr) -> TrainState:
     state, step_rng = par.put_replicated(state), par.put_replicated(step_rng)
     host_batches = loader.train_batches(config, sharding, source, start, config.num_train_steps)
     batches = par.put_batches(host_batches, config.prefetch_batches)
-    input_wait = loader.InputWait(config.input_wait_warn_fraction, loader.resolve_num_workers(config))
+    input_wait = loader.InputWait(config.input_wait_warn_fraction, loader.resolve_num_workers(config.dataset))
 
     def host_state():
         return par.get(state)

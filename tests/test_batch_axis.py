@@ -14,7 +14,9 @@ import numpy as np
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec
 
-from ds2_jax import batch_axis, ctc, input_pipeline, parallel, train
+from ds2_jax import batch_axis, ctc, parallel, train
+from ds2_jax.data.batch import Sharding
+from ds2_jax.data.source import make_source
 from ds2_jax.kernels import dispatch, mosaic_rnn
 from ds2_jax.rnn import recurrence
 from tests.helpers import tiny_config
@@ -96,7 +98,7 @@ def _kernel_config(kind: str, **overrides):
 def _compiled(config):
     """(the strategy, the compiled step, a source) for config."""
     par = parallel.make(config)
-    source = input_pipeline.make_source(config, input_pipeline.Sharding(DEVICES * PER_DEVICE))
+    source = make_source(config, Sharding(DEVICES * PER_DEVICE))
     return par, par.compile(train.train_step, train.step_kwargs(config)), source
 
 

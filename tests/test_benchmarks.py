@@ -105,12 +105,14 @@ def test_torch_twins_have_the_jax_parameter_count(overrides, rnn_impl):
 
 
 def _batch(n=3, seed=0):
-    from ds2_jax import input_pipeline
+    from ds2_jax import features
+    from ds2_jax.data.batch import Sharding
+    from ds2_jax.data.source import make_source
 
     config = tiny_config(**{"dataset.synthetic_min_duration_s": 0.4, "dataset.synthetic_max_duration_s": 0.9})
-    source = input_pipeline.SyntheticSource(config, input_pipeline.Sharding(n))
+    source = make_source(config, Sharding(n))
     b = source.train_batch(seed)
-    mean, std = source.feature_stats()
+    mean, std = source.feature_stats(features.spectrogram_stats)
     assert len(set(b["audio_lengths"])) > 1  # unequal lengths: padding and reversal matter
     return torch.from_numpy(b["audio"]), torch.from_numpy(b["audio_lengths"]).long(), mean, std
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 import jax
 import pytest
 
-from ds2_jax import device_memory, errors, input_pipeline, resilience, train
+from ds2_jax import device_memory, errors, resilience, train
+from ds2_jax.data.batch import Sharding
+from ds2_jax.data.source import make_source
 from ds2_jax.state import step_kwargs
 from tests.helpers import tiny_config
 
@@ -15,7 +17,7 @@ SHAPES = [(8000, 12), (16000, 20)]  # the longer shape decides
 @pytest.fixture(scope="module")
 def setup():
     config = tiny_config(per_device_batch_size=2)
-    source = input_pipeline.make_source(config, input_pipeline.Sharding(2))
+    source = make_source(config, Sharding(2))
     state = train.initial_state(config, source, jax.random.PRNGKey(0))
     kwargs = {k: v for k, v in step_kwargs(config).items() if k != "learning_rate_fn"}
     return state, kwargs

@@ -84,12 +84,13 @@ def test_several_splits_are_each_scored_on_their_own_and_written_to_their_own_fi
     import json
     import os
 
-    from ds2_jax import checkpoint, input_pipeline, state as state_lib
+    from ds2_jax import checkpoint, state as state_lib
+    from ds2_jax.data.synthetic import SyntheticSource
 
     pytest.importorskip("flashlight.lib.text")
     sizes = {"dev-clean": 12, "test-clean": 4}  # the synthetic source serves one split: sizes tell them apart
-    real = input_pipeline.SyntheticSource.eval_batches
-    monkeypatch.setattr(input_pipeline.SyntheticSource, "eval_batches",
+    real = SyntheticSource.eval_batches
+    monkeypatch.setattr(SyntheticSource, "eval_batches",
                         lambda self, split, max_utterances=0: real(self, split, sizes[split]))
     config = tiny_config(**{**SHORT, "decoding.beam_width": 2})
     w = str(tmp_path)

@@ -26,7 +26,9 @@ import jax
 import numpy as np
 import pytest
 
-from ds2_jax import checkpoint, errors, evaluation, input_pipeline, metrics, resilience, train
+from ds2_jax import checkpoint, errors, evaluation, metrics, resilience, settings, train
+from ds2_jax.data.batch import Sharding
+from ds2_jax.data.source import make_source
 from tests import helpers
 from tests.helpers import tiny_config
 
@@ -42,7 +44,7 @@ def launch(workdir, *extra, wait=True):
 
 def final_params(workdir):
     config = tiny_config()
-    source = input_pipeline.make_source(config, input_pipeline.Sharding(16))
+    source = make_source(config, Sharding(16))
     template = train.initial_state(config, source, jax.random.PRNGKey(0))
     state, step = checkpoint.restore_latest(checkpoint.manager(str(workdir)), template)
     return step, [np.asarray(x) for x in jax.tree_util.tree_leaves((state.params, state.opt_state, state.batch_stats))]
@@ -457,7 +459,7 @@ def test_missing_dataset_is_a_clear_error(tmp_path):
 
 
 def test_prepared_dataset_refuses_a_different_manual_dir_naming_both(tmp_path, caplog):
-    from ds2_jax import tfds_source
+    from ds2_jax.data import tfds_source
     from ds2_jax.datasets import build
     from tests import librispeech_testdata as td
 
@@ -483,7 +485,7 @@ def test_prepared_dataset_refuses_a_different_manual_dir_naming_both(tmp_path, c
     config = tiny_config(**{"dataset.name": "librispeech_local", "dataset.manual_dir": str(other),
                             "dataset.data_dir": data_dir})
     with pytest.raises(errors.DatasetMismatch, match="holds other files"):  # the training path too
-        tfds_source._open_builder(config, input_pipeline.Sharding(16))
+        tfds_source._open_builder(settings.build(settings.Dataset, config.dataset, "dataset."), Sharding(16))
 
 
 # ----------------------------------------------------------------------------- issue 29

@@ -83,13 +83,11 @@ def test_spec_augment_frequency_masks_cover_the_same_bins_in_every_frame():
 
 
 def test_feature_statistics_count_each_utterances_valid_frames_only():
-    """compute_feature_stats pads waveforms to a few shapes; its per-bin mean/std are those of
+    """spectrogram_stats pads waveforms to a few shapes; its per-bin mean/std are those of
     the utterances' own frames, each frame counted once, the padding's never."""
-    from ds2_jax import batching
-
     rng = np.random.default_rng(0)
     waves = [(rng.standard_normal(n) * 3000).astype(np.int16) for n in (5_000, 12_345, 300, 7_000)]  # 300: no frame
-    mean, std = batching.compute_feature_stats(waves, pad_to=8_000)
+    mean, std = features.spectrogram_stats(waves, pad_to=8_000)
     frames = np.concatenate([np.asarray(features.log_spectrogram(jnp.asarray(w[None])), np.float64)[0]
                              for w in waves if len(w) >= 320])
     assert frames.shape[0] == sum(geometry.num_frames(len(w)) for w in waves)

@@ -7,9 +7,11 @@ import jax
 import numpy as np
 import pytest
 
-from ds2_jax import input_pipeline, loader, parallel, settings, train
+from ds2_jax import parallel, settings, train
+from ds2_jax.data import loader, synthetic
 from ds2_jax.datasets import build
-from ds2_jax.input_pipeline import Sharding
+from ds2_jax.data.batch import Sharding
+from ds2_jax.data.source import DataSettings, make_source
 from tests import librispeech_testdata as td
 from tests.helpers import tiny_config
 from tests.test_tfds_source import TRAIN_SECONDS, make_config
@@ -28,7 +30,7 @@ def corpus(tmp_path_factory):
 
 
 def batches(config, sharding, start, stop):
-    source = input_pipeline.make_source(config, sharding)
+    source = make_source(config, sharding)
     return list(loader.train_batches(config, sharding, source, start, stop))
 
 
@@ -93,23 +95,25 @@ def td_read_jsonl(workdir):
 
 
 def test_num_workers_resolves_from_the_cores(monkeypatch):
-    c = tiny_config(**{"dataset.name": "librispeech_local", "dataset.num_workers": -1})
+    def workers(**dataset):
+        return loader.resolve_num_workers(settings.Dataset(**dataset))
+
+    tfds = {"name": "librispeech_local", "manual_dir": "unused"}
     monkeypatch.setattr(loader.os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
-    assert loader.resolve_num_workers(c) == 14
+    assert workers(**tfds) == 14  # the default: -1, from the cores
     monkeypatch.setattr(loader.os, "sched_getaffinity", lambda pid: set(range(64)), raising=False)
-    assert loader.resolve_num_workers(c) == loader.MAX_AUTO_WORKERS
+    assert workers(**tfds) == loader.MAX_AUTO_WORKERS
     monkeypatch.setattr(loader.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
-    assert loader.resolve_num_workers(c) == 0
-    c.dataset.num_workers = 5
-    assert loader.resolve_num_workers(c) == 5
-    assert loader.resolve_num_workers(tiny_config(**{"dataset.num_workers": -1})) == 0  # synthetic
+    assert workers(**tfds) == 0
+    assert workers(**tfds, num_workers=5) == 5
+    assert workers(num_workers=-1) == 0  # synthetic
     with pytest.raises(ValueError, match="dataset.num_workers"):  # checked once, with every setting
         settings.from_config_dict(tiny_config(**{"dataset.num_workers": -2}))
 
 
 def test_synthetic_pool_repeats_after_its_size_and_keeps_eval_apart():
     config = tiny_config(**{"dataset.synthetic_pool_size": 6})
-    src = input_pipeline.SyntheticSource(config, Sharding(4))
+    src = synthetic.SyntheticSource(DataSettings.of(config), Sharding(4))
     a, b = src.utterance(1), src.utterance(7)
     assert a is b  # pooled, not regenerated
     assert not np.array_equal(src.utterance(1)["audio"][:100], src.utterance(2)["audio"][:100])
@@ -117,13 +121,13 @@ def test_synthetic_pool_repeats_after_its_size_and_keeps_eval_apart():
     np.testing.assert_array_equal(src.train_batch(3)["audio"], src.train_batch(0)["audio"])  # 12..15 = 0..3
     assert src.train_batch(3) is src.train_batch(0)  # the same padded batch, handed out again
     assert not src.train_batch(0)["audio"].flags.writeable  # so nobody can change what later steps get
-    held_out = src.utterance(input_pipeline.EVAL_INDEX_OFFSET + 1)
+    held_out = src.utterance(synthetic.EVAL_INDEX_OFFSET + 1)
     assert all(not np.array_equal(held_out["audio"], src.utterance(i)["audio"]) for i in range(6))
     # A fresh source (what a resumed run opens) gives the same batches.
-    fresh = input_pipeline.SyntheticSource(config, Sharding(4))
+    fresh = synthetic.SyntheticSource(DataSettings.of(config), Sharding(4))
     assert_same_batches([src.train_batch(5)], [fresh.train_batch(5)])
     with pytest.raises(ValueError, match="synthetic_pool_size"):
-        input_pipeline.SyntheticSource(tiny_config(**{"dataset.synthetic_pool_size": 0}), Sharding(4))
+        synthetic.SyntheticSource(DataSettings.of(tiny_config(**{"dataset.synthetic_pool_size": 0})), Sharding(4))
 
 
 @pytest.mark.parametrize("kind", ["pmap", "jit"])
@@ -246,12 +250,13 @@ def test_a_process_that_read_with_workers_leaves_no_shared_memory_behind(corpus)
     from tests.helpers import ROOT
 
     script = f"""
-from ds2_jax import input_pipeline, loader
-from ds2_jax.input_pipeline import Sharding
+from ds2_jax.data import loader
+from ds2_jax.data.batch import Sharding
+from ds2_jax.data.source import make_source
 from tests.test_tfds_source import make_config
 config = make_config({corpus!r}, num_workers=2)
 sharding = Sharding({BATCH}, 0, 1)
-kept = list(loader.train_batches(config, sharding, input_pipeline.make_source(config, sharding), 0, 4))
+kept = list(loader.train_batches(config, sharding, make_source(config, sharding), 0, 4))
 print(sum(len(b) for b in kept), "arrays kept until exit")
 """
     proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300,

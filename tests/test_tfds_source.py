@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 
 from configs import default
-from ds2_jax import input_pipeline, text
-from ds2_jax.input_pipeline import Sharding
-from ds2_jax.tfds_source import TfdsSource
+from ds2_jax import features, text
+from ds2_jax.data import tfds_source
+from ds2_jax.data.batch import Sharding
+from ds2_jax.data.source import DataSettings, make_source
 from tests import librispeech_testdata as td
 
 BATCH = 4
@@ -27,6 +28,11 @@ def corpus(tmp_path_factory):
     train = td.write_durations_corpus(manual, "train-clean-100", TRAIN_SECONDS)
     test = td.write_durations_corpus(manual, "test-clean", TEST_SECONDS, first_speaker=50)
     return {"manual": manual, "data_dir": str(root / "tfds"), "train": train, "test": test}
+
+
+def open_source(config, sharding: Sharding) -> tfds_source.TfdsSource:
+    """The source of a ConfigDict, as make_source builds it."""
+    return tfds_source.TfdsSource(DataSettings.of(config), sharding)
 
 
 def make_config(corpus, **dataset):
@@ -54,10 +60,10 @@ def epoch_lengths(src, epoch):
 
 
 def test_duration_filter_and_buckets(corpus):
-    src = TfdsSource(make_config(corpus), Sharding(BATCH))
+    src = open_source(make_config(corpus), Sharding(BATCH))
     kept = in_range(corpus["train"])
-    assert src.steps_per_epoch == sum(n // BATCH for n in (len(b) for b in src._buckets))
-    assert sum(len(b) for b in src._buckets) == len(kept) == 32
+    assert src.steps_per_epoch == sum(n // BATCH for n in (len(b) for b in src.buckets.members))
+    assert sum(len(b) for b in src.buckets.members) == len(kept) == 32
     shapes = src.shapes()
     assert len(shapes) == 3 and shapes == sorted(shapes)
     seen = set()
@@ -74,7 +80,7 @@ def test_duration_filter_and_buckets(corpus):
 
 
 def test_labels_and_audio_are_the_utterance(corpus):
-    src = TfdsSource(make_config(corpus), Sharding(BATCH))
+    src = open_source(make_config(corpus), Sharding(BATCH))
     by_len = {u["num_samples"]: u for u in corpus["train"]}
     b = src.train_batch(5)
     for audio, n, labels, m in zip(b["audio"], b["audio_lengths"], b["labels"], b["label_lengths"]):
@@ -85,7 +91,7 @@ def test_labels_and_audio_are_the_utterance(corpus):
 
 
 def test_sortagrad_epoch_zero_ascending_after_the_longest_first(corpus):
-    src = TfdsSource(make_config(corpus, sortagrad=True), Sharding(BATCH))
+    src = open_source(make_config(corpus, sortagrad=True), Sharding(BATCH))
     e0 = epoch_lengths(src, 0)
     assert max(e0[0]) == max(max(x) for x in e0)  # step 0: the longest batch
     rest = np.concatenate(e0[1:])
@@ -97,20 +103,20 @@ def test_sortagrad_epoch_zero_ascending_after_the_longest_first(corpus):
 
 @pytest.mark.parametrize("sortagrad", [True, False])
 def test_step_zero_is_the_longest_bucket(corpus, sortagrad):
-    src = TfdsSource(make_config(corpus, sortagrad=sortagrad), Sharding(BATCH))
+    src = open_source(make_config(corpus, sortagrad=sortagrad), Sharding(BATCH))
     assert src.train_batch(0)["audio"].shape[1] == max(s for s, _ in src.shapes())
 
 
 def test_train_batch_is_a_function_of_seed_and_step(corpus):
-    a = TfdsSource(make_config(corpus, sortagrad=False), Sharding(BATCH))
-    b = TfdsSource(make_config(corpus, sortagrad=False), Sharding(BATCH))
+    a = open_source(make_config(corpus, sortagrad=False), Sharding(BATCH))
+    b = open_source(make_config(corpus, sortagrad=False), Sharding(BATCH))
     steps = [0, 17, 3, 40, 17, 9]
     for step in steps:  # random access, any order: what a resumed run sees
         for k, v in a.train_batch(step).items():
             np.testing.assert_array_equal(v, b.train_batch(step)[k])
     c = make_config(corpus, sortagrad=False)
     c.seed = 1
-    other = TfdsSource(c, Sharding(BATCH))
+    other = open_source(c, Sharding(BATCH))
     assert any(
         not np.array_equal(a.train_batch(s)["audio_lengths"], other.train_batch(s)["audio_lengths"])
         for s in range(1, 6)
@@ -119,8 +125,8 @@ def test_train_batch_is_a_function_of_seed_and_step(corpus):
 
 def test_process_shards_concatenate_to_the_global_batch(corpus):
     config = make_config(corpus, sortagrad=False)
-    whole = TfdsSource(config, Sharding(BATCH))
-    parts = [TfdsSource(config, Sharding(BATCH, i, 2)) for i in range(2)]
+    whole = open_source(config, Sharding(BATCH))
+    parts = [open_source(config, Sharding(BATCH, i, 2)) for i in range(2)]
     for step in (0, 1, 7, 20):
         got = [p.train_batch(step) for p in parts]
         for k, v in whole.train_batch(step).items():
@@ -131,7 +137,7 @@ def test_process_shards_concatenate_to_the_global_batch(corpus):
 
 
 def test_eval_covers_every_utterance_once(corpus):
-    src = TfdsSource(make_config(corpus), Sharding(BATCH))
+    src = open_source(make_config(corpus), Sharding(BATCH))
     kept = {u["num_samples"]: u["text"] for u in in_range(corpus["test"])}
     seen, shapes = [], set()
     for b in src.eval_batches("test-clean"):
@@ -150,26 +156,26 @@ def test_eval_covers_every_utterance_once(corpus):
 
 
 def test_too_few_buckets_when_data_is_small(corpus):
-    src = TfdsSource(make_config(corpus, num_buckets=8), Sharding(16))
+    src = open_source(make_config(corpus, num_buckets=8), Sharding(16))
     assert len(src.shapes()) == 32 // 16
 
 
 def test_feature_stats_are_cached(corpus):
-    src = TfdsSource(make_config(corpus), Sharding(BATCH))
-    mean, std = src.feature_stats()
+    src = open_source(make_config(corpus), Sharding(BATCH))
+    mean, std = src.feature_stats(features.spectrogram_stats)
     assert mean.shape == std.shape == (161,) and np.all(std > 0)
     files = [f for f in os.listdir(src.builder.data_dir) if f.startswith("feature_stats_")]
     assert len(files) == 1
-    again = TfdsSource(make_config(corpus), Sharding(BATCH)).feature_stats()
+    again = open_source(make_config(corpus), Sharding(BATCH)).feature_stats(features.spectrogram_stats)
     np.testing.assert_array_equal(again[0], mean)
 
 
 def test_unknown_split_and_missing_manual_dir_are_clear(corpus, tmp_path):
     with pytest.raises(ValueError, match="dev_other"):
-        TfdsSource(make_config(corpus, train_splits="dev-other"), Sharding(BATCH))
+        open_source(make_config(corpus, train_splits="dev-other"), Sharding(BATCH))
     c = make_config(corpus, data_dir=str(tmp_path / "empty_tfds"), manual_dir=str(tmp_path / "none"))
     with pytest.raises(FileNotFoundError, match="dataset.manual_dir"):
-        input_pipeline.make_source(c, Sharding(BATCH))
+        make_source(c, Sharding(BATCH))
 
 
 def test_builds_and_reads_without_tensorflow(corpus, tmp_path):
@@ -193,13 +199,14 @@ def test_builds_and_reads_without_tensorflow(corpus, tmp_path):
 
         sys.meta_path.insert(0, NoTensorflow())
         from configs import default
-        from ds2_jax import input_pipeline
+        from ds2_jax.data.batch import Sharding
+        from ds2_jax.data.source import make_source
         c = default.get_config()
         c.dataset.name = "librispeech_local"
         c.dataset.manual_dir = {corpus["manual"]!r}
         c.dataset.data_dir = {str(tmp_path / "tfds")!r}
         c.dataset.train_splits = "train-clean-100"
-        src = input_pipeline.make_source(c, input_pipeline.Sharding(4))
+        src = make_source(c, Sharding(4))
         b = src.train_batch(0)
         n = sum(int(e["weights"].sum()) for e in src.eval_batches("test-clean"))
         assert "tensorflow" not in sys.modules
@@ -214,25 +221,25 @@ def test_builds_and_reads_without_tensorflow(corpus, tmp_path):
 def test_official_librispeech_missing_is_a_clear_error(corpus, tmp_path):
     c = make_config(corpus, name="librispeech", data_dir=str(tmp_path / "no_tfds"))
     with pytest.raises(FileNotFoundError, match="librispeech_local"):
-        TfdsSource(c, Sharding(BATCH))
+        open_source(c, Sharding(BATCH))
 
 
 def test_official_layout_reads_without_tensorflow(corpus, tmp_path):
     """A prepared array_record dir named `librispeech` is read by files, not by tfds's builder."""
     import shutil
 
-    built = TfdsSource(make_config(corpus), Sharding(BATCH)).builder  # make sure it is built
+    built = open_source(make_config(corpus), Sharding(BATCH)).builder  # make sure it is built
     shutil.copytree(os.fspath(built.data_dir), tmp_path / "tfds" / "librispeech" / str(built.version))
     c = make_config(corpus, name="librispeech", data_dir=str(tmp_path / "tfds"))
     c.dataset.train_splits = "train_clean100"  # the official spelling resolves too
-    src = TfdsSource(c, Sharding(BATCH))
+    src = open_source(c, Sharding(BATCH))
     assert src.train_batch(0)["audio"].shape[1] == max(s for s, _ in src.shapes())
 
 
 def test_vectorized_min_frames_match_the_per_sequence_rule():
     """The index's CTC need, computed over all labels at once, is geometry.ctc_min_frames per row."""
     from ds2_jax import geometry
-    from ds2_jax.tfds_source import min_frames_of
+    from ds2_jax.data.split_index import min_frames_of
 
     rng = np.random.default_rng(0)
     seqs = [rng.integers(1, 4, size=n).astype(np.int32) for n in [0, 1, 5, 0, 7, 2, 3, 9]]
@@ -252,34 +259,34 @@ def test_vectorized_min_frames_match_the_per_sequence_rule():
 def memory_source(monkeypatch, tmp_path):
     from types import SimpleNamespace
 
-    from ds2_jax import tfds_source
+    from ds2_jax.data import split_index
 
-    def make(splits: dict[str, list[tuple[int, str]]], batch: int = BATCH, **dataset) -> TfdsSource:
-        names = {tfds_source.split_names(s)[0]: utts for s, utts in splits.items()}
+    def make(splits: dict[str, list[tuple[int, str]]], batch: int = BATCH, **dataset) -> tfds_source.TfdsSource:
+        names = {split_index.split_names(s)[0]: utts for s, utts in splits.items()}
         builder = SimpleNamespace(name="memory", data_dir=str(tmp_path),
                                   info=SimpleNamespace(splits=dict.fromkeys(names), features={"audio": None}))
-        monkeypatch.setattr(tfds_source, "_open_builder", lambda config, sharding: builder)
+        monkeypatch.setattr(tfds_source, "_open_builder", lambda dataset, sharding: builder)
 
         def index(self, split):
             utts = names[split]
             labels = [text.encode(t) for _, t in utts]
             offsets = np.concatenate([[0], np.cumsum([len(x) for x in labels])])
-            return tfds_source.SplitIndex.from_flat([n for n, _ in utts], np.concatenate(labels), offsets,
-                                                    np.zeros(len(utts), bool))
+            return split_index.SplitIndex.from_flat([n for n, _ in utts], np.concatenate(labels), offsets,
+                                                   np.zeros(len(utts), bool))
 
-        monkeypatch.setattr(TfdsSource, "_index", index)
-        monkeypatch.setattr(TfdsSource, "_source",
+        monkeypatch.setattr(tfds_source.TfdsSource, "_index", index)
+        monkeypatch.setattr(tfds_source.TfdsSource, "_source",
                             lambda self, split: [{"audio": np.ones(n, np.int16)} for n, _ in names[split]])
         c = default.get_config()
         c.dataset.name, c.dataset.manual_dir = "librispeech_local", "memory"
         c.dataset.train_splits, c.dataset.eval_split = list(splits)[0], list(splits)[-1]
         c.dataset.update(dataset)
-        return TfdsSource(c, Sharding(batch))
+        return open_source(c, Sharding(batch))
 
     return make
 
 
-def eval_rows(src: TfdsSource, split: str) -> list[tuple[int, int, tuple[int, int]]]:
+def eval_rows(src: tfds_source.TfdsSource, split: str) -> list[tuple[int, int, tuple[int, int]]]:
     """(samples, labels, batch shape) of every real row the eval batches of `split` hold."""
     return [(int(n), int(m), (b["audio"].shape[1], b["labels"].shape[1]))
             for b in src.eval_batches(split)
@@ -345,5 +352,5 @@ def test_eval_keeps_utterances_longer_than_the_largest_bucket_each_in_the_smalle
     shapes = {(n, m): shape for n, m, shape in rows}
     assert shapes[(s0, 5)] == (s0, l0) and shapes[(s0 + 1, 5)] == shapes[(s1, 5)] == (s1, l1)
     extra = shapes[(s1 + 1, 5)]
-    assert extra[0] > s1 and extra[0] % src.hop == 0 and extra[1] >= l1
+    assert extra[0] > s1 and extra[0] % src.spectrogram.hop == 0 and extra[1] >= l1
     assert shapes[(s0 - 160, 6 + l1)] == extra and extra[1] >= 6 + l1  # too many labels for every bucket

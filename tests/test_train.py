@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 from flax import jax_utils
 
-from ds2_jax import checkpoint, input_pipeline, metrics, parallel, train
+from ds2_jax import checkpoint, metrics, parallel, train
+from ds2_jax.data.batch import Sharding, shard_for_devices
+from ds2_jax.data.source import make_source
 from tests.helpers import tiny_config
 
 
@@ -41,7 +43,7 @@ def _one_step(config, state, batch):
     if config.compile:
         devices = jax.local_devices()[:1]
         new_state, m = step(jax_utils.replicate(state, devices, axis_name=train.AXIS),
-                            input_pipeline.shard_for_devices(batch, 1), jax_utils.replicate(rng, devices))
+                            shard_for_devices(batch, 1), jax_utils.replicate(rng, devices))
         return parallel.unreplicate(new_state), parallel.unreplicate(m)
     return step(state, batch, rng)
 
@@ -50,7 +52,7 @@ def test_compiled_and_eager_step_agree():
     # Short utterances: the eager step runs every time step of the RNN and CTC op by op.
     config = tiny_config(per_device_batch_size=4, **{"dataset.synthetic_min_duration_s": 0.3,
                                                      "dataset.synthetic_max_duration_s": 0.4})
-    source = input_pipeline.make_source(config, input_pipeline.Sharding(4))
+    source = make_source(config, Sharding(4))
     batch = source.train_batch(0)
     state = train.initial_state(config, source, jax.random.PRNGKey(0))
     compiled, m_c = _one_step(config, state, batch)
@@ -63,7 +65,7 @@ def test_compiled_and_eager_step_agree():
 
 def test_overfits_a_fixed_batch_of_four():
     config = tiny_config(per_device_batch_size=4, **{"optimizer.learning_rate": 3e-3, "model.rnn_size": 64})
-    source = input_pipeline.make_source(config, input_pipeline.Sharding(4))
+    source = make_source(config, Sharding(4))
     batch = source.train_batch(0)
     state = train.initial_state(config, source, jax.random.PRNGKey(0))
     kwargs = train.step_kwargs(config)
@@ -78,7 +80,7 @@ def test_overfits_a_fixed_batch_of_four():
 
 def test_checkpoint_round_trip(tmp_path):
     config = tiny_config()
-    source = input_pipeline.make_source(config, input_pipeline.Sharding(16))
+    source = make_source(config, Sharding(16))
     state = train.initial_state(config, source, jax.random.PRNGKey(3))
     mgr = checkpoint.manager(str(tmp_path))
     checkpoint.save(mgr, 7, jax.device_get(state), wait=True)
@@ -131,7 +133,7 @@ def test_killed_and_resumed_run_matches_uninterrupted_in_every_field_and_counter
 
 def test_non_finite_steps_are_skipped_and_counted():
     config = tiny_config(per_device_batch_size=2)
-    source = input_pipeline.make_source(config, input_pipeline.Sharding(2))
+    source = make_source(config, Sharding(2))
     batch = source.train_batch(0)
     state = train.initial_state(config, source, jax.random.PRNGKey(0))
     poisoned = state.replace(feature_std=state.feature_std.at[0].set(0.0))  # -> inf features
@@ -169,7 +171,7 @@ def test_pallas_kernels_train_like_the_references():
     the losses and parameters of lax.scan + optax."""
     def run(rnn_impl, ctc_impl):
         config = tiny_config(per_device_batch_size=4, **{"model.rnn_impl": rnn_impl, "loss.ctc_impl": ctc_impl})
-        source = input_pipeline.make_source(config, input_pipeline.Sharding(4))
+        source = make_source(config, Sharding(4))
         state = train.initial_state(config, source, jax.random.PRNGKey(0))
         step = jax.jit(functools.partial(train.train_step, **train.step_kwargs(config), axis_name=None))
         out = []

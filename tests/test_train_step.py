@@ -15,7 +15,9 @@ import numpy as np
 import optax
 import pytest
 
-from ds2_jax import ctc, features, input_pipeline, model, parallel, train
+from ds2_jax import ctc, features, model, parallel, train
+from ds2_jax.data.batch import Sharding
+from ds2_jax.data.source import make_source
 from tests.helpers import tiny_config
 
 INFEASIBLE = [3, 4, 5, 10]  # devices (2 rows each) hold 2, 1, 0, 1, 2, 0, 2, 2 feasible rows
@@ -32,13 +34,13 @@ def setup():
     """(config, initial state, the 16-row batch)."""
     config = tiny_config(per_device_batch_size=2, **{"model.rnn_size": 16, "dataset.synthetic_min_duration_s": 0.4,
                                                      "dataset.synthetic_max_duration_s": 0.6})
-    source = input_pipeline.make_source(config, input_pipeline.Sharding(16))
+    source = make_source(config, Sharding(16))
     batch = {k: v.copy() for k, v in source.train_batch(0).items()}
     for i in INFEASIBLE:  # 1600 samples: 9 frames, 3 output frames, fewer than the labels
         assert batch["label_lengths"][i] > 3
         batch["audio_lengths"][i] = 1600
         batch["audio"][i, 1600:] = 0
-    for i in PADDING:  # as input_pipeline.pad_batch leaves an unused row
+    for i in PADDING:  # as data.batch.pad_batch leaves an unused row
         for k in batch:
             batch[k][i] = 0
     state = train.initial_state(config, source, jax.random.PRNGKey(0))

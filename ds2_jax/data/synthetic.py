@@ -1,41 +1,19 @@
-"""Sources of training batches: the interface, the synthetic source, the choice by name.
-
-Sources are random access by step (`train_batch(step)`), so a resumed run sees the
-same batches as an uninterrupted one. The batch format and its helpers live in
-`batching` (re-exported here). Host code only.
-"""
+"""The synthetic source: random int16 audio and random transcripts, a pure function of
+(seed, index), for compute-only runs and tests. Host code, no jax."""
 
 from __future__ import annotations
 
 import math
-from typing import Iterator, Protocol
+from typing import Iterator
 
 import numpy as np
 
 from ds2_jax import geometry, text
-from ds2_jax.batching import BATCH_KEYS, Sharding, compute_feature_stats, pad_batch, shard_for_devices  # noqa: F401
+from ds2_jax.data.batch import Sharding, pad_batch
+from ds2_jax.data.source import DataSettings, StatsFn
 
 EVAL_INDEX_OFFSET = 10**9  # Synthetic indices from here on stand in for a held-out split.
 MAX_CACHED_POOLS = 4  # Padded synthetic batches kept: at most this many pools' worth of rows.
-
-
-class Source(Protocol):
-    """What the training loop needs from a dataset."""
-
-    def train_batch(self, step: int, audio_zeros=np.zeros) -> dict[str, np.ndarray]:
-        """This process's share of global batch `step`; deterministic in (seed, step).
-
-        `audio_zeros(shape, dtype)` allocates the audio array (workers: shared memory).
-        """
-
-    def eval_batches(self, split: str, max_utterances: int = 0) -> Iterator[dict[str, np.ndarray]]:
-        """Whole split in fixed shapes; the last batch padded with weight-0 rows."""
-
-    def shapes(self) -> list[tuple[int, int]]:
-        """(samples, label length) of every padded train batch shape (= compiled shapes)."""
-
-    def feature_stats(self) -> tuple[np.ndarray, np.ndarray]:
-        """Per-bin <float32>[num_bins] mean and std of the normalized features' input."""
 
 
 class SyntheticSource:
@@ -47,11 +25,12 @@ class SyntheticSource:
     so a batch costs a copy, not random generation: the source never limits the step.
     """
 
-    def __init__(self, config, sharding: Sharding):
-        d = config.dataset
-        self.seed = config.seed
+    def __init__(self, data: DataSettings, sharding: Sharding):
+        d = data.dataset
+        self.seed = data.seed
         self.sharding = sharding
-        self.sample_rate = config.features.sample_rate
+        self.spectrogram = data.spectrogram
+        self.sample_rate = data.spectrogram.sample_rate
         self.min_samples = int(d.synthetic_min_duration_s * self.sample_rate)
         self.max_samples = int(d.synthetic_max_duration_s * self.sample_rate)
         if not 0 < self.min_samples <= self.max_samples:
@@ -60,20 +39,24 @@ class SyntheticSource:
             raise ValueError(f"dataset.synthetic_pool_size must be >= 1, got {d.synthetic_pool_size}")
         self.pool_size = d.synthetic_pool_size
         self.chars_per_second = d.synthetic_chars_per_second
-        self.num_conv_layers = config.model.num_conv_layers
+        self.num_conv_layers = data.num_conv_layers
         self.num_utterances = d.synthetic_num_utterances
-        max_out = geometry.output_frames(geometry.num_frames(self.max_samples), self.num_conv_layers)
+        max_out = self._output_frames(self.max_samples)
         self.max_label_len = max(1, min(int(self.chars_per_second * d.synthetic_max_duration_s), max_out // 2))
         # Made up front: filling it lazily would hold the first pool_size / batch steps back.
         self._pool = {key: self.generate(key) for key in range(self.pool_size)}
         self._batches: dict[int, dict[str, np.ndarray]] = {}  # first row % pool_size -> padded batch
+
+    def _output_frames(self, num_samples: int) -> int:
+        frames = geometry.num_frames(num_samples, self.spectrogram.window, self.spectrogram.hop)
+        return geometry.output_frames(frames, self.num_conv_layers)
 
     def generate(self, key: int) -> dict[str, np.ndarray]:
         """Utterance `key` drawn from rng([seed, key])."""
         rng = np.random.default_rng([self.seed, key])
         n = int(rng.integers(self.min_samples, self.max_samples + 1))
         audio = (rng.standard_normal(n) * 2000).clip(-32768, 32767).astype(np.int16)
-        out_frames = geometry.output_frames(geometry.num_frames(n), self.num_conv_layers)
+        out_frames = self._output_frames(n)
         m = max(1, min(int(self.chars_per_second * n / self.sample_rate), out_frames // 2, self.max_label_len))
         labels = rng.integers(1, text.VOCAB_SIZE, size=m).astype(np.int32)
         return {"audio": audio, "labels": labels}
@@ -117,14 +100,5 @@ class SyntheticSource:
     def shapes(self) -> list[tuple[int, int]]:
         return [(self.max_samples, self.max_label_len)]
 
-    def feature_stats(self) -> tuple[np.ndarray, np.ndarray]:
-        return compute_feature_stats(self.generate(EVAL_INDEX_OFFSET - 1 - i)["audio"] for i in range(8))
-
-
-def make_source(config, sharding: Sharding) -> Source:
-    """The source named by config.dataset.name."""
-    if config.dataset.name == "synthetic":  # else a tfds dataset (the names: settings.DATASETS)
-        return SyntheticSource(config, sharding)
-    from ds2_jax import tfds_source
-
-    return tfds_source.TfdsSource(config, sharding)
+    def feature_stats(self, stats: StatsFn) -> tuple[np.ndarray, np.ndarray]:
+        return stats((self.generate(EVAL_INDEX_OFFSET - 1 - i)["audio"] for i in range(8)), self.spectrogram)

@@ -24,18 +24,20 @@ from typing import Iterator
 
 import numpy as np
 
-from ds2_jax import errors, input_pipeline
+from ds2_jax import errors, settings
+from ds2_jax.data.batch import Sharding
+from ds2_jax.data.source import DataSettings, make_source
 
 log = logging.getLogger("ds2_jax")
 MAX_AUTO_WORKERS = 16
 
 
-def resolve_num_workers(config) -> int:
+def resolve_num_workers(dataset: settings.Dataset) -> int:
     """dataset.num_workers, with -1 resolved from the cores present (0 for synthetic data)."""
-    n = config.dataset.num_workers  # -1, 0 or a count (settings.Dataset)
+    n = dataset.num_workers  # -1, 0 or a count
     if n >= 0:
         return n
-    if config.dataset.name == "synthetic":  # a pooled copy per batch: cheaper inline
+    if dataset.name == "synthetic":  # a pooled copy per batch: cheaper inline
         return 0
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     return max(0, min(cores - 2, MAX_AUTO_WORKERS))
@@ -44,25 +46,25 @@ def resolve_num_workers(config) -> int:
 class StepBatch:
     """step -> this process's rows of global batch `step`; opens its source on first use.
 
-    Picklable (config and sharding only), so each grain worker builds its own source.
+    Picklable (settings and sharding only), so each grain worker builds its own source.
     """
 
-    def __init__(self, config, sharding: input_pipeline.Sharding, source=None):
-        self.config = config
+    def __init__(self, data: DataSettings, sharding: Sharding, source=None):
+        self.data = data
         self.sharding = sharding
         self._source = source
 
     def __getstate__(self):
-        return {"config": self.config, "sharding": self.sharding, "_source": None}
+        return {"data": self.data, "sharding": self.sharding, "_source": None}
 
     def __call__(self, step) -> dict[str, np.ndarray]:
         step = int(step)
         in_worker = _in_worker()
-        if step == self.config.faults.kill_input_worker_at_step and in_worker:
+        if step == self.data.kill_input_worker_at_step and in_worker:
             os.kill(os.getpid(), signal.SIGKILL)  # fault injection (tests)
         if self._source is None:
             with _quiet():
-                self._source = input_pipeline.make_source(self.config, self.sharding)
+                self._source = make_source(self.data, self.sharding)
         if not in_worker:
             return self._source.train_batch(step)
         from grain.python import SharedMemoryArray
@@ -94,9 +96,11 @@ class InputWorkerError(errors.Ds2Error, RuntimeError):
 
 
 def train_batches(config, sharding, source, start: int, stop: int) -> Iterator[dict[str, np.ndarray]]:
-    """Host batches of steps [start, stop) in order, inline or from grain workers."""
-    workers = resolve_num_workers(config)
-    make = StepBatch(config, sharding, source)
+    """Host batches of steps [start, stop) in order, inline or from grain workers; `config`
+    is a ConfigDict, a settings.Settings or a DataSettings."""
+    data = DataSettings.of(config)
+    workers = resolve_num_workers(data.dataset)
+    make = StepBatch(data, sharding, source)
     if workers == 0 or stop <= start:
         yield from (make(s) for s in range(start, stop))
         return
@@ -105,13 +109,13 @@ def train_batches(config, sharding, source, start: int, stop: int) -> Iterator[d
 
     if not flags.FLAGS.is_parsed():  # grain's workers read absl flags; library callers parse none
         flags.FLAGS.mark_as_parsed()
-    log.info("input: %d worker processes, %d batches buffered each", workers, config.dataset.worker_buffer_size)
+    log.info("input: %d worker processes, %d batches buffered each", workers, data.dataset.worker_buffer_size)
     dataset = (
         grain.MapDataset.range(start, stop)
         .map(make)
         .to_iter_dataset(grain.ReadOptions(num_threads=0, prefetch_buffer_size=0))
         .mp_prefetch(grain.MultiprocessingOptions(num_workers=workers,
-                                                  per_worker_buffer_size=config.dataset.worker_buffer_size))
+                                                  per_worker_buffer_size=data.dataset.worker_buffer_size))
     )
     iterator = iter(dataset)
     try:

@@ -8,7 +8,7 @@ A batch is a dict of numpy arrays holding this process's share of one global bat
     label_lengths  <int32>[B]
     weights        <float32>[B]     1 for real utterances, 0 for padding rows (eval)
 
-Host code: jax is touched only by `compute_feature_stats` (the spectrogram, once).
+Host code, no jax: `parallel.Parallel.put_batch` places these arrays on the devices.
 """
 
 from __future__ import annotations
@@ -16,8 +16,6 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
-
-from ds2_jax import geometry
 
 BATCH_KEYS = ("audio", "audio_lengths", "labels", "label_lengths", "weights")
 
@@ -61,36 +59,6 @@ def pad_batch(utts: list[dict], samples: int, label_len: int, batch: int, audio_
         out["label_lengths"][i] = m
         out["weights"][i] = 1.0
     return out
-
-
-def compute_feature_stats(waveforms, pad_to: int = 64_000) -> tuple[np.ndarray, np.ndarray]:
-    """Per-bin mean/std of log spectrogram frames over an iterable of int16 waveforms.
-
-    Waveforms are zero-padded to a multiple of `pad_to` samples so that the jitted
-    spectrogram compiles for a handful of shapes; padded frames are excluded.
-    """
-    import jax
-
-    from ds2_jax import features  # jnp, run on the host once
-
-    spectrogram = jax.jit(features.log_spectrogram)
-    total, total_sq, count = 0.0, 0.0, 0
-    for wav in waveforms:
-        wav = np.asarray(wav, np.int16)
-        frames = geometry.num_frames(len(wav))
-        if frames == 0:
-            continue
-        padded = np.zeros((-(-len(wav) // pad_to) * pad_to,), np.int16)
-        padded[: len(wav)] = wav
-        spec = np.asarray(spectrogram(padded[None]), np.float64)[0, :frames]
-        total = total + spec.sum(0)
-        total_sq = total_sq + (spec**2).sum(0)
-        count += frames
-    if count == 0:
-        raise ValueError("no utterance long enough to compute feature statistics")
-    mean = total / count
-    std = np.sqrt(np.maximum(total_sq / count - mean**2, 1e-10))
-    return mean.astype(np.float32), std.astype(np.float32)
 
 
 def shard_for_devices(batch: dict[str, np.ndarray], num_devices: int) -> dict[str, np.ndarray]:

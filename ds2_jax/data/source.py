@@ -1,0 +1,81 @@
+"""What the training loop needs from a dataset (`Source`), the settings a source reads
+(`DataSettings`), and the choice of source by dataset.name (`SOURCES`, `make_source`).
+
+Sources are random access by step (`train_batch(step)`), so a resumed run sees the same
+batches as an uninterrupted one. Host code, no jax: the one jax computation a source
+needs, the spectrogram statistics, is handed to `feature_stats` by its caller.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from typing import Callable, Iterable, Iterator, Protocol
+
+import numpy as np
+
+from ds2_jax import settings
+from ds2_jax.data.batch import Sharding
+
+# dataset.name -> "module:class" of its source, imported on use (tfds is slow to import).
+SOURCES = {
+    "synthetic": "ds2_jax.data.synthetic:SyntheticSource",
+    "librispeech_local": "ds2_jax.data.tfds_source:TfdsSource",
+    "librispeech": "ds2_jax.data.tfds_source:TfdsSource",
+}
+
+# (int16 waveforms, the spectrogram) -> per-bin <float32>[num_bins] (mean, std): features.spectrogram_stats.
+StatsFn = Callable[[Iterable[np.ndarray], settings.Spectrogram], tuple[np.ndarray, np.ndarray]]
+
+
+@dataclasses.dataclass(frozen=True)
+class DataSettings:
+    """The settings the data side reads, typed; picklable (grain workers open their own source)."""
+
+    dataset: settings.Dataset
+    spectrogram: settings.Spectrogram  # sample rate, window and hop: frames per utterance
+    num_conv_layers: int  # model.num_conv_layers: the CTC frames an utterance has
+    seed: int
+    kill_input_worker_at_step: int = -1  # faults.kill_input_worker_at_step (data.loader)
+
+    @classmethod
+    def of(cls, config) -> DataSettings:
+        """From a config (a ConfigDict or a settings.Settings), checked; a DataSettings as it is."""
+        if isinstance(config, cls):
+            return config
+        return cls(
+            dataset=settings.build(settings.Dataset, config.dataset, "dataset."),
+            spectrogram=settings.Spectrogram.from_config(settings.build(settings.Features, config.features,
+                                                                         "features.")),
+            num_conv_layers=settings.build(settings.Model, config.model, "model.").num_conv_layers,
+            seed=config.seed,
+            kill_input_worker_at_step=settings.build(settings.Faults, config.faults,
+                                                     "faults.").kill_input_worker_at_step,
+        )
+
+
+class Source(Protocol):
+    """What the training loop needs from a dataset."""
+
+    def train_batch(self, step: int, audio_zeros=np.zeros) -> dict[str, np.ndarray]:
+        """This process's share of global batch `step`; deterministic in (seed, step).
+
+        `audio_zeros(shape, dtype)` allocates the audio array (workers: shared memory).
+        """
+
+    def eval_batches(self, split: str, max_utterances: int = 0) -> Iterator[dict[str, np.ndarray]]:
+        """Whole split in fixed shapes; the last batch padded with weight-0 rows."""
+
+    def shapes(self) -> list[tuple[int, int]]:
+        """(samples, label length) of every padded train batch shape (= compiled shapes)."""
+
+    def feature_stats(self, stats: StatsFn) -> tuple[np.ndarray, np.ndarray]:
+        """Per-bin <float32>[num_bins] mean and std of the normalized features' input:
+        `stats` (features.spectrogram_stats) over a sample of this source's waveforms."""
+
+
+def make_source(config, sharding: Sharding) -> Source:
+    """The source named by dataset.name, for a config (ConfigDict, Settings) or DataSettings."""
+    data = DataSettings.of(config)
+    module, _, name = SOURCES[data.dataset.name].partition(":")
+    return getattr(importlib.import_module(module), name)(data, sharding)
