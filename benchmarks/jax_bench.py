@@ -10,6 +10,7 @@ import jax
 
 from benchmarks import profile, timing
 from ds2_jax import input_pipeline, model, parallel, settings, train
+from ds2_jax import state as state_lib
 
 VARIANTS = ("jax", "jax_jit", "jax_eager")
 PARALLELISM = {"jax": "pmap", "jax_jit": "jit", "jax_eager": "pmap"}  # jax_eager: compile=False
@@ -33,9 +34,9 @@ def run(config, variant: str, n_devices: int, steps: int, warmup: int, profile_s
     source = input_pipeline.SyntheticSource(config, input_pipeline.Sharding(global_batch))
     host_batches = [source.train_batch(i) for i in range(num_batches)]
     mean, std = source.feature_stats()
-    state = train.create_state(config, jax.random.PRNGKey(config.seed), mean, std)
+    state = state_lib.create_state(config, jax.random.PRNGKey(config.seed), mean, std)
     params = model.count_params(state.params)
-    step_fn = par.compile(train.train_step, train.step_kwargs(config))
+    step_fn = par.compile(train.train_step, state_lib.step_kwargs(config))
     state, rng = par.put_replicated(state), par.put_replicated(jax.random.PRNGKey(config.seed + 1))
     if par.kind == "eager":
         batches = [jax.device_put(b, devices[0]) for b in host_batches]

@@ -26,10 +26,9 @@ import jax
 import numpy as np
 from flax import jax_utils
 
-from ds2_jax import batch_axis, batching, settings
+from ds2_jax import batch_axis, batching
 
 AXIS = batch_axis.AXIS
-KINDS = settings.PARALLELISMS
 
 
 @dataclasses.dataclass

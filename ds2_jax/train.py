@@ -23,16 +23,7 @@ import optax
 from ds2_jax import (checkpoint, ctc, determinism, features, input_pipeline, loader, metrics, model, parallel, progress,
                      resilience, settings)
 from ds2_jax.batch_axis import psum
-from ds2_jax.checkpoint import load_config, save_config  # noqa: F401 - the loop's config I/O, re-exported
-from ds2_jax.state import (  # noqa: F401 - re-exported: the step's state and static arguments
-    TrainState,
-    create_state,
-    idle_steps_warning,
-    initial_state,
-    learning_rate_schedule,
-    make_optimizer,
-    step_kwargs,
-)
+from ds2_jax.state import TrainState, idle_steps_warning, initial_state, step_kwargs
 
 log = logging.getLogger("ds2_jax")
 AXIS = parallel.AXIS

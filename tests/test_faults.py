@@ -27,6 +27,7 @@ import numpy as np
 import pytest
 
 from ds2_jax import checkpoint, errors, evaluation, input_pipeline, metrics, resilience, train
+from ds2_jax import state as state_lib
 from tests import helpers
 from tests.helpers import tiny_config
 
@@ -43,7 +44,7 @@ def launch(workdir, *extra, wait=True):
 def final_params(workdir):
     config = tiny_config()
     source = input_pipeline.make_source(config, input_pipeline.Sharding(16))
-    template = train.initial_state(config, source, jax.random.PRNGKey(0))
+    template = state_lib.initial_state(config, source, jax.random.PRNGKey(0))
     state, step = checkpoint.restore_latest(checkpoint.manager(str(workdir)), template)
     return step, [np.asarray(x) for x in jax.tree_util.tree_leaves((state.params, state.opt_state, state.batch_stats))]
 
