@@ -20,8 +20,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from ds2_jax import (checkpoint, ctc, determinism, features, input_pipeline, loader, metrics, model, parallel, progress,
-                     resilience, settings)
+from ds2_jax import (checkpoint, ctc, determinism, errors, features, input_pipeline, loader, metrics, model, parallel,
+                     progress, resilience, settings)
 from ds2_jax.batch_axis import psum
 from ds2_jax.state import TrainState, idle_steps_warning, initial_state, step_kwargs
 
@@ -334,9 +334,9 @@ def _run_step(p_train, state, batch, rng, config, first: bool):
             jax.block_until_ready(step_metrics)
         return state, step_metrics
     except Exception as e:
-        if resilience.is_out_of_memory(e):
+        if errors.is_out_of_memory(e):
             shapes = {k: tuple(v.shape) for k, v in batch.items()}
-            raise resilience.out_of_memory_error(e, shapes, config) from e
+            raise errors.out_of_memory(e, shapes, config) from e
         raise
 
 
