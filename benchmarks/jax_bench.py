@@ -10,6 +10,7 @@ import jax
 
 from benchmarks import profile, timing
 from ds2_jax import features, model, parallel, settings, train
+from ds2_jax import state as state_lib
 from ds2_jax.data.batch import Sharding
 from ds2_jax.data.source import DataSettings
 from ds2_jax.data.synthetic import SyntheticSource
@@ -36,9 +37,9 @@ def run(config, variant: str, n_devices: int, steps: int, warmup: int, profile_s
     source = SyntheticSource(DataSettings.of(config), Sharding(global_batch))
     host_batches = [source.train_batch(i) for i in range(num_batches)]
     mean, std = source.feature_stats(features.spectrogram_stats)
-    state = train.create_state(config, jax.random.PRNGKey(config.seed), mean, std)
+    state = state_lib.create_state(config, jax.random.PRNGKey(config.seed), mean, std)
     params = model.count_params(state.params)
-    step_fn = par.compile(train.train_step, train.step_kwargs(config))
+    step_fn = par.compile(train.train_step, state_lib.step_kwargs(config))
     state, rng = par.put_replicated(state), par.put_replicated(jax.random.PRNGKey(config.seed + 1))
     if par.kind == "eager":
         batches = [jax.device_put(b, devices[0]) for b in host_batches]

@@ -4,11 +4,11 @@ trained on the CPU in a few minutes. `make demo` runs it through ds2_jax.demo:
     python launch.py --config=configs/demo.py --workdir=.demo/run
 """
 
-from configs import default
+from ds2_jax import settings
 
 
 def get_config():
-    config = default.get_config()
+    config = settings.to_config_dict()  # every default (configs/default.py)
     config.num_train_steps = 400
     config.eval_every_steps = 200
     config.checkpoint_every_steps = 200

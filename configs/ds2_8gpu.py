@@ -9,11 +9,11 @@ On fewer GPUs it uses all present; the global batch is 16 x devices.
 For compute only (no data): --config.dataset.name=synthetic
 """
 
-from configs import default
+from ds2_jax import settings
 
 
 def get_config():
-    config = default.get_config()
+    config = settings.to_config_dict()  # every default (configs/default.py)
     config.num_train_steps = 50_000
     config.log_every_steps = 100
     config.eval_every_steps = 5_000

@@ -4,11 +4,11 @@
         python launch.py --config=configs/smoke.py --workdir=/tmp/ds2_smoke
 """
 
-from configs import default
+from ds2_jax import settings
 
 
 def get_config():
-    config = default.get_config()
+    config = settings.to_config_dict()  # every default (configs/default.py)
     config.num_train_steps = 20
     config.per_device_batch_size = 2
     config.log_every_steps = 5

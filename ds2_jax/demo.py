@@ -6,15 +6,13 @@ curves (ds2_jax.plot) to WORKDIR/curves.png. A rerun trains only the steps still
 """
 
 import os
-import sys
 import time
 
 from absl import flags
 
 from ds2_jax import cli
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)  # configs/ lives at the repository root
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the checkout: configs/, data/
 
 FLAGS = flags.FLAGS
 cli.define_config_file("config", os.path.join(ROOT, "configs", "demo.py"), "Demo config.")

@@ -1,9 +1,24 @@
-"""The project's error class and the one place a command line turns errors into one line.
+"""The project's errors, the rules that classify foreign ones, and the one place a command
+line turns errors into one line.
 
-An error a user can fix (a setting, a file, a busy workdir, a full disk) is printed as
-`error: <message>`, the message naming the setting or file and the way out; its
-traceback goes to <workdir>/error.log, and to stderr with --traceback or DS2_TRACEBACK=1.
-Anything else (a bug) keeps its full traceback.
+An error a user can fix is printed as `error: <message>`, the message naming the setting or
+file and the way out; its traceback goes to <workdir>/error.log, and to stderr with
+--traceback or DS2_TRACEBACK=1. Anything else (a bug) keeps its full traceback.
+
+| error | raised when (one rule each) | raised by |
+|---|---|---|
+| `WorkdirLocked` | another live run holds the workdir's lock | resilience.WorkdirLock |
+| `CheckpointError` | no checkpoint restores, or a save failed for any reason but a full disk | checkpoint, evaluation |
+| `DiskFull` | a write failed and `is_disk_full` (the OS's words for a full disk) | checkpoint, metrics |
+| `OutOfMemory` | a step failed and `is_out_of_memory` (XLA's words, never a full disk) | `out_of_memory`, train |
+| `DatasetMismatch` | prepared data came from other files than dataset.manual_dir | datasets.build |
+| `InputWorkerError` | a batch worker process died or failed | loader |
+| `AudioError` | a file gives no audio (missing, empty, undecodable) | transcribe, one line per file |
+
+Checks of settings and sizes raise the built-in types (`ValueError`, `OSError`, `MemoryError`
+for the host's memory, `FloatingPointError` for divergence): `EXPLAINED` lists them. Any other
+OSError that `is_disk_full` matches gets the disk-full line of `run_explained`. No other module
+reads an error's text to classify it.
 """
 
 from __future__ import annotations
@@ -39,8 +54,20 @@ class DiskFull(Ds2Error, OSError):
     """A write failed for want of space."""
 
 
+class OutOfMemory(Ds2Error, MemoryError):
+    """A step ran out of device memory; the message names the batch shapes and settings to lower."""
+
+
 class DatasetMismatch(Ds2Error, ValueError):
     """A prepared dataset was built from other files than dataset.manual_dir holds."""
+
+
+class InputWorkerError(Ds2Error, RuntimeError):
+    """A batch worker process died or failed; the message says which setting to change."""
+
+
+class AudioError(Ds2Error, ValueError):
+    """A file that gives no audio: missing, empty, or not decodable; the message names it."""
 
 
 # One rule each, not overlapping: XLA and tensorstore both say RESOURCE_EXHAUSTED, so that
@@ -59,6 +86,16 @@ def is_out_of_memory(err: BaseException) -> bool:
     """Out of (device or host) memory: XLA's RESOURCE_EXHAUSTED or 'out of memory', never a full disk."""
     text = str(err)
     return not is_disk_full(err) and ("RESOURCE_EXHAUSTED" in text or "out of memory" in text.lower())
+
+
+def out_of_memory(err: BaseException, batch_shapes: dict, config) -> OutOfMemory:
+    """The explained form of a step's out-of-memory error `err` (is_out_of_memory(err))."""
+    return OutOfMemory(
+        f"out of device memory for batch shapes {batch_shapes} "
+        f"(per_device_batch_size={config.per_device_batch_size}, dataset.max_duration_s={config.dataset.max_duration_s}, "
+        f"model.rnn_size={config.model.rnn_size}, model.dtype={config.model.dtype}); lower per_device_batch_size or "
+        f"dataset.max_duration_s, or use model.dtype=bfloat16. Original error: {str(err)[:500]}"
+    )
 
 
 def free_space(path: str) -> str:

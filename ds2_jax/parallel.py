@@ -26,11 +26,10 @@ import jax
 import numpy as np
 from flax import jax_utils
 
-from ds2_jax import batch_axis, settings
+from ds2_jax import batch_axis
 from ds2_jax.data.batch import Sharding, shard_for_devices
 
 AXIS = batch_axis.AXIS
-KINDS = settings.PARALLELISMS
 
 
 @dataclasses.dataclass

@@ -1,6 +1,7 @@
 """What keeps a long run alive or stops it cleanly: preemption signals, a watchdog
-for hung steps or collectives, workdir checks and lock, readable out-of-memory errors,
-and the fault-injection hooks (config.faults) that the tests use to prove all of it.
+for hung steps or collectives, workdir checks and lock, the host-memory check, and the
+fault-injection hooks (config.faults) that the tests use to prove all of it. Which error
+is which (out of memory, disk full) is decided in errors.py only.
 """
 
 from __future__ import annotations
@@ -246,9 +247,6 @@ def check_workdir(workdir: str, checkpoint_bytes: int) -> None:
         )
 
 
-is_out_of_memory = errors.is_out_of_memory  # the rule lives beside is_disk_full, so the two cannot overlap
-
-
 def host_memory_bytes() -> int | None:
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
@@ -276,15 +274,6 @@ def check_host_memory(config, local_batch: int, shapes: list[tuple[int, int]], b
         f"{batches_in_flight} batches in flight on the host ({local_batch} rows of {samples} samples each) need "
         f"{need / 2**30:,.1f} GiB of memory, it has {memory / 2**30:,.1f} GiB. The largest that fits the host is "
         f"about per_device_batch_size={fits} (the devices may hold fewer)"
-    )
-
-
-def out_of_memory_error(err: BaseException, batch_shapes: dict, config) -> MemoryError:
-    return MemoryError(
-        f"out of device memory for batch shapes {batch_shapes} "
-        f"(per_device_batch_size={config.per_device_batch_size}, dataset.max_duration_s={config.dataset.max_duration_s}, "
-        f"model.rnn_size={config.model.rnn_size}, model.dtype={config.model.dtype}); lower per_device_batch_size or "
-        f"dataset.max_duration_s, or use model.dtype=bfloat16. Original error: {str(err)[:500]}"
     )
 
 

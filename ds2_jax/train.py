@@ -20,21 +20,12 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from ds2_jax import (checkpoint, ctc, determinism, device_memory, features, metrics, model, parallel, progress,
-                     resilience, settings)
+from ds2_jax import (checkpoint, ctc, determinism, device_memory, errors, features, metrics, model, parallel,
+                     progress, resilience, settings)
 from ds2_jax.data import loader
 from ds2_jax.data.source import make_source
 from ds2_jax.batch_axis import psum
-from ds2_jax.checkpoint import load_config, save_config  # noqa: F401 - the loop's config I/O, re-exported
-from ds2_jax.state import (  # noqa: F401 - re-exported: the step's state and static arguments
-    TrainState,
-    create_state,
-    idle_steps_warning,
-    initial_state,
-    learning_rate_schedule,
-    make_optimizer,
-    step_kwargs,
-)
+from ds2_jax.state import TrainState, idle_steps_warning, initial_state, step_kwargs
 
 log = logging.getLogger("ds2_jax")
 AXIS = parallel.AXIS
@@ -356,9 +347,9 @@ def _run_step(p_train, state, batch, rng, config, first: bool):
             jax.block_until_ready(step_metrics)
         return state, step_metrics
     except Exception as e:
-        if resilience.is_out_of_memory(e):
+        if errors.is_out_of_memory(e):
             shapes = {k: tuple(v.shape) for k, v in batch.items()}
-            raise resilience.out_of_memory_error(e, shapes, config) from e
+            raise errors.out_of_memory(e, shapes, config) from e
         raise
 
 

@@ -39,10 +39,6 @@ WINDOW_SECONDS = 24.0
 CONTEXT_SECONDS = 3.0
 
 
-class AudioError(ValueError):
-    """A file that gives no audio: missing, empty, or not decodable; the message names it."""
-
-
 READ_BLOCK_SECONDS = 60.0  # A longer file is read, downmixed and resampled a block at a time.
 
 
@@ -51,18 +47,18 @@ def _open(path: str):
     import soundfile
 
     if not os.path.exists(path):
-        raise AudioError("no such file")
+        raise errors.AudioError("no such file")
     if os.path.isdir(path):
-        raise AudioError("a directory, not an audio file")
+        raise errors.AudioError("a directory, not an audio file")
     if os.path.getsize(path) == 0:
-        raise AudioError("empty file (0 bytes)")
+        raise errors.AudioError("empty file (0 bytes)")
     try:
         f = soundfile.SoundFile(path)
     except (soundfile.LibsndfileError, RuntimeError, TypeError) as e:
-        raise AudioError(f"not audio that libsndfile reads (WAV, FLAC, OGG, ...): {e}") from e
+        raise errors.AudioError(f"not audio that libsndfile reads (WAV, FLAC, OGG, ...): {e}") from e
     if f.frames == 0:
         f.close()
-        raise AudioError("no samples (0 frames)")
+        raise errors.AudioError("no samples (0 frames)")
     return f
 
 
@@ -260,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             waveforms.append(load_audio(path, transcriber.sample_rate))
             paths.append(path)
-        except AudioError as e:
+        except errors.AudioError as e:
             failed += 1
             print(f"error: {path}: {e}", file=sys.stderr, flush=True)
         except Exception as e:  # noqa: BLE001  (any unreadable file: report it, go on)

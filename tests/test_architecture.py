@@ -185,3 +185,94 @@ def test_every_dataset_name_has_a_source():
     from ds2_jax.data import source
 
     assert set(source.SOURCES) == set(settings.DATASETS)
+# Modules no test file imports or runs: each is tested through the module that uses it, in
+# the test file named (BUILD_NOTES.md, Testing: tests are grouped by behaviour, not one per module).
+REACHED_THROUGH = {
+    "ds2_jax.cli": "test_cli.py",  # every command's usage errors, run as subprocesses
+    "ds2_jax.data.filters": "test_tfds_source.py",  # each filter at, below and above its limits, through a source
+    "ds2_jax.files": "test_faults.py",  # the atomic-write drills (config.json, metrics.jsonl, eval results)
+    "ds2_jax.kernels.ctc": "test_ctc.py",  # ctc.ctc_loss with impl 'pallas' against optax and PyTorch
+    "ds2_jax.kernels.gates": "test_recurrence.py",  # every kernel and cell against the 'scan' reference
+}
+
+
+def _tested_modules() -> dict[str, set[str]]:
+    """ds2_jax module -> the test files that import it or run it (`python -m ds2_jax.X`)."""
+    repo = os.path.dirname(ROOT)
+    modules = set(module_imports())
+    found: dict[str, set[str]] = {m: set() for m in modules}
+    tests = os.path.join(repo, "tests")
+    for name in sorted(f for f in os.listdir(tests) if f.startswith("test_") and f.endswith(".py")):
+        if name == os.path.basename(__file__):  # this file reads the modules' source, it tests none
+            continue
+        with open(os.path.join(tests, name)) as f:
+            tree = ast.parse(f.read())
+        named = imported_names(tree) | {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)
+                                        and isinstance(n.value, str)}
+        for m in modules & named:
+            found[m].add(name)
+    return found
+
+
+def test_every_module_is_imported_or_run_by_a_test_file_or_named_with_the_one_that_reaches_it():
+    found = _tested_modules()
+    assert "test_train.py" in found["ds2_jax.train"] and "test_cli.py" in found["ds2_jax.demo"]  # imports, -m runs
+    untested = sorted(m for m, files in found.items() if not files and m not in REACHED_THROUGH
+                      and not m.endswith("__init__") and m != PACKAGE)
+    assert not untested, f"no test file imports or runs {untested}: test them, or name the file in REACHED_THROUGH"
+    stale = sorted(m for m in REACHED_THROUGH if m not in found or found[m])
+    assert not stale, f"REACHED_THROUGH lists modules that are gone or tested directly: {stale}"
+    tests = os.path.join(os.path.dirname(ROOT), "tests")
+    assert all(os.path.isfile(os.path.join(tests, f)) for f in REACHED_THROUGH.values())
+
+
+def _unused_package_imports(tree: ast.Module) -> list[str]:
+    """Names bound by `from ds2_jax... import name` that the module never reads: re-exports."""
+    bound = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == PACKAGE:
+            for a in node.names:
+                bound[a.asname or a.name] = node.module
+    read = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    return sorted(f"{module}.{name}" for name, module in bound.items() if name not in read)
+
+
+def test_the_package_re_exports_nothing_and_edits_no_sys_path():
+    """A name is imported from the module that owns it: no module imports one only to hand it on
+    (tests and benchmarks included), and configs/ loads without sys.path edits."""
+    assert _unused_package_imports(ast.parse("from ds2_jax.state import a, b\nb()")) == ["ds2_jax.state.a"]
+    found = {}
+    for folder, _, files in os.walk(ROOT):
+        for name in (f for f in files if f.endswith(".py")):
+            with open(os.path.join(folder, name)) as f:
+                source = f.read()
+            rel = os.path.relpath(os.path.join(folder, name), os.path.dirname(ROOT))
+            assert "sys.path" not in source, f"{rel} edits sys.path"
+            if unused := _unused_package_imports(ast.parse(source)):
+                found[rel] = unused
+    assert not found, f"re-exported (imported, never used): {found}"
+
+
+def test_config_files_load_from_any_folder_with_only_ds2_jax_importable(tmp_path):
+    """configs/*.py import only the installed package (as `pip install .` leaves it): ml_collections
+    loads them by path, from any working directory, and the demo needs no sys.path entry."""
+    repo = os.path.dirname(ROOT)
+    site = tmp_path / "site"  # stands in for site-packages: ds2_jax, no configs package
+    site.mkdir()
+    os.symlink(ROOT, site / PACKAGE)
+    configs = sorted(f for f in os.listdir(os.path.join(repo, "configs")) if f.endswith(".py") and f != "__init__.py")
+    code = ("import importlib.util, sys\n"
+            "for path in sys.argv[1:]:\n"
+            "    spec = importlib.util.spec_from_file_location('config_file', path)\n"
+            "    module = importlib.util.module_from_spec(spec)\n"
+            "    spec.loader.exec_module(module)\n"
+            "    print(module.get_config().num_train_steps)\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"PYTHONPATH": str(site)}
+    proc = subprocess.run([sys.executable, "-c", code, *(os.path.join(repo, "configs", c) for c in configs)],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and len(proc.stdout.split()) == len(configs) >= 4, proc.stderr
+    # The demo's config flag loads its file by path (as launch.py's): a bad override is the only error.
+    proc = subprocess.run([sys.executable, "-m", "ds2_jax.demo", f"--config={os.path.join(repo, 'configs', 'demo.py')}",
+                           "--config.num_train_steps=many"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1].endswith("expected an integer"), proc.stderr

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec
 
-from ds2_jax import batch_axis, ctc, parallel, train
+from ds2_jax import batch_axis, ctc, parallel, settings, train
+from ds2_jax import state as state_lib
 from ds2_jax.data.batch import Sharding
 from ds2_jax.data.source import make_source
 from ds2_jax.kernels import dispatch, mosaic_rnn
@@ -85,7 +86,7 @@ def test_auto_decides_on_the_per_device_batch_as_under_pmap(monkeypatch):
     xs, lengths = jnp.ones((DEVICES * PER_DEVICE, 5, 8)), jnp.full((DEVICES * PER_DEVICE,), 5)
     on_mesh(lambda xs, lengths: recurrence.bidirectional([xs], jnp.zeros((2, 8, 8)), lengths, impl="auto"), xs, lengths)
     assert seen == [PER_DEVICE]
-    impls = {kind: train.step_kwargs(tiny_config(parallelism=kind))["ctc_impl"] for kind in parallel.KINDS}
+    impls = {kind: state_lib.step_kwargs(tiny_config(parallelism=kind))["ctc_impl"] for kind in settings.PARALLELISMS}
     assert impls == {"pmap": "auto", "jit": "auto"}
 
 
@@ -99,7 +100,7 @@ def _compiled(config):
     """(the strategy, the compiled step, a source) for config."""
     par = parallel.make(config)
     source = make_source(config, Sharding(DEVICES * PER_DEVICE))
-    return par, par.compile(train.train_step, train.step_kwargs(config)), source
+    return par, par.compile(train.train_step, state_lib.step_kwargs(config)), source
 
 
 def all_gathers(hlo: str) -> list[str]:
@@ -110,7 +111,7 @@ def _two_steps(kind: str, kernels: dict):
     """Losses and final state of two steps with the kernels; for jit also the compiled HLO."""
     config = _kernel_config(kind, **kernels)
     par, step, source = _compiled(config)
-    state = par.put_replicated(train.initial_state(config, source, jax.random.PRNGKey(0)))
+    state = par.put_replicated(state_lib.initial_state(config, source, jax.random.PRNGKey(0)))
     rng = par.put_replicated(jax.random.PRNGKey(1))
     batches = [par.put_batch(source.train_batch(i)) for i in range(2)]
     hlo = None
@@ -144,7 +145,7 @@ def test_compiled_jit_step_with_the_default_impls_gathers_no_batch():
     featurizer's FFT is what XLA would gather around)."""
     config = _kernel_config("jit")
     par, step, source = _compiled(config)
-    state = par.put_replicated(train.initial_state(config, source, jax.random.PRNGKey(0)))
+    state = par.put_replicated(state_lib.initial_state(config, source, jax.random.PRNGKey(0)))
     rng = par.put_replicated(jax.random.PRNGKey(1))
     hlo = step.lower(state, par.put_batch(source.train_batch(0)), rng).compile().as_text()
     assert "all-reduce" in hlo or DEVICES == 1  # one device: XLA drops the all-reduces

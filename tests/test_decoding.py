@@ -15,6 +15,7 @@ import pytest
 
 from ds2_jax import decoding, text
 from ds2_jax.tools import build_lm
+from tests import arpa
 from tests.helpers import CORPUS, TRAIN_STEPS
 
 # ----------------------------------------------------------------------------- LM builder
@@ -31,7 +32,7 @@ def test_arpa_header_matches_and_every_distribution_sums_to_one(tmp_path, order)
     probs, backoffs = build_lm.estimate(build_lm.sentences(SENTENCES), order)
     path = str(tmp_path / "lm.arpa")
     sizes = build_lm.write_arpa(probs, backoffs, path)
-    model = build_lm.ArpaModel(path)
+    model = arpa.ArpaModel(path)
     assert model.header == sizes == model.counts()
     assert model.order == order and {"<s>", "</s>", "<unk>", "cat", "mat"} <= set(model.vocab)
     predictable = [w for w in model.vocab if w != "<s>"]
@@ -65,7 +66,7 @@ def test_kenlm_reads_the_arpa_with_the_same_probabilities(tmp_path):
     build_lm.write_arpa(*build_lm.estimate(build_lm.sentences(SENTENCES), 3), path)
     sentences = ["the cat sat", "a dog sat on the mat", "the zebra ran", "mat mat mat"]
     words = sorted({w for s in sentences for w in s.split()})
-    ours, theirs = build_lm.ArpaModel(path), KenLM(path, Dictionary(words))
+    ours, theirs = arpa.ArpaModel(path), KenLM(path, Dictionary(words))
     for s in sentences:
         state, total = theirs.start(False), 0.0
         for w in s.split():
@@ -78,7 +79,7 @@ def test_kenlm_reads_the_arpa_with_the_same_probabilities(tmp_path):
 def test_build_lm_cli_reads_librispeech_transcripts(tmp_path):
     out = str(tmp_path / "lm.arpa")
     assert build_lm.main(["--manual_dir", CORPUS, "--splits", "train-clean-100", "--order", "2", "--out", out]) == 0
-    model = build_lm.ArpaModel(out)
+    model = arpa.ArpaModel(out)
     words = set(model.vocab) - {"<s>", "</s>", "<unk>"}
     assert words and all(w == w.lower() and not text.unknown_chars(w) for w in words)
     # transcripts from a .trans.txt are read without their utterance ids
@@ -149,7 +150,7 @@ def test_alpha_weighs_the_natural_log_lm_score(tmp_path):
     lexicon = tmp_path / "words.txt"
     lexicon.write_text("the\ncat\nkat\nsat\n")  # 'kat' is out of the LM: scored as <unk>
     q = 0.9  # the model hears 'kat': acoustic margin ln(0.9 / 0.1) for it
-    lm = build_lm.ArpaModel(path)
+    lm = arpa.ArpaModel(path)
     lm_margin = lm.sentence_log10_prob("the cat sat".split()) - lm.sentence_log10_prob("the kat sat".split())
     alpha = math.log(q / (1 - q)) / (lm_margin * math.sqrt(math.log(10)))  # ln scale: LM wins by 1.5x
     lp = _log_probs("the cat sat", confusion={4: ("k", q)})

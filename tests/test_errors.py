@@ -1,6 +1,9 @@
-"""ds2_jax.errors: the one-line message is the last thing on stderr; which errors are a full disk."""
+"""ds2_jax.errors: the one-line message is the last thing on stderr; which errors are a full disk;
+every project error class lives in errors.py, and no other module classifies errors."""
 
+import ast
 import errno
+import os
 import subprocess
 import sys
 
@@ -86,3 +89,95 @@ def test_a_full_disk_or_quota_is_explained_as_disk_full_by_checkpoint_and_metric
     finally:
         monkeypatch.undo()
         writer.close()
+
+
+PACKAGE = os.path.join(helpers.ROOT, "ds2_jax")
+# The words that decide disk full or out of memory (errors.DISK_FULL_TEXT, errors.is_out_of_memory).
+CLASSIFYING_WORDS = ("RESOURCE_EXHAUSTED", "ENOSPC", "EDQUOT", "No space left", "Disk quota", "os_error_code",
+                     "out of memory")
+RULES = ("is_out_of_memory", "is_disk_full")
+
+
+def _package_sources():
+    for folder, _, files in os.walk(PACKAGE):
+        for name in sorted(f for f in files if f.endswith(".py")):
+            path = os.path.join(folder, name)
+            with open(path) as f:
+                yield os.path.relpath(path, helpers.ROOT), f.read()
+
+
+def _error_classes(source: str) -> list[str]:
+    """Classes deriving from an exception type (a base whose name ends in Error or Exception)."""
+    names = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ClassDef):
+            bases = [b.attr if isinstance(b, ast.Attribute) else getattr(b, "id", "") for b in node.bases]
+            if any(b.endswith(("Error", "Exception")) for b in bases):
+                names.append(node.name)
+    return names
+
+
+def test_every_error_class_of_the_package_is_in_errors_py_with_its_rule():
+    assert _error_classes("class A(errors.Ds2Error, RuntimeError): pass\nclass B(dict): pass") == ["A"]  # the scan sees
+    elsewhere = {path: names for path, src in _package_sources() if path != os.path.join("ds2_jax", "errors.py")
+                 and (names := _error_classes(src))}
+    assert not elsewhere, f"error classes outside ds2_jax/errors.py: {elsewhere}"
+    with open(os.path.join(PACKAGE, "errors.py")) as f:
+        names = _error_classes(f.read())
+    assert len(names) >= 8
+    for name in names:
+        assert issubclass(getattr(errors, name), errors.Ds2Error), name
+        if name != "Ds2Error":  # each has its row (when it is raised, by whom) in the module's table
+            assert f"| `{name}` |" in errors.__doc__, name
+
+
+def _code_strings(tree: ast.Module) -> list[str]:
+    """The string literals of a module, its docstrings left out (comments are not in the tree)."""
+    docs = {id(n.body[0].value) for n in ast.walk(tree)
+            if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and n.body
+            and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    return [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+            and id(n) not in docs]
+
+
+def test_no_module_but_errors_py_classifies_errors_by_their_text():
+    """resilience keeps the lock, the watchdog and preemption; out of memory and disk full are
+    decided by errors.is_out_of_memory / errors.is_disk_full only (no copies, no aliases)."""
+    for path, src in _package_sources():
+        if path == os.path.join("ds2_jax", "errors.py"):
+            continue
+        tree = ast.parse(src)
+        strings = " ".join(_code_strings(tree))
+        words = [w for w in CLASSIFYING_WORDS if w in strings]
+        assert not words, f"{path} looks for {words}: classify in ds2_jax/errors.py"
+        rules = [n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name in RULES]
+        rules += [ast.unparse(n) for n in ast.walk(tree) if isinstance(n, ast.Assign)  # an alias of a rule
+                  and isinstance(n.value, (ast.Name, ast.Attribute)) and ast.unparse(n.value).split(".")[-1] in RULES]
+        assert not rules, f"{path} defines {rules}: the rules live in ds2_jax/errors.py"
+
+
+CLI_LINE = """
+import sys, types
+from ds2_jax import errors
+
+config = types.SimpleNamespace(per_device_batch_size=4, dataset=types.SimpleNamespace(max_duration_s=27.0),
+                               model=types.SimpleNamespace(rnn_size=64, dtype="float32"))
+made = {"OutOfMemory": lambda: errors.out_of_memory(RuntimeError("RESOURCE_EXHAUSTED: x"), {"audio": (1, 2)}, config)}
+
+def fail():
+    name = sys.argv[2]
+    raise made[name]() if name in made else getattr(errors, name)(f"the {name} message")
+
+errors.run_explained(fail, sys.argv[1])
+"""
+
+
+def test_each_project_error_ends_a_command_with_one_error_line(tmp_path):
+    with open(os.path.join(PACKAGE, "errors.py")) as f:
+        names = [n for n in _error_classes(f.read()) if n != "Ds2Error"]
+    for name in names:
+        proc = subprocess.run([sys.executable, "-c", CLI_LINE, str(tmp_path), name], capture_output=True, text=True,
+                              env=dict(os.environ, PYTHONPATH=helpers.ROOT), timeout=120)
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 1 and len(lines) == 1 and lines[0].startswith("error: "), (name, proc.stderr)
+        assert "Traceback" not in proc.stderr and "disk full" not in lines[0], (name, lines[0])

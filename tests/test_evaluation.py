@@ -7,7 +7,7 @@ import jax
 import numpy as np
 import pytest
 
-from ds2_jax import evaluation, parallel, train
+from ds2_jax import evaluation, parallel, settings, train
 from tests.helpers import tiny_config
 
 SHORT = {"dataset.synthetic_min_duration_s": 0.3, "dataset.synthetic_max_duration_s": 0.4}  # eager stays quick
@@ -39,7 +39,7 @@ def _record_steps(monkeypatch) -> dict:
     return seen
 
 
-@pytest.mark.parametrize("kind", parallel.KINDS)
+@pytest.mark.parametrize("kind", settings.PARALLELISMS)
 def test_eval_during_training_reads_the_placed_train_state(kind, tmp_path, monkeypatch):
     seen = _record_steps(monkeypatch)
     config = tiny_config(parallelism=kind, num_train_steps=2, log_every_steps=1, eval_every_steps=1,

@@ -27,6 +27,7 @@ import numpy as np
 import pytest
 
 from ds2_jax import checkpoint, errors, evaluation, metrics, resilience, settings, train
+from ds2_jax import state as state_lib
 from ds2_jax.data.batch import Sharding
 from ds2_jax.data.source import make_source
 from tests import helpers
@@ -45,7 +46,7 @@ def launch(workdir, *extra, wait=True):
 def final_params(workdir):
     config = tiny_config()
     source = make_source(config, Sharding(16))
-    template = train.initial_state(config, source, jax.random.PRNGKey(0))
+    template = state_lib.initial_state(config, source, jax.random.PRNGKey(0))
     state, step = checkpoint.restore_latest(checkpoint.manager(str(workdir)), template)
     return step, [np.asarray(x) for x in jax.tree_util.tree_leaves((state.params, state.opt_state, state.batch_stats))]
 
@@ -445,10 +446,17 @@ def test_out_of_memory_names_the_settings_to_lower():
         raise RuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 123 bytes")
 
     batch = {"audio": np.zeros((1, 16, 128000), np.int16)}
-    with pytest.raises(MemoryError) as err:
+    with pytest.raises(errors.OutOfMemory) as err:
         train._run_step(exhausted, None, batch, None, config, first=True)
     assert "per_device_batch_size" in str(err.value) and "max_duration_s" in str(err.value)
     assert "(1, 16, 128000)" in str(err.value)
+
+    def disk_full(*args):  # tensorstore's RESOURCE_EXHAUSTED for a full disk is not the step's memory
+        raise RuntimeError(TENSORSTORE_FULL)
+
+    with pytest.raises(RuntimeError, match="No space left on device") as err:
+        train._run_step(disk_full, None, batch, None, config, first=True)
+    assert not isinstance(err.value, MemoryError)
 
 
 def test_missing_dataset_is_a_clear_error(tmp_path):
@@ -669,17 +677,17 @@ def test_out_of_memory_and_disk_full_have_one_rule_each_and_print_their_own_line
 
     config = types.SimpleNamespace(per_device_batch_size=4096, dataset=types.SimpleNamespace(max_duration_s=27.0),
                                    model=types.SimpleNamespace(rnn_size=2048, dtype="bfloat16"))
-    oom = resilience.out_of_memory_error(RuntimeError(XLA_OOM), {"audio": (8, 4096, 128000)}, config)
+    oom = errors.out_of_memory(RuntimeError(XLA_OOM), {"audio": (8, 4096, 128000)}, config)
     cases = {XLA_OOM: "oom", str(oom): "oom", "CUDA out of memory": "oom", TENSORSTORE_FULL: "disk",
              OSError(errno.ENOSPC, "No space left on device"): "disk", OSError(errno.EDQUOT, "quota"): "disk"}
     for err, kind in cases.items():
         err = err if isinstance(err, BaseException) else RuntimeError(err)
         assert (errors.is_out_of_memory(err), errors.is_disk_full(err)) == (kind == "oom", kind == "disk"), err
-    script = ("import sys, types; from ds2_jax import errors, resilience\n"
+    script = ("import sys, types; from ds2_jax import errors\n"
               "config = types.SimpleNamespace(per_device_batch_size=4096, dataset=types.SimpleNamespace("
               "max_duration_s=27.0), model=types.SimpleNamespace(rnn_size=2048, dtype='bfloat16'))\n"
               "def fail():\n"
-              f"    raise resilience.out_of_memory_error(RuntimeError({XLA_OOM!r}), {{'audio': (8, 4096, 128000)}}, config)\n"
+              f"    raise errors.out_of_memory(RuntimeError({XLA_OOM!r}), {{'audio': (8, 4096, 128000)}}, config)\n"
               "errors.run_explained(fail, sys.argv[1])\n")
     proc = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True,
                           env=dict(os.environ, PYTHONPATH=helpers.ROOT), timeout=120)

@@ -7,7 +7,7 @@ import jax
 import numpy as np
 import pytest
 
-from ds2_jax import parallel, settings, train
+from ds2_jax import errors, parallel, settings, train
 from ds2_jax.data import loader, synthetic
 from ds2_jax.datasets import build
 from ds2_jax.data.batch import Sharding
@@ -59,7 +59,7 @@ def test_workers_give_exactly_the_inline_batches(corpus, process_index):
 def test_a_dead_worker_is_a_clear_error_not_a_hang(corpus):
     config = make_config(corpus, num_workers=2)
     config.faults.kill_input_worker_at_step = 4
-    with pytest.raises(loader.InputWorkerError, match="num_workers=0"):
+    with pytest.raises(errors.InputWorkerError, match="num_workers=0"):
         batches(config, Sharding(BATCH), 0, 10)
 
 
@@ -172,13 +172,13 @@ def test_staging_thread_reraises_upstream_errors_and_closes_upstream():
     def failing():
         try:
             yield {"x": np.zeros((2, 3), np.float32)}
-            raise loader.InputWorkerError("worker 1 died")
+            raise errors.InputWorkerError("worker 1 died")
         finally:
             closed.append(True)
 
     staged = par.put_batches(failing(), 2)
     assert np.asarray(next(staged)["x"]).shape == (2, 1, 3)
-    with pytest.raises(loader.InputWorkerError, match="worker 1 died"):
+    with pytest.raises(errors.InputWorkerError, match="worker 1 died"):
         next(staged)
     staged.close()
     assert closed == [True]

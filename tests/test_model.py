@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ds2_jax import geometry, model
+from ds2_jax import activation, geometry, model
 
 
 def small_cfg(**kw):
@@ -153,8 +153,8 @@ def test_synchronized_batch_norm_over_devices_equals_one_device():
 
 def test_clipped_relu_clips_at_0_and_20_and_passes_gradient_only_between():
     x = jnp.array([-3.0, 0.5, 19.5, 25.0])
-    np.testing.assert_array_equal(model.clipped_relu(x), [0.0, 0.5, 19.5, 20.0])
-    np.testing.assert_array_equal(jax.grad(lambda x: jnp.sum(model.clipped_relu(x)))(x), [0.0, 1.0, 1.0, 0.0])
+    np.testing.assert_array_equal(activation.clipped_relu(x), [0.0, 0.5, 19.5, 20.0])
+    np.testing.assert_array_equal(jax.grad(lambda x: jnp.sum(activation.clipped_relu(x)))(x), [0.0, 1.0, 1.0, 0.0])
 
 
 # ----------------------------------------------------------------------------- lookahead (streaming)

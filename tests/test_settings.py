@@ -12,7 +12,8 @@ import ml_collections
 import pytest
 
 from configs import default, demo, ds2_8gpu, smoke
-from ds2_jax import checkpoint, model, settings, train
+from ds2_jax import checkpoint, model, settings
+from ds2_jax import state as state_lib
 
 SECTIONS = ["faults", "dataset", "features", "model", "loss", "optimizer", "eval", "decoding"]
 
@@ -312,7 +313,7 @@ def test_from_config_dict_is_idempotent_and_reads_like_the_config_dict():
 def test_the_step_arguments_are_the_same_from_a_config_dict_and_from_settings():
     config = smoke.get_config()
     config.features.freq_masks = 2
-    from_dict, from_settings = train.step_kwargs(config), train.step_kwargs(settings.from_config_dict(config))
+    from_dict, from_settings = state_lib.step_kwargs(config), state_lib.step_kwargs(settings.from_config_dict(config))
     for k in ("model_cfg", "feature_cfg", "augment", "norm_by_times", "ctc_impl", "nan_steps"):
         assert from_dict[k] == from_settings[k], k
     assert from_dict["augment"] == settings.SpecAugment(freq_masks=2, freq_mask_width=27, time_masks=0,

@@ -11,6 +11,7 @@ import pytest
 from flax import jax_utils
 
 from ds2_jax import checkpoint, metrics, parallel, train
+from ds2_jax import state as state_lib
 from ds2_jax.data.batch import Sharding, shard_for_devices
 from ds2_jax.data.source import make_source
 from tests.helpers import tiny_config
@@ -54,7 +55,7 @@ def test_compiled_and_eager_step_agree():
                                                      "dataset.synthetic_max_duration_s": 0.4})
     source = make_source(config, Sharding(4))
     batch = source.train_batch(0)
-    state = train.initial_state(config, source, jax.random.PRNGKey(0))
+    state = state_lib.initial_state(config, source, jax.random.PRNGKey(0))
     compiled, m_c = _one_step(config, state, batch)
     config.compile = False
     eager, m_e = _one_step(config, state, batch)
@@ -67,8 +68,8 @@ def test_overfits_a_fixed_batch_of_four():
     config = tiny_config(per_device_batch_size=4, **{"optimizer.learning_rate": 3e-3, "model.rnn_size": 64})
     source = make_source(config, Sharding(4))
     batch = source.train_batch(0)
-    state = train.initial_state(config, source, jax.random.PRNGKey(0))
-    kwargs = train.step_kwargs(config)
+    state = state_lib.initial_state(config, source, jax.random.PRNGKey(0))
+    kwargs = state_lib.step_kwargs(config)
     step = jax.jit(functools.partial(train.train_step, **kwargs, axis_name=None))
     first = None
     for i in range(150):
@@ -81,10 +82,10 @@ def test_overfits_a_fixed_batch_of_four():
 def test_checkpoint_round_trip(tmp_path):
     config = tiny_config()
     source = make_source(config, Sharding(16))
-    state = train.initial_state(config, source, jax.random.PRNGKey(3))
+    state = state_lib.initial_state(config, source, jax.random.PRNGKey(3))
     mgr = checkpoint.manager(str(tmp_path))
     checkpoint.save(mgr, 7, jax.device_get(state), wait=True)
-    template = train.initial_state(config, source, jax.random.PRNGKey(4))
+    template = state_lib.initial_state(config, source, jax.random.PRNGKey(4))
     restored, step = checkpoint.restore_latest(checkpoint.manager(str(tmp_path)), template)
     assert step == 7
     for a, b in zip(leaves(state), leaves(restored)):
@@ -135,9 +136,9 @@ def test_non_finite_steps_are_skipped_and_counted():
     config = tiny_config(per_device_batch_size=2)
     source = make_source(config, Sharding(2))
     batch = source.train_batch(0)
-    state = train.initial_state(config, source, jax.random.PRNGKey(0))
+    state = state_lib.initial_state(config, source, jax.random.PRNGKey(0))
     poisoned = state.replace(feature_std=state.feature_std.at[0].set(0.0))  # -> inf features
-    step = jax.jit(functools.partial(train.train_step, **train.step_kwargs(config), axis_name=None))
+    step = jax.jit(functools.partial(train.train_step, **state_lib.step_kwargs(config), axis_name=None))
     new, m = step(poisoned, batch, jax.random.PRNGKey(0))
     assert float(m["finite_steps"]) == 0 and int(new.skipped_steps) == 1 and int(new.consecutive_skips) == 1
     for a, b in zip(leaves(poisoned.params), leaves(new.params)):
@@ -172,8 +173,8 @@ def test_pallas_kernels_train_like_the_references():
     def run(rnn_impl, ctc_impl):
         config = tiny_config(per_device_batch_size=4, **{"model.rnn_impl": rnn_impl, "loss.ctc_impl": ctc_impl})
         source = make_source(config, Sharding(4))
-        state = train.initial_state(config, source, jax.random.PRNGKey(0))
-        step = jax.jit(functools.partial(train.train_step, **train.step_kwargs(config), axis_name=None))
+        state = state_lib.initial_state(config, source, jax.random.PRNGKey(0))
+        step = jax.jit(functools.partial(train.train_step, **state_lib.step_kwargs(config), axis_name=None))
         out = []
         for i in range(2):
             state, m = step(state, source.train_batch(i), jax.random.PRNGKey(1))

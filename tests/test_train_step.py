@@ -16,6 +16,7 @@ import optax
 import pytest
 
 from ds2_jax import ctc, features, model, parallel, train
+from ds2_jax import state as state_lib
 from ds2_jax.data.batch import Sharding
 from ds2_jax.data.source import make_source
 from tests.helpers import tiny_config
@@ -43,7 +44,7 @@ def setup():
     for i in PADDING:  # as data.batch.pad_batch leaves an unused row
         for k in batch:
             batch[k][i] = 0
-    state = train.initial_state(config, source, jax.random.PRNGKey(0))
+    state = state_lib.initial_state(config, source, jax.random.PRNGKey(0))
     return config, state, batch
 
 
@@ -71,7 +72,7 @@ def run_step(config, state, batch, num_devices, cache=True):
     par = parallel.make(config)
     step = _COMPILED.get(num_devices) if cache else None
     if step is None:
-        step = par.compile(train.train_step, train.step_kwargs(config), donate=False)
+        step = par.compile(train.train_step, state_lib.step_kwargs(config), donate=False)
         if cache:
             _COMPILED[num_devices] = step
     new, m = step(par.put_replicated(state), par.put_batch(batch), par.put_replicated(jax.random.PRNGKey(1)))
@@ -140,7 +141,7 @@ def test_padding_length_changes_nothing_in_train_mode(setup):
     """Logits, batch-norm statistics and gradients of a batch padded to T and T + 40 frames."""
     config, state, batch = setup
     longer = pad_frames(batch, 40)
-    kw = train.step_kwargs(config)
+    kw = state_lib.step_kwargs(config)
     net = model.DeepSpeech2(kw["model_cfg"])
 
     @jax.jit
@@ -210,38 +211,36 @@ def test_step_with_finite_loss_but_nan_gradient_keeps_everything(setup, monkeypa
 def test_learning_rate_warms_up_linearly_from_zero_then_decays():
     opt = tiny_config(**{"optimizer.learning_rate": 1e-3, "optimizer.warmup_steps": 10, "optimizer.decay_steps": 100,
                          "optimizer.schedule": "exponential", "optimizer.decay_rate": 0.5}).optimizer
-    lr = train.learning_rate_schedule(opt)
+    lr = state_lib.learning_rate_schedule(opt)
     np.testing.assert_allclose([lr(0), lr(5), lr(10), lr(110), lr(210)], [0, 5e-4, 1e-3, 5e-4, 2.5e-4], rtol=1e-6)
     opt.schedule = "cosine"
-    cosine = train.learning_rate_schedule(opt)
+    cosine = state_lib.learning_rate_schedule(opt)
     np.testing.assert_allclose([cosine(10), cosine(60), cosine(110)], [1e-3, 5e-4, 0.0], atol=1e-9)
 
 
 def test_steps_past_a_cosine_schedule_are_announced_with_the_decay_steps_that_stretch_it():
     """The demo's schedule (warm-up 30, cosine over 400): its own run is quiet; resuming it to 430 or
     480 would train at a rate of (nearly) 0, and the advised decay_steps makes every step train."""
-    from ds2_jax import state
-
     opt = tiny_config(**{"optimizer.learning_rate": 2e-3, "optimizer.warmup_steps": 30, "optimizer.decay_steps": 400,
                          "optimizer.schedule": "cosine"}).optimizer
-    lr = train.learning_rate_schedule(opt)
-    assert state.idle_steps_warning(opt, 0, 400) is None and state.idle_steps_warning(opt, 0, 430) is None
+    lr = state_lib.learning_rate_schedule(opt)
+    assert state_lib.idle_steps_warning(opt, 0, 400) is None and state_lib.idle_steps_warning(opt, 0, 430) is None
     for stop in (430, 480):
-        message = state.idle_steps_warning(opt, 400, stop)
+        message = state_lib.idle_steps_warning(opt, 400, stop)
         assert message.startswith(f"steps 406-{stop} will train at under 1% of optimizer.learning_rate (0 from step 430)")
         assert float(lr(404)) >= 0.01 * 2e-3 > float(lr(405))  # step 406 is the first below 1%
         advised = int(message.split("--config.optimizer.decay_steps=")[1].split()[0])
         opt.decay_steps = advised
-        stretched = train.learning_rate_schedule(opt)
-        assert state.idle_steps_warning(opt, 400, stop) is None and float(stretched(stop - 1)) >= 0.01 * 2e-3
+        stretched = state_lib.learning_rate_schedule(opt)
+        assert state_lib.idle_steps_warning(opt, 400, stop) is None and float(stretched(stop - 1)) >= 0.01 * 2e-3
         opt.decay_steps = 400
     opt.schedule = "exponential"  # never reaches 0
-    assert state.idle_steps_warning(opt, 400, 100_000) is None
+    assert state_lib.idle_steps_warning(opt, 400, 100_000) is None
 
 
 def test_optimizer_clips_the_global_gradient_norm_before_adam():
     opt = tiny_config(**{"optimizer.clip_global_norm": 1.0}).optimizer
-    tx = train.make_optimizer(opt)
+    tx = state_lib.make_optimizer(opt)
     params = {"a": jnp.zeros(3), "b": jnp.zeros(())}
     grads = {"a": jnp.array([30.0, 0.0, 40.0]), "b": jnp.array(0.0)}  # global norm 50
     _, state = tx.update(grads, tx.init(params), params)
@@ -259,7 +258,7 @@ def test_spec_augment_draws_differ_by_step_and_by_device_and_repeat_for_the_same
     config.features.freq_masks, config.features.time_masks = 2, 2
     config.features.time_mask_max_fraction = 0.2
     rows = {k: v[:2] for k, v in batch.items()}  # two feasible rows
-    step = jax.jit(functools.partial(train.train_step, **train.step_kwargs(config), axis_name=None))
+    step = jax.jit(functools.partial(train.train_step, **state_lib.step_kwargs(config), axis_name=None))
     rng = jax.random.PRNGKey(1)  # run_step's
     losses = [float(step(state.replace(step=jnp.asarray(s, jnp.int32)), rows, rng)[1]["loss_sum"])
               for s in (0, 1, 2, 0)]

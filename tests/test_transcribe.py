@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import soundfile
 
-from ds2_jax import transcribe
+from ds2_jax import errors, transcribe
 from tests.helpers import CORPUS
 
 TEST_CLEAN = os.path.join(CORPUS, "LibriSpeech", "test-clean")
@@ -113,7 +113,7 @@ def test_missing_empty_and_undecodable_files_say_what_is_wrong(tmp_path):
     soundfile.write(no_frames, np.zeros(0, np.int16), 16_000)
     for path, reason in [(tmp_path / "missing.wav", "no such file"), (empty, "empty file (0 bytes)"),
                          (junk, "not audio that libsndfile reads"), (no_frames, "no samples")]:
-        with pytest.raises(transcribe.AudioError, match=reason.replace("(", "\\(").replace(")", "\\)")):
+        with pytest.raises(errors.AudioError, match=reason.replace("(", "\\(").replace(")", "\\)")):
             transcribe.load_audio(str(path))
 
 

@@ -91,10 +91,6 @@ def _quiet():
         logger.setLevel(level)
 
 
-class InputWorkerError(errors.Ds2Error, RuntimeError):
-    """A batch worker process died or failed; the message says which setting to change."""
-
-
 def train_batches(config, sharding, source, start: int, stop: int) -> Iterator[dict[str, np.ndarray]]:
     """Host batches of steps [start, stop) in order, inline or from grain workers; `config`
     is a ConfigDict, a settings.Settings or a DataSettings."""
@@ -125,7 +121,7 @@ def train_batches(config, sharding, source, start: int, stop: int) -> Iterator[d
             except StopIteration:
                 return
             except Exception as e:  # noqa: BLE001 - grain re-raises a worker's failure as is
-                raise InputWorkerError(
+                raise errors.InputWorkerError(
                     f"an input worker failed ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
                     "the training state is intact. Rerun to resume; if it repeats, set "
                     "--config.dataset.num_workers=0 to read inline and see the error in this process"
