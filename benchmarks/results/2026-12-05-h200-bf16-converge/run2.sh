@@ -9,9 +9,9 @@ export PYTHONPATH=/tmp/site:$PWD:${PYTHONPATH:-}
 export XLA_PYTHON_CLIENT_MEM_FRACTION=0.15 JAX_COMPILATION_CACHE_DIR=/tmp/xla_cache
 CONV="--steps=600 --evals=3 --config.deterministic=True --runs=float32:scan_vjp,bfloat16:auto,bfloat16:scan_vjp"
 for s in 0 1 2 3 4; do
-  ( timeout 350 python3 -m benchmarks.precision --out=/tmp/conv/s$s --seeds=$s $CONV > $OUT/converge-s$s.log 2>&1 ) &
+  ( timeout 340 python3 -m benchmarks.precision --out=/tmp/conv/s$s --seeds=$s $CONV > $OUT/converge-s$s.log 2>&1 ) &
 done
-( timeout 350 env JAX_PLATFORMS=cuda python3 -m pytest -q -m gpu tests/test_bf16_step.py -k deterministic > $OUT/gpu-determinism.txt 2>&1 ) &
+( timeout 340 env JAX_PLATFORMS=cuda python3 -m pytest -q -m gpu tests/test_bf16_step.py -k deterministic > $OUT/gpu-determinism.txt 2>&1 ) &
 wait
 for s in 0 1 2 3 4; do mkdir -p $OUT/converge-s$s; cp /tmp/conv/s$s/precision.json $OUT/converge-s$s/ 2>/dev/null; done
 tail -2 $OUT/gpu-determinism.txt; for s in 0 1 2 3 4; do grep -h "^| " /tmp/conv/s$s/NOTES.md | tail -3; tail -2 $OUT/converge-s$s.log; done
