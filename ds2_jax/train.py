@@ -182,8 +182,8 @@ def _train(config, workdir: str, mgr) -> TrainState:
     if _nothing_to_train(start, config, workdir):
         return state
     changes = _resume_notes(config, workdir, start)
-    kw = step_kwargs(config)  # the static arguments, once: the eval step takes its model's, features', loss's
-    p_train, p_eval = par.compile(train_step, kw), eval_step.compile_eval_step(par, kw)  # eval reads the placed state
+    kw = step_kwargs(config)  # computed once: the eval step takes its model, features and loss from it
+    p_train, p_eval = par.compile(train_step, kw), eval_step.compile_eval_step(par, kw)  # eval: the placed state, as is
     state, step_rng = par.put_replicated(state), par.put_replicated(step_rng)
     host_batches = loader.train_batches(config, sharding, source, start, config.num_train_steps)
     batches = par.put_batches(host_batches, config.prefetch_batches)
