@@ -1,4 +1,5 @@
-"""Orbax checkpoints of the (unreplicated) train state: save, restore, resume."""
+"""Orbax checkpoints of the (unreplicated) train state: save, restore, resume; and the workdir's
+config.json: written, read back, compared on resume, overlaid for an evaluation."""
 
 from __future__ import annotations
 
@@ -230,6 +231,45 @@ def load_config(workdir: str) -> settings.Settings:
         raise ValueError(f"{os.path.join(workdir, 'config.json')}: {e}") from e
 
 
+# What an evaluation sets itself; every other setting (model, features, loss, optimizer,
+# ...) comes from the workdir's config.json, so the restored model is the one trained.
+EVAL_SETTINGS = ("eval", "decoding", "dataset", "per_device_batch_size", "num_devices", "compile", "parallelism",
+                 "keep_checkpoints", "prefetch_batches")
+
+
+def differing_keys(trained: dict, given: dict) -> list[tuple[str, object, object]]:
+    """(dotted key, trained value, given value) of the training settings both have that differ."""
+    return [d for d in _differences(flat(trained), flat(given)) if d[0].split(".")[0] not in EVAL_SETTINGS]
+
+
+def _overlay(base: dict, top: dict) -> dict:
+    """base with top's values, section by section (keys only base has are kept)."""
+    out = dict(base)
+    for k, v in top.items():
+        out[k] = _overlay(base[k], v) if isinstance(v, dict) and isinstance(base.get(k), dict) else v
+    return out
+
+
+def config_for_eval(config, workdir: str) -> settings.Settings:
+    """The workdir's config.json with `config`'s EVAL_SETTINGS, checked; warns naming every
+    training setting of `config` that differs from the one the checkpoints were trained with."""
+    if not os.path.exists(os.path.join(workdir, "config.json")):
+        log.warning("%s has no config.json: evaluating with --config as given", workdir)
+        return settings.from_config_dict(config)
+    trained = read_config_json(workdir)
+    given = settings.to_dict(config)
+    diff = differing_keys(trained, given)
+    if diff:
+        more = f" and {len(diff) - 12} more" if len(diff) > 12 else ""
+        log.warning("eval restores with %s: %d setting(s) of --config differ and are taken from it: %s%s",
+                    os.path.join(workdir, "config.json"), len(diff), _trained_vs_given(diff[:12]), more)
+    # Knobs newer than the workdir keep --config's value (their default when it was trained).
+    try:
+        return settings.from_config_dict(_overlay(given, {k: v for k, v in trained.items() if k not in EVAL_SETTINGS}))
+    except ValueError as e:  # --config was checked before: the workdir's file holds the bad value
+        raise ValueError(f"{os.path.join(workdir, 'config.json')}: {e}") from e
+
+
 # ----------------------------------------------------------------------------- resume
 
 # Settings a resumed run cannot change: the checkpoints' parameter shapes and the meaning
@@ -264,6 +304,10 @@ def _shown(diff) -> str:
     return ", ".join(f"{k} {a!r} -> {b!r}" for k, a, b in diff)
 
 
+def _trained_vs_given(diff) -> str:
+    return ", ".join(f"{k} (trained {a!r}, --config {b!r})" for k, a, b in diff)
+
+
 def refuse_fixed_changes(config, workdir: str) -> None:
     """Before a restore: a ValueError naming every FIXED_ON_RESUME setting `config` changes
     from the workdir's config.json (such a checkpoint would not restore: not 'damaged')."""
@@ -273,11 +317,10 @@ def refuse_fixed_changes(config, workdir: str) -> None:
     given = flat(settings.to_dict(config))
     fixed = [d for d in _differences(trained, given) if d[0] in FIXED_ON_RESUME]
     if fixed:
-        shown = ", ".join(f"{k} (trained {a!r}, --config {b!r})" for k, a, b in fixed)
         raise ValueError(
-            f"the checkpoints in {workdir} were trained with other model settings than --config: {shown}; a "
-            f"resumed run cannot change them. Drop those flags to resume (the workdir's config.json has the "
-            f"trained values), or choose another --workdir to train a new model"
+            f"the checkpoints in {workdir} were trained with other model settings than --config: "
+            f"{_trained_vs_given(fixed)}; a resumed run cannot change them. Drop those flags to resume (the "
+            "workdir's config.json has the trained values), or choose another --workdir to train a new model"
         )
 
 

@@ -1,6 +1,6 @@
 """How the step is spread over devices: pmap (default), jit + NamedSharding, or eager.
 
-All three run the same pure steps (`train.train_step`, `evaluation.eval_step`) on the
+All three run the same pure steps (`train.train_step`, `eval_step.eval_step`) on the
 same placed state, so evaluating during training reads the train state where it lives:
 - 'pmap': one program per device, axis name 'batch'; the step psums gradients and
   batch-norm statistics itself. State replicated with a leading device axis.

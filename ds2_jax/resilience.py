@@ -1,7 +1,7 @@
 """What keeps a long run alive or stops it cleanly: preemption signals, a watchdog
-for hung steps or collectives, workdir checks and lock, the host-memory check, and the
-fault-injection hooks (config.faults) that the tests use to prove all of it. Which error
-is which (out of memory, disk full) is decided in errors.py only.
+for hung steps or collectives, workdir checks and lock, the host-memory check. Which error is
+which (out of memory, disk full) is decided in errors.py only; the fault injection
+(config.faults) that the tests use to prove all of it is ds2_jax.faults.
 """
 
 from __future__ import annotations
@@ -287,16 +287,3 @@ def parse_steps(spec: str) -> tuple[int, ...]:
             raise ValueError(f"empty step range {part!r}")
         steps.extend(range(first, last + 1))
     return tuple(steps)
-
-
-def maybe_kill(faults, point: str, step: int) -> None:
-    """Fault injection: SIGKILL this process at `point` ('step', 'checkpoint', 'eval') of `step`."""
-    if faults.kill_at == f"{point}:{step}":
-        log.warning("fault injection: SIGKILL at %s of step %d", point, step)
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
-def maybe_hang(faults, step: int) -> None:
-    if faults.hang_at_step == step:
-        log.warning("fault injection: hanging at step %d", step)
-        threading.Event().wait()

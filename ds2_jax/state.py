@@ -1,12 +1,13 @@
-"""The train state, its optimizer, and the step's static arguments from the config.
+"""The train state, its optimizer, the step's static arguments from the config, and the
+state restored from a workdir's checkpoint.
 
-What the training loop (train.py) and evaluation (evaluation.py) share, below both, so
-neither imports the other.
+What the training loop (train.py), evaluation and transcription share, below them all.
 """
 
 from __future__ import annotations
 
 import math
+import os
 from typing import Any
 
 import jax
@@ -15,7 +16,7 @@ import numpy as np
 import optax
 from flax.training import train_state
 
-from ds2_jax import features, model, resilience, settings
+from ds2_jax import checkpoint, errors, features, model, resilience, settings
 from ds2_jax.kernels import dispatch
 
 INIT_FRAMES = 64  # Frames of the dummy input that shapes the parameters at init.
@@ -122,3 +123,33 @@ def step_kwargs(config) -> dict:
         learning_rate_fn=learning_rate_schedule(config.optimizer),
         nan_steps=resilience.parse_steps(config.faults.nan_at_steps),
     )
+
+
+def restore_state(config, workdir: str, step: int | None = None) -> tuple[TrainState, int]:
+    """(unreplicated state, step) of checkpoint `step` (default: latest) of `workdir`.
+
+    The template's feature statistics are placeholders: the checkpoint's replace them,
+    so no dataset is needed.
+    """
+    num_bins = features.FeatureConfig.from_config(config.features).num_bins
+    template = create_state(config, jax.random.PRNGKey(0), np.zeros(num_bins, np.float32), np.ones(num_bins, np.float32))
+    mgr = checkpoint.manager(workdir, config.keep_checkpoints)
+    if step is None:
+        state, step = checkpoint.restore_latest(mgr, template)  # skips a damaged newest one
+        if state is None:
+            raise FileNotFoundError(f"no checkpoint in {os.path.join(workdir, 'checkpoints')}: train first")
+    elif step in mgr.all_steps():
+        if (missing := checkpoint.unfinished(mgr, step)) is not None:
+            raise errors.CheckpointError(f"checkpoint {step} in {mgr.directory} was never finished (no {missing}); "
+                                         f"choose another step of {sorted(mgr.all_steps())}")
+        try:
+            state = mgr.restore(step, args=checkpoint.ocp.args.StandardRestore(template))
+        except Exception as e:  # noqa: BLE001  (orbax raises many types)
+            raise errors.CheckpointError(
+                f"checkpoint {step} in {mgr.directory} does not restore into this model "
+                f"({type(e).__name__}: {' '.join(str(e).split())[:200]}); if the model settings differ from "
+                f"{os.path.join(workdir, 'config.json')}, use those, or choose another step"
+            ) from e
+    else:
+        raise FileNotFoundError(f"no checkpoint at step {step} in {mgr.directory} (it has {sorted(mgr.all_steps())})")
+    return state.replace(apply_fn=template.apply_fn, tx=template.tx), int(step)

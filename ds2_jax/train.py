@@ -1,10 +1,16 @@
-"""Train state, the pure train step, and the training loop.
+"""The pure train step, and the training loop.
 
 `train_step` is one pure function (features, forward, CTC, backward, gradient
 all-reduce, update, metrics). `compile_train_step` wraps it as config.parallelism says
 (parallel.py: `jax.pmap` with axis name `batch` and the state donated, or jit over a
 device mesh) or, with config.compile=False, leaves it to run op by op on one device, so
 the compiled and the eager design run identical code.
+
+`_train` is the loop: steps dispatched ahead of the device (at most
+resilience.STEPS_IN_FLIGHT), a log line, an evaluation and a checkpoint at their
+intervals, a stop signal answered at the next step with a checkpoint. What the run shows
+and watches (bar, metrics.jsonl, input wait, watchdog) is its `reporting.Reporter`; the
+points where the tests inject faults are its `faults.Hooks`.
 """
 
 from __future__ import annotations
@@ -12,16 +18,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import time
 from typing import Callable
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 
-from ds2_jax import (checkpoint, ctc, determinism, device_memory, errors, features, metrics, model, parallel,
-                     progress, resilience, settings)
+from ds2_jax import (checkpoint, ctc, determinism, device_memory, errors, eval_step, evaluation, faults, features,
+                     model, parallel, reporting, resilience, settings)
 from ds2_jax.data import loader
 from ds2_jax.data.source import make_source
 from ds2_jax.batch_axis import psum
@@ -170,17 +174,75 @@ def _nothing_to_train(start: int, config, workdir: str) -> bool:
 
 def _train(config, workdir: str, mgr) -> TrainState:
     """train_and_evaluate's loop, with the workdir locked and the checkpoint manager `mgr` open."""
-    from ds2_jax import evaluation  # evaluation builds on this module
+    par, sharding, source = _devices_and_data(config)
+    init_rng, step_rng = jax.random.split(jax.random.PRNGKey(config.seed))
+    state = _initial_or_restored(config, workdir, mgr, source, init_rng)
+    start = int(state.step)
+    if _nothing_to_train(start, config, workdir):
+        return state
+    changes = _resume_notes(config, workdir, start)
+    kw = step_kwargs(config)  # computed once: the eval step takes its model, features and loss from it
+    _check_device_memory(config, par, state, source, kw)
+    p_train, p_eval = par.compile(train_step, kw), eval_step.compile_eval_step(par, kw)  # eval: the placed state, as is
+    state, step_rng = par.put_replicated(state), par.put_replicated(step_rng)
+    host_batches = loader.train_batches(config, sharding, source, start, config.num_train_steps)
+    batches = par.put_batches(host_batches, config.prefetch_batches)
+    hooks = faults.Hooks(config.faults)
+    done = start
+    with reporting.Reporter(config, workdir, start, is_chief=jax.process_index() == 0) as report:
+        report.resume_changes(start, changes)
+        log.info("compiling the train step for batch shapes %s (the first step: minutes for a large batch)", source.shapes())
+        with report.showing_bar(), resilience.Preemption() as preemption, contextlib.closing(batches):
+            for step in range(start, config.num_train_steps):
+                hooks.step_start(step)
+                batch = report.next_batch(batches)
+                with report.running(step):
+                    state, step_metrics = _run_step(p_train, state, batch, step_rng, config, first=step == start)
+                done = step + 1
+                report.dispatched(step, step_metrics)
+                hooks.step_dispatched(done)
+                report.wait_in_flight(resilience.STEPS_IN_FLIGHT)  # bounded: a stop waits for few steps, not ~30
+                if done % config.log_every_steps == 0 or done == config.num_train_steps:
+                    report.interval_end(state)
+                    _stop_if_diverged(state, done, config)
+                if config.eval_every_steps and done % config.eval_every_steps == 0:
+                    hooks.eval_start(done)
+                    with report.evaluating(done) as on_batch:
+                        result = evaluation.evaluate(p_eval, state, source, config.dataset.eval_split,
+                                                     config.eval.max_utterances, par, on_batch=on_batch)
+                    report.evaluated(done, result)
+                if preemption.signal is not None:
+                    log.warning("preempted at step %d: writing a checkpoint and exiting", done)
+                    break
+                if done % config.checkpoint_every_steps == 0 and done != config.num_train_steps:
+                    _save(mgr, done, par.get(state), report, hooks)
+            resilience.wait_ready(state)  # polled, with the handlers on: a second signal can abandon it
+        final = par.get(state)
+        if done > start and mgr.latest_step() != done:
+            _save(mgr, done, par.get(state), report, hooks)
+        with report.suspended("the last checkpoint"):
+            checkpoint.finish_or_explain(mgr)
+    return final
 
+
+def _check_device_memory(config, par, state, source, kw: dict) -> None:
+    """Refuses a batch whose step cannot fit the device, before anything compiles (device_memory)."""
+    loss_kwargs = {k: v for k, v in kw.items() if k != "learning_rate_fn"}
+    est = device_memory.estimate(loss_function, state, config.per_device_batch_size, source.shapes(), loss_kwargs,
+                                 staged_batches=config.prefetch_batches + 1)
+    log.info("%s", device_memory.check(est, config.per_device_batch_size, device_memory.device_limit(par.devices[0])))
+
+
+def _devices_and_data(config):
+    """(parallel.Parallel, its batch sharding, the source of this process's rows), logged and
+    checked (the eval split, the host memory of the batches in flight) before anything is allocated."""
     determinism.check(config, jax.default_backend())
     log.info("compilation cache: %s", parallel.enable_compilation_cache(config.compilation_cache_dir) or "off")
     par = parallel.make(config)
-    devices = par.devices
     sharding = par.batch_sharding(config.per_device_batch_size)
-    is_chief = jax.process_index() == 0
     log.info("devices: %s x %d process(es), %s, global batch %d",
-             parallel.devices_line(devices), jax.process_count(), par.kind, sharding.global_batch)
-    cpu_note = parallel.cpu_warning(config, devices)
+             parallel.devices_line(par.devices), jax.process_count(), par.kind, sharding.global_batch)
+    cpu_note = parallel.cpu_warning(config, par.devices)
     if cpu_note:
         log.warning("%s", cpu_note)
     source = make_source(config, sharding)
@@ -189,154 +251,38 @@ def _train(config, workdir: str, mgr) -> TrainState:
         source.check_eval_split(config.dataset.eval_split)
     resilience.check_host_memory(config, sharding.local_batch, source.shapes(), config.prefetch_batches + 1 +
                                  loader.resolve_num_workers(config.dataset) * config.dataset.worker_buffer_size)
+    return par, sharding, source
 
-    init_rng, step_rng = jax.random.split(jax.random.PRNGKey(config.seed))
+
+def _initial_or_restored(config, workdir: str, mgr, source, init_rng) -> TrainState:
+    """The (unreplicated) initial state, or the newest checkpoint that restores into it (process 0
+    moves damaged newer ones aside)."""
     state = initial_state(config, source, init_rng)
     log.info("model parameters: %s", f"{model.count_params(state.params):,}")
     resilience.check_workdir(workdir, resilience.tree_bytes(state))
     if mgr.all_steps():  # before the restore: another model's checkpoints are not "damaged"
         checkpoint.refuse_fixed_changes(config, workdir)
-    restored, _ = checkpoint.restore_latest(mgr, state, move_damaged=is_chief)
+    restored, _ = checkpoint.restore_latest(mgr, state, move_damaged=jax.process_index() == 0)
     if restored is not None:
         state = restored.replace(apply_fn=state.apply_fn, tx=state.tx)
-    start = int(state.step)
-    if _nothing_to_train(start, config, workdir):
-        return state
+    return state
+
+
+def _resume_notes(config, workdir: str, start: int) -> list[tuple[str, object, object]]:
+    """Warns when steps [start, num_train_steps) outrun the schedule; records (process 0) and
+    returns the settings a resume changes (checkpoint.record_resume_changes)."""
     idle = idle_steps_warning(config.optimizer, start, config.num_train_steps)
     if idle:
         log.warning("%s", idle)
     # After the restore: a config its checkpoints don't fit never replaces the one they do;
     # a resume's changed settings are recorded beside it, not over it.
-    changes = checkpoint.record_resume_changes(config, workdir, start) if is_chief else []
-
-    static = step_kwargs(config)
-    estimate = device_memory.estimate(loss_function, state, config.per_device_batch_size, source.shapes(),
-                                      {k: v for k, v in static.items() if k != "learning_rate_fn"},
-                                      staged_batches=config.prefetch_batches + 1)
-    log.info("%s", device_memory.check(estimate, config.per_device_batch_size, device_memory.device_limit(devices[0])))
-    p_train = par.compile(train_step, static)
-    p_eval = evaluation.compile_eval_step(config, par)  # reads the placed train state, as is
-    state, step_rng = par.put_replicated(state), par.put_replicated(step_rng)
-    host_batches = loader.train_batches(config, sharding, source, start, config.num_train_steps)
-    batches = par.put_batches(host_batches, config.prefetch_batches)
-    input_wait = loader.InputWait(config.input_wait_warn_fraction, loader.resolve_num_workers(config.dataset))
-
-    def host_state():
-        return par.get(state)
-
-    evals = []
-
-    def run_eval(step):
-        # The watchdog: each eval batch is progress; the first eval compiles its step first.
-        first = contextlib.nullcontext() if evals else watchdog.suspended(f"compiling the eval step at step {step}")
-        with first:
-            result = evaluation.evaluate(p_eval, state, source, config.dataset.eval_split, config.eval.max_utterances,
-                                         par, on_batch=lambda: watchdog.ping(f"eval at step {step}"))
-        evals.append(step)
-        evaluation.report(writer, step, result, config.eval.num_examples_to_print)
-
-    def save(step):
-        with watchdog.suspended(f"checkpoint {step}"):  # waits for the previous save, then writes
-            checkpoint.save_or_explain(mgr, step, host_state())
-        resilience.maybe_kill(config.faults, "checkpoint", step)
-
-    pending: list = []
-    last_time, last_step = time.perf_counter(), start
-    writer = metrics.MetricWriter(workdir, enabled=is_chief, resume_step=start)
-    bar = progress.StepProgress(start, config.num_train_steps, is_chief)
-    watchdog = resilience.Watchdog(config.step_timeout_s)
-    done = start
-    # A marker in metrics.jsonl where a resume changed a (numeric) setting; all in config_changes.jsonl.
-    if changes:
-        writer.write(start, {k: v for k, _, v in changes if isinstance(v, (int, float))}, prefix="config_change/")
-    log.info("compiling the train step for batch shapes %s (the first step: minutes for a large batch)", source.shapes())
-    # Closed on the way out of an error too: a watchdog left running would end the caller's
-    # process step_timeout_s later; the bar would keep its hold on the log handlers.
-    with _closed_after(writer), contextlib.closing(watchdog):
-        with contextlib.closing(bar), resilience.Preemption() as preemption, contextlib.closing(batches):
-            for step in range(start, config.num_train_steps):
-                resilience.maybe_hang(config.faults, step)
-                t0 = time.perf_counter()
-                batch, idle_s = _next_batch(batches, pending[-1] if pending else None)
-                input_wait.add(idle_s)
-                with watchdog.suspended("compiling the first step") if step == start else contextlib.nullcontext():
-                    state, step_metrics = _run_step(p_train, state, batch, step_rng, config, first=step == start)
-                pending.append(step_metrics)
-                if step == start:
-                    log.info("first step (compile + run) took %.1f s", time.perf_counter() - t0)
-                    input_wait.take(0.0)  # the first batch waits for worker start-up; not an interval
-                    last_time, last_step = time.perf_counter(), step + 1
-                    watchdog.ping(f"step {step + 1}")
-                resilience.maybe_kill(config.faults, "step", step + 1)
-                done = step + 1
-                bar.dispatched(step_metrics)
-                if len(pending) > resilience.STEPS_IN_FLIGHT:  # bounded: a stop waits for few steps, not ~30
-                    resilience.wait_ready(pending[-1 - resilience.STEPS_IN_FLIGHT])
-                    watchdog.ping(f"step {done - resilience.STEPS_IN_FLIGHT}")
-                if done % config.log_every_steps == 0 or done == config.num_train_steps:
-                    bar.wait_all()
-                    fetched = jax.device_get(pending)  # waits for the interval's steps to finish
-                    interval_s = time.perf_counter() - last_time
-                    summary = _summarize(fetched, interval_s, done - last_step)
-                    summary["input_wait_s"] = input_wait.take(interval_s)
-                    summary["skipped_steps"] = float(_first(state.skipped_steps))
-                    writer.write(done, summary)
-                    log.info("step %d: means of steps %d-%d: %s", done, done - len(fetched) + 1, done,
-                             " ".join(f"{k}={v:.4g}" for k, v in summary.items()))
-                    _stop_if_diverged(_first(state.consecutive_skips), done, config)
-                    pending, last_time, last_step = [], time.perf_counter(), done
-                    watchdog.ping(f"step {done}")
-                if config.eval_every_steps and done % config.eval_every_steps == 0:
-                    resilience.maybe_kill(config.faults, "eval", done)
-                    run_eval(done)
-                    watchdog.ping(f"eval at step {done}")
-                if preemption.signal is not None:
-                    log.warning("preempted at step %d: writing a checkpoint and exiting", done)
-                    break
-                if done % config.checkpoint_every_steps == 0 and done != config.num_train_steps:
-                    save(done)
-            resilience.wait_ready(state)  # polled, with the handlers on: a second signal can abandon it
-        final = host_state()
-        if done > start and mgr.latest_step() != done:
-            save(done)
-        with watchdog.suspended("the last checkpoint"):
-            checkpoint.finish_or_explain(mgr)
-    return final
+    return checkpoint.record_resume_changes(config, workdir, start) if jax.process_index() == 0 else []
 
 
-@contextlib.contextmanager
-def _closed_after(resource):
-    """Closes `resource` on the way out; on an error path a failing close (a full disk) does not
-    replace the error that ended the run."""
-    try:
-        yield resource
-    except BaseException:
-        with contextlib.suppress(Exception):
-            resource.close()
-        raise
-    resource.close()
-
-
-def _first(x) -> float:
-    """A replicated (or plain) scalar's value on the host."""
-    return np.asarray(jax.device_get(x)).reshape(-1)[0]
-
-
-def _next_batch(batches, last_metrics) -> tuple[dict, float]:
-    """The next staged batch, and the seconds the devices sat idle waiting for it.
-
-    Waiting while the last dispatched step still runs costs nothing; only the time
-    after it finished (polled each millisecond) is input-bound.
-    """
-    start = time.perf_counter()
-    idle_since = start if last_metrics is None else None
-    while True:
-        batch = batches.next_within(0.001)
-        now = time.perf_counter()
-        if batch is not None:
-            return batch, (now - idle_since if idle_since is not None else 0.0)
-        if idle_since is None and all(x.is_ready() for x in jax.tree_util.tree_leaves(last_metrics)):
-            idle_since = now
+def _save(mgr, step: int, host_state, report: reporting.Reporter, hooks: faults.Hooks) -> None:
+    with report.suspended(f"checkpoint {step}"):  # waits for the previous save, then writes
+        checkpoint.save_or_explain(mgr, step, host_state)
+    hooks.checkpoint_started(step)
 
 
 def _run_step(p_train, state, batch, rng, config, first: bool):
@@ -353,24 +299,12 @@ def _run_step(p_train, state, batch, rng, config, first: bool):
         raise
 
 
-def _stop_if_diverged(consecutive: int, step: int, config) -> None:
+def _stop_if_diverged(state, step: int, config) -> None:
+    """A FloatingPointError after optimizer.max_consecutive_skips non-finite steps in a row."""
+    consecutive = reporting.first(state.consecutive_skips)
     if consecutive >= config.optimizer.max_consecutive_skips:
         raise FloatingPointError(
             f"{int(consecutive)} consecutive steps had a non-finite loss or gradient (up to step {step}); "
             "training stopped. Lower optimizer.learning_rate, check the data, or raise "
             "optimizer.max_consecutive_skips. The last checkpoint is intact."
         )
-
-
-def _summarize(pending: list, seconds: float, steps: int) -> dict[str, float]:
-    s = metrics.reduce_sums(pending)
-    n = max(s["steps"], 1.0)
-    return {
-        "loss": s["loss_sum"] / max(s["loss_count"], 1.0),
-        "grad_norm": s["grad_norm_sum"] / max(s["finite_steps"], 1.0),
-        "learning_rate": s["learning_rate_sum"] / n,
-        "infeasible_utterances": s["infeasible"],
-        "step_time_s": seconds / max(steps, 1),
-        "utterances_per_s": s["utterances"] * (steps / n) / max(seconds, 1e-9),
-    }
-

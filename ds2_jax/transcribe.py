@@ -104,34 +104,24 @@ def load_audio(path: str, sample_rate: int = 16_000) -> np.ndarray:
         return np.concatenate(parts)
 
 
-def _infer(state, audio, audio_lengths, *, model_cfg, feature_cfg, log_probs: bool):
-    import jax
-
-    from ds2_jax import ctc, evaluation
-
-    logits, lengths = evaluation.forward(state, audio, audio_lengths, model_cfg=model_cfg, feature_cfg=feature_cfg)
-    out = {"ids": ctc.greedy_ids(logits), "lengths": lengths}
-    if log_probs:
-        out["log_probs"] = jax.nn.log_softmax(logits, axis=-1)
-    return out
-
-
 class Transcriber:
     """A restored model plus a decoder; `transcribe` maps int16 16 kHz waveforms to texts."""
 
-    def __init__(self, workdir: str, decoder_cfg: decoding.DecoderConfig | None = None, step: int | None = None, batch_size: int = 8):
+    def __init__(self, workdir: str, decoder_cfg: decoding.DecoderConfig | None = None, step: int | None = None,
+                 batch_size: int = 8, config: settings.Settings | None = None):
+        """`config`: the workdir's (checkpoint.load_config), when the caller has read it already."""
         import jax
 
-        from ds2_jax import checkpoint, evaluation, state
+        from ds2_jax import checkpoint, eval_step, state
 
-        self.config = checkpoint.load_config(workdir)
+        self.config = config if config is not None else checkpoint.load_config(workdir)
         self.beam = decoding.make_beam_decoder(decoder_cfg or decoding.DecoderConfig())
-        self.state, self.step = evaluation.restore_state(self.config, workdir, step)
+        self.state, self.step = state.restore_state(self.config, workdir, step)
         self.sample_rate = self.config.features.sample_rate
         self.batch_size = batch_size
         kw = state.step_kwargs(self.config)
         self._infer = jax.jit(functools.partial(
-            _infer, model_cfg=kw["model_cfg"], feature_cfg=kw["feature_cfg"], log_probs=self.beam is not None
+            eval_step.infer, model_cfg=kw["model_cfg"], feature_cfg=kw["feature_cfg"], log_probs=self.beam is not None
         ))
 
     def transcribe(self, waveforms: list[np.ndarray]) -> list[str]:
@@ -234,7 +224,8 @@ def main(argv: list[str] | None = None) -> int:
     absl_logging.set_verbosity(absl_logging.WARNING)  # orbax's restore chatter
     from ds2_jax import checkpoint
 
-    base = checkpoint.load_config(args.workdir).decoding
+    config = checkpoint.load_config(args.workdir)  # read once: the Transcriber is handed it
+    base = config.decoding
     beam_width = args.beam_width if args.beam_width is not None else (
         base.beam_width or (settings.LM_BEAM_WIDTH if args.lm else 0))
     lm_path = args.lm if args.lm else (base.lm_path if beam_width else "")
@@ -247,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
             alpha=base.alpha if args.alpha is None else args.alpha,
             beta=base.beta if args.beta is None else args.beta,
         )
-        transcriber = Transcriber(args.workdir, cfg, step=args.step, batch_size=args.batch_size)
+        transcriber = Transcriber(args.workdir, cfg, step=args.step, batch_size=args.batch_size, config=config)
     except ValueError as e:  # names decoding.* settings: say which flag
         raise ValueError(cli.in_flag_names(str(e), FLAG_OF_SETTING)) from e
 

@@ -149,7 +149,7 @@ def test_no_test_imports_a_module_that_defines_flags():
 # The modules the data side may import: host code that imports no jax (ds2_jax.datasets is
 # the tfds builder, imported by data.tfds_source only when it builds or checks a dataset;
 # "ds2_jax" is the package itself, whose __init__ is empty).
-DATA_MAY_IMPORT = {"ds2_jax", "ds2_jax.settings", "ds2_jax.geometry", "ds2_jax.text", "ds2_jax.errors"}
+DATA_MAY_IMPORT = {"ds2_jax", "ds2_jax.settings", "ds2_jax.geometry", "ds2_jax.text", "ds2_jax.errors", "ds2_jax.faults"}
 
 
 def test_the_data_package_imports_no_jax_and_leans_on_host_modules_only():
@@ -191,6 +191,7 @@ REACHED_THROUGH = {
     "ds2_jax.cli": "test_cli.py",  # every command's usage errors, run as subprocesses
     "ds2_jax.data.filters": "test_tfds_source.py",  # each filter at, below and above its limits, through a source
     "ds2_jax.files": "test_faults.py",  # the atomic-write drills (config.json, metrics.jsonl, eval results)
+    "ds2_jax.faults": "test_faults.py",  # every fault point: the kill, hang and dead-worker drills
     "ds2_jax.kernels.ctc": "test_ctc.py",  # ctc.ctc_loss with impl 'pallas' against optax and PyTorch
     "ds2_jax.kernels.gates": "test_recurrence.py",  # every kernel and cell against the 'scan' reference
 }

@@ -7,7 +7,7 @@ import jax
 import numpy as np
 import pytest
 
-from ds2_jax import evaluation, parallel, settings, train
+from ds2_jax import eval_step, evaluation, parallel, settings, train
 from tests.helpers import tiny_config
 
 SHORT = {"dataset.synthetic_min_duration_s": 0.3, "dataset.synthetic_max_duration_s": 0.4}  # eager stays quick
@@ -26,7 +26,7 @@ def _record_steps(monkeypatch) -> dict:
                 seen["train"] = (out := fn(*args))[0]
                 return out
             return train_fn
-        if step_fn is evaluation.eval_step:
+        if step_fn is eval_step.eval_step:
             def eval_fn(state, batch):
                 seen["eval"].append((state, seen["train"]))
                 with jax.transfer_guard_host_to_device("disallow_explicit"), \

@@ -172,7 +172,7 @@ def copy_of(run, tmp_path) -> str:
 
 
 def restored_latest(workdir):
-    return evaluation.restore_state(run_config(), workdir)
+    return state_lib.restore_state(run_config(), workdir)
 
 
 @pytest.mark.parametrize("how", ["truncate", "delete"])
@@ -314,9 +314,9 @@ def test_eval_config_takes_training_settings_from_the_workdir_and_eval_settings_
     del old["model"]["rnn_impl"]  # a workdir from before that knob existed
     (tmp_path / "config.json").write_text(json.dumps(old))
     given = run_config(**{"model.rnn_size": 64, "eval.max_utterances": 16, "model.rnn_impl": "pallas"})
-    merged = evaluation.config_for_eval(given, str(tmp_path))
+    merged = checkpoint.config_for_eval(given, str(tmp_path))
     assert merged.model.rnn_size == 48 and merged.eval.max_utterances == 16 and merged.model.rnn_impl == "pallas"
-    assert evaluation.differing_keys(old, given.to_dict()) == [("model.rnn_size", 48, 64)]
+    assert checkpoint.differing_keys(old, given.to_dict()) == [("model.rnn_size", 48, 64)]
 
 
 @pytest.fixture
@@ -540,7 +540,7 @@ def test_an_unfinished_step_folder_is_set_aside_and_good_checkpoints_restore(six
     assert step == 6 and os.path.isdir(folder)
     assert_same_state(state, six_steps[1])
     with pytest.raises(errors.CheckpointError, match="checkpoint 9 .* was never finished"):
-        evaluation.restore_state(run_config(), w, step=9)  # --eval_step=9
+        state_lib.restore_state(run_config(), w, step=9)  # --eval_step=9
     with caplog.at_level("INFO", logger="ds2_jax"):
         state = train.train_and_evaluate(run_config(num_train_steps=9), w)
     assert "restored checkpoint at step 6" in caplog.text and "never finished" in caplog.text
@@ -564,7 +564,7 @@ def test_a_torn_or_hand_edited_config_json_names_the_file_and_the_key(tmp_path, 
     (tmp_path / "config.json").write_text(broken)
     path = str(tmp_path / "config.json")
     for read in (lambda: checkpoint.load_config(str(tmp_path)),
-                 lambda: evaluation.config_for_eval(run_config(), str(tmp_path))):
+                 lambda: checkpoint.config_for_eval(run_config(), str(tmp_path))):
         with pytest.raises(ValueError) as err:
             read()
         message = str(err.value)

@@ -7,7 +7,7 @@ import jax
 import numpy as np
 import pytest
 
-from ds2_jax import errors, parallel, settings, train
+from ds2_jax import errors, parallel, reporting, settings, train
 from ds2_jax.data import loader, synthetic
 from ds2_jax.datasets import build
 from ds2_jax.data.batch import Sharding
@@ -217,9 +217,9 @@ def test_input_wait_counts_only_time_the_devices_sit_idle():
     staged = parallel.Parallel("pmap", jax.local_devices()[:1]).put_batches(slow(), 1)
     try:
         next(staged)  # the thread is now producing the next batch, 50 ms away
-        _, idle = train._next_batch(staged, {"steps": _Step(done=True)})
+        _, idle = reporting.next_batch(staged, {"steps": _Step(done=True)})
         assert 0.03 < idle < 0.5  # the step had finished: all of the wait is input-bound
-        _, idle = train._next_batch(staged, {"steps": _Step(done=False)})
+        _, idle = reporting.next_batch(staged, {"steps": _Step(done=False)})
         assert idle == 0.0  # the step was still running the whole time: waiting cost nothing
     finally:
         staged.close()

@@ -19,12 +19,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import signal
 from typing import Iterator
 
 import numpy as np
 
-from ds2_jax import errors, settings
+from ds2_jax import errors, faults, settings
 from ds2_jax.data.batch import Sharding
 from ds2_jax.data.source import DataSettings, make_source
 
@@ -60,8 +59,8 @@ class StepBatch:
     def __call__(self, step) -> dict[str, np.ndarray]:
         step = int(step)
         in_worker = _in_worker()
-        if step == self.data.kill_input_worker_at_step and in_worker:
-            os.kill(os.getpid(), signal.SIGKILL)  # fault injection (tests)
+        if in_worker:
+            faults.Hooks(self.data.faults).input_batch(step)
         if self._source is None:
             with _quiet():
                 self._source = make_source(self.data, self.sharding)
@@ -148,7 +147,7 @@ def _unlinked_view(array) -> np.ndarray:
 
 
 class InputWait:
-    """Seconds per log interval the devices sat idle waiting for a batch (train._next_batch).
+    """Seconds per log interval the devices sat idle waiting for a batch (reporting.next_batch).
 
     Warns once when the wait exceeds `warn_fraction` of two intervals in a row (one
     alone may hold a new bucket shape's compile, or a checkpoint).

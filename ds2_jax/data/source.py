@@ -36,7 +36,7 @@ class DataSettings:
     spectrogram: settings.Spectrogram  # sample rate, window and hop: frames per utterance
     num_conv_layers: int  # model.num_conv_layers: the CTC frames an utterance has
     seed: int
-    kill_input_worker_at_step: int = -1  # faults.kill_input_worker_at_step (data.loader)
+    faults: settings.Faults = settings.Faults()  # the input workers' fault point (faults.Hooks.input_batch)
 
     @classmethod
     def of(cls, config) -> DataSettings:
@@ -49,8 +49,7 @@ class DataSettings:
                                                                          "features.")),
             num_conv_layers=settings.build(settings.Model, config.model, "model.").num_conv_layers,
             seed=config.seed,
-            kill_input_worker_at_step=settings.build(settings.Faults, config.faults,
-                                                     "faults.").kill_input_worker_at_step,
+            faults=settings.build(settings.Faults, config.faults, "faults."),
         )
 
 

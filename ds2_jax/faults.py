@@ -1,0 +1,53 @@
+"""Fault injection (config.faults): the hooks the training loop and the input workers call at
+the points where the tests kill or hang a run, to prove that it resumes, stops and reports.
+
+`Hooks(config.faults)`'s methods do nothing unless config.faults names their point; the
+loop and the input workers call them unconditionally, so each point shows where it is.
+(A non-finite loss, faults.nan_at_steps, is injected inside the train step: a static
+argument, state.step_kwargs.)
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+
+log = logging.getLogger("ds2_jax")
+
+
+class Hooks:
+    """The fault points of a run, given config.faults (settings.Faults)."""
+
+    def __init__(self, faults):
+        self.faults = faults
+
+    def step_start(self, step: int) -> None:
+        """Before step `step` (counted from 0) reads its batch: faults.hang_at_step hangs here."""
+        if self.faults.hang_at_step == step:
+            log.warning("fault injection: hanging at step %d", step)
+            threading.Event().wait()
+
+    def step_dispatched(self, done: int) -> None:
+        """The step that makes `done` steps was dispatched: faults.kill_at='step:<done>'."""
+        self._kill("step", done)
+
+    def eval_start(self, done: int) -> None:
+        """Before the evaluation at step `done`: faults.kill_at='eval:<done>'."""
+        self._kill("eval", done)
+
+    def checkpoint_started(self, done: int) -> None:
+        """Checkpoint `done` was handed to the (asynchronous) writer: faults.kill_at='checkpoint:<done>'."""
+        self._kill("checkpoint", done)
+
+    def input_batch(self, step: int) -> None:
+        """An input worker process is about to make step `step`'s batch: it dies at
+        faults.kill_input_worker_at_step."""
+        if step == self.faults.kill_input_worker_at_step:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def _kill(self, point: str, step: int) -> None:
+        if self.faults.kill_at == f"{point}:{step}":
+            log.warning("fault injection: SIGKILL at %s of step %d", point, step)
+            os.kill(os.getpid(), signal.SIGKILL)
