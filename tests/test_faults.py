@@ -217,7 +217,7 @@ def test_all_checkpoints_damaged_message_is_the_last_line(six_steps, tmp_path):
                     f.truncate(10)
     rc, err = launch(w, "--config.eval_every_steps=0")
     assert rc == 1
-    last = err.strip().splitlines()[-1]
+    last = err.strip().splitlines()[-1].lstrip()  # under load a bar's erasing blanks can precede it (noted)
     assert last.startswith("error: none of the 2 checkpoints in") and "error.log" in last, err[-3000:]
     assert "Traceback" not in err.split("error: none of")[-1]
     assert "CheckpointError" in open(os.path.join(w, "error.log")).read()  # the traceback is kept
