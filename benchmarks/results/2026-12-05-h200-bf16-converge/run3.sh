@@ -11,7 +11,7 @@ CONV="--steps=600 --evals=3 --config.deterministic=True --runs=float32:scan_vjp,
       --config.optimizer.schedule=cosine --config.optimizer.warmup_steps=50 --config.optimizer.decay_steps=550"
 mkdir -p /tmp/r3
 for s in 0 1 2 3 4; do
-  ( timeout 230 python3 -m benchmarks.precision --out=/tmp/conv/s$s --seeds=$s $CONV > /tmp/r3/converge-s$s.log 2>&1 ) &
+  ( timeout 190 python3 -m benchmarks.precision --out=/tmp/conv/s$s --seeds=$s $CONV > /tmp/r3/converge-s$s.log 2>&1 ) &
 done
 wait
 for s in 0 1 2 3 4; do cp /tmp/conv/s$s/precision.json /tmp/r3/precision-s$s.json 2>/dev/null; done
