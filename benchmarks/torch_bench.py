@@ -58,8 +58,8 @@ def build(config: settings.Settings, variant: str, device: torch.device, mean, s
     return TorchDS2(cfg, config.features.spectrogram, mean, std, rnn_impl=RNN_IMPL[variant]).to(device)
 
 
-def run(config: settings.Settings, variant: str, n_devices: int, steps: int, warmup: int, profile_steps: int, num_batches: int,
-        compile_mode: str = "cudagraphs", tf32: bool = False, rank: int = 0, world: int = 1) -> dict:
+def run(config: settings.Settings, variant: str, n_devices: int, steps: int, warmup: int, profile_steps: int,
+        num_batches: int, compile_mode: str = "cudagraphs", tf32: bool = False, rank: int = 0, world: int = 1) -> dict:
     if variant not in VARIANTS:
         raise ValueError(f"unknown torch variant {variant!r}")
     torch.backends.cuda.matmul.allow_tf32 = tf32

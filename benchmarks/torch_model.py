@@ -304,7 +304,8 @@ class RowConv(nn.Module):
 class TorchDS2(nn.Module):
     """int16 audio -> per-frame logits over blank + 28 symbols (ds2_jax.model.DeepSpeech2)."""
 
-    def __init__(self, cfg: ModelConfig, fc: settings.Spectrogram, mean, std, rnn_impl: str = "loop", clip: bool = True):
+    def __init__(self, cfg: ModelConfig, fc: settings.Spectrogram, mean, std, rnn_impl: str = "loop",
+                 clip: bool = True):
         super().__init__()
         self.cfg = cfg
         self.features = Featurizer(fc, mean, std)

@@ -154,7 +154,6 @@ class Spectrogram:
         return self.window // 2 + 1
 
 
-
 @dataclasses.dataclass(frozen=True)
 class SpecAugment:
     """SpecAugment masks (ds2_jax.features.spec_augment); 0 masks = off."""

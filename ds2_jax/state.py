@@ -86,7 +86,8 @@ def make_optimizer(opt: settings.Optimizer) -> optax.GradientTransformation:
     )
 
 
-def create_state(config: settings.Settings, rng: jax.Array, feature_mean: np.ndarray, feature_std: np.ndarray) -> TrainState:
+def create_state(config: settings.Settings, rng: jax.Array, feature_mean: np.ndarray,
+                 feature_std: np.ndarray) -> TrainState:
     """Initial (unreplicated) state: parameters, batch-norm statistics, optimizer state."""
     cfg = model.ModelConfig.of(config.model, num_bins=len(feature_mean))
     net = model.DeepSpeech2(cfg)

@@ -172,7 +172,8 @@ def test_the_data_package_imports_no_jax_and_leans_on_host_modules_only():
         assert not tops & {"jax", "flax", "optax"}, (mod, tops & {"jax", "flax", "optax"})
     code = ("import sys; from ds2_jax.data import batch, filters, loader, plan, source, split_index, synthetic; "
             "from ds2_jax import settings; from ds2_jax.data.batch import Sharding; from configs import smoke; "
-            "s = source.make_source(settings.from_config_dict(smoke.get_config()), Sharding(4)); s.train_batch(0); list(s.eval_batches('', 4)); "
+            "s = source.make_source(settings.from_config_dict(smoke.get_config()), Sharding(4)); s.train_batch(0); "
+            "list(s.eval_batches('', 4)); "
             "print(sorted(m for m in sys.modules if m == 'jax' or m.startswith('jax.')))")
     repo = os.path.dirname(ROOT)
     out = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True, check=True,

@@ -314,10 +314,9 @@ def test_eval_beam_with_lm_is_no_worse_than_greedy_on_each_split(trained):
     pytest.importorskip("flashlight.lib.text")
     from ds2_jax import evaluation
 
-    config = trained.config.copy_and_resolve_references()
-    config.num_devices, config.per_device_batch_size = 0, 2  # all 8 devices, same global batch
-    config.decoding.beam_width = 32
-    config.decoding.lm_path = trained.lm
+    # all 8 devices, the same global batch
+    config = settings.override(trained.config, {"num_devices": 0, "per_device_batch_size": 2,
+                                                "decoding.beam_width": 32, "decoding.lm_path": trained.lm})
     results = evaluation.evaluate_splits(config, trained.workdir, split="test-clean, dev-clean")
     assert list(results) == ["test-clean", "dev-clean"]
     for split, result in results.items():
