@@ -23,6 +23,7 @@ import numpy as np
 
 from configs import default
 from ds2_jax.data import tfds_source
+from ds2_jax import settings
 from ds2_jax.data.batch import Sharding
 from ds2_jax.data.source import DataSettings
 
@@ -80,7 +81,7 @@ def main(argv=None) -> int:
     config.dataset.train_splits = SPLIT
     before = rss_mb()
     t = time.perf_counter()
-    source = tfds_source.TfdsSource(DataSettings.of(config), Sharding(args.batch))
+    source = tfds_source.TfdsSource(DataSettings.of(settings.from_config_dict(config)), Sharding(args.batch))
     opened = time.perf_counter() - t
     source._plan(0), source._plan(1)
     print(json.dumps({

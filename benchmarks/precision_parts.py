@@ -37,7 +37,7 @@ import sys
 from absl import flags
 
 from benchmarks import precision
-from ds2_jax import cli
+from ds2_jax import cli, settings
 
 FLAGS = flags.FLAGS
 REFERENCE = ("float32", "scan_vjp")  # (model.dtype, model.rnn_impl) every run is compared with
@@ -87,13 +87,18 @@ def flat_paths(tree, prefix: str = "") -> dict:
     return out
 
 
-def step_kwargs(config, dtype: str, rnn_impl: str) -> dict:
+def with_run(config: settings.Settings, dtype: str, rnn_impl: str) -> settings.Settings:
+    """`config` with model.dtype and model.rnn_impl set."""
+    return settings.override(config, {"model.dtype": dtype, "model.rnn_impl": rnn_impl})
+
+
+def step_kwargs(config: settings.Settings, dtype: str, rnn_impl: str) -> dict:
     """train.loss_gradients' static arguments for one (dtype, rnn_impl), on one device, no augmentation."""
     import dataclasses
 
     from ds2_jax import state as state_lib
 
-    kwargs = state_lib.step_kwargs(precision.with_run(config, dtype, rnn_impl))
+    kwargs = state_lib.step_kwargs(with_run(config, dtype, rnn_impl))
     del kwargs["learning_rate_fn"]
     # SpecAugment off: its masks are a draw, not a precision effect.
     return dict(kwargs, augment=dataclasses.replace(kwargs["augment"], freq_masks=0, time_masks=0), axis_name=None)
@@ -175,14 +180,15 @@ def adam_update_errors(state, grads, reference_grads) -> dict[str, float]:
 
 
 def setup(config, data_dir: str):
-    """(config on the bundled corpus, its training source, the seed's initial state)."""
+    """(the Settings of `config` (a ConfigDict) on the bundled corpus, its training source, the seed's
+    initial state)."""
     import jax
 
     from ds2_jax import state as state_lib
     from ds2_jax.data.batch import Sharding
     from ds2_jax.data.source import make_source
 
-    config = precision.on_bundled_corpus(config, 1, 1, 1, data_dir)
+    config = settings.from_config_dict(precision.on_bundled_corpus(config, 1, 1, 1, data_dir))
     source = make_source(config, Sharding(global_batch=config.per_device_batch_size))
     init_rng, _ = jax.random.split(jax.random.PRNGKey(config.seed))
     return config, source, state_lib.initial_state(config, source, init_rng)
@@ -237,7 +243,7 @@ def track(config, source, state, steps: int, points: int, dtype: str, runs: list
     from ds2_jax import state as state_lib, train
 
     impl = next((i for d, i in runs if d == dtype), REFERENCE[1])
-    train_kwargs = state_lib.step_kwargs(precision.with_run(config, dtype, impl))
+    train_kwargs = state_lib.step_kwargs(with_run(config, dtype, impl))
     step_fn = jax.jit(functools.partial(train.train_step, **train_kwargs, axis_name=None))
     grad_fns = {run: jax.jit(functools.partial(train.loss_gradients, **step_kwargs(config, *run)))
                 for run in [REFERENCE, *runs]}

@@ -36,10 +36,10 @@ import torch
 
 from benchmarks import profile, timing
 from benchmarks.torch_model import TorchDS2, count_params, ctc_loss
+from ds2_jax import settings
 from ds2_jax.data.batch import Sharding
 from ds2_jax.data.source import DataSettings
 from ds2_jax.data.synthetic import SyntheticSource
-from ds2_jax.features import FeatureConfig
 from ds2_jax.model import ModelConfig
 
 VARIANTS = ("torch_loop", "torch_cudnn", "torch_compile", "torch_cudnn_graphs")
@@ -52,14 +52,14 @@ def device_description() -> str:
     return f"cpu (torch {torch.__version__})"
 
 
-def build(config, variant: str, device: torch.device, mean, std) -> TorchDS2:
-    cfg = ModelConfig.from_config(config.model, num_bins=len(mean))
+def build(config: settings.Settings, variant: str, device: torch.device, mean, std) -> TorchDS2:
+    cfg = ModelConfig.of(config.model, num_bins=len(mean))
     torch.manual_seed(config.seed)
-    return TorchDS2(cfg, FeatureConfig.from_config(config.features), mean, std, rnn_impl=RNN_IMPL[variant]).to(device)
+    return TorchDS2(cfg, config.features.spectrogram, mean, std, rnn_impl=RNN_IMPL[variant]).to(device)
 
 
-def run(config, variant: str, n_devices: int, steps: int, warmup: int, profile_steps: int, num_batches: int,
-        compile_mode: str = "cudagraphs", tf32: bool = False, rank: int = 0, world: int = 1) -> dict:
+def run(config: settings.Settings, variant: str, n_devices: int, steps: int, warmup: int, profile_steps: int,
+        num_batches: int, compile_mode: str = "cudagraphs", tf32: bool = False, rank: int = 0, world: int = 1) -> dict:
     if variant not in VARIANTS:
         raise ValueError(f"unknown torch variant {variant!r}")
     torch.backends.cuda.matmul.allow_tf32 = tf32
@@ -187,7 +187,6 @@ def _profile(step, profile_steps: int, cuda: bool, step_ms: float) -> dict:
 
 def main() -> None:
     """torchrun entry: one process per GPU; rank 0 writes --result."""
-    import ml_collections
     import torch.distributed as dist
 
     p = argparse.ArgumentParser()
@@ -199,7 +198,7 @@ def main() -> None:
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
     try:
-        config = ml_collections.ConfigDict(spec.pop("config"))
+        config = settings.from_config_dict(spec.pop("config"))
         row = run(config, rank=rank, world=world, **spec)
         if rank == 0:
             with open(args.result, "w") as f:

@@ -45,8 +45,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from ds2_jax import geometry
-from ds2_jax.features import FeatureConfig
+from ds2_jax import geometry, settings
 from ds2_jax.model import CELL_GATES, ModelConfig
 
 RNN_IMPLS = ("loop", "cudnn", "cudnn_padded")
@@ -75,7 +74,7 @@ def reverse_valid(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
 class Featurizer(nn.Module):
     """<int16>[B, S] audio -> normalized <float32>[B, T, bins] and <int64>[B] frames."""
 
-    def __init__(self, fc: FeatureConfig, mean: np.ndarray, std: np.ndarray):
+    def __init__(self, fc: settings.Spectrogram, mean: np.ndarray, std: np.ndarray):
         super().__init__()
         self.fc = fc
         hann = np.hanning(fc.window).astype(np.float32)  # as Paddle
@@ -305,7 +304,8 @@ class RowConv(nn.Module):
 class TorchDS2(nn.Module):
     """int16 audio -> per-frame logits over blank + 28 symbols (ds2_jax.model.DeepSpeech2)."""
 
-    def __init__(self, cfg: ModelConfig, fc: FeatureConfig, mean, std, rnn_impl: str = "loop", clip: bool = True):
+    def __init__(self, cfg: ModelConfig, fc: settings.Spectrogram, mean, std, rnn_impl: str = "loop",
+                 clip: bool = True):
         super().__init__()
         self.cfg = cfg
         self.features = Featurizer(fc, mean, std)

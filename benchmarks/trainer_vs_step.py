@@ -97,7 +97,7 @@ def main(argv) -> int:
             "devices": n_dev,
             "dtype": c.model.dtype,
             "clip_seconds": "-".join(_CLIP_SECONDS.value),
-            "num_workers": loader.resolve_num_workers(settings.build(settings.Dataset, c.dataset, "dataset.")),
+            "num_workers": loader.resolve_num_workers(settings.from_config_dict(c).dataset),
             "step_ms_median": round(step["step_ms_median"], 2),
             "step_ms_pipelined": round(step["pipelined_ms_per_step"], 2),
             **trainer_ms(c, os.path.join(root, f"run-{source}")),

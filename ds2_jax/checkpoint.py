@@ -175,8 +175,8 @@ def finish_or_explain(mgr: ocp.CheckpointManager) -> None:
         raise explain_save_error(mgr, _STARTED.get(mgr), e) from e
 
 
-def save_config(config, workdir: str) -> None:
-    """Writes workdir/config.json (settings.to_dict: a Settings or a ConfigDict), so eval and
+def save_config(config: settings.Settings, workdir: str) -> None:
+    """Writes workdir/config.json (settings.to_dict of the run's Settings), so eval and
     transcription rebuild the same model. Atomic: a kill mid-write leaves the old file."""
     os.makedirs(workdir, exist_ok=True)
     files.write_text(os.path.join(workdir, "config.json"), json.dumps(settings.to_dict(config), indent=2))
@@ -308,7 +308,7 @@ def _trained_vs_given(diff) -> str:
     return ", ".join(f"{k} (trained {a!r}, --config {b!r})" for k, a, b in diff)
 
 
-def refuse_fixed_changes(config, workdir: str) -> None:
+def refuse_fixed_changes(config: settings.Settings, workdir: str) -> None:
     """Before a restore: a ValueError naming every FIXED_ON_RESUME setting `config` changes
     from the workdir's config.json (such a checkpoint would not restore: not 'damaged')."""
     if not os.path.exists(os.path.join(workdir, "config.json")):
@@ -324,7 +324,7 @@ def refuse_fixed_changes(config, workdir: str) -> None:
         )
 
 
-def record_resume_changes(config, workdir: str, step: int) -> list[tuple[str, object, object]]:
+def record_resume_changes(config: settings.Settings, workdir: str, step: int) -> list[tuple[str, object, object]]:
     """Settings `config` changes from those the workdir's checkpoints were trained with last
     (config.json, then config_changes.jsonl up to `step`): (key, before, after), logged and
     appended to workdir/config_changes.jsonl as a change at `step`. config.json keeps the

@@ -45,10 +45,6 @@ PRUNED = np.float32(-1e9)  # a log-prob that no beam survives
 MIN_FRAMES_PER_WORKER = 20_000
 
 
-# Beam search settings: config.decoding (checked in settings.Decoding); beam_width 0 = greedy only.
-DecoderConfig = settings.Decoding
-
-
 def greedy_texts(ids: np.ndarray, lengths: np.ndarray) -> list[str]:
     """<int32>[B, T] argmax paths and <int32>[B] valid frames -> B texts."""
     from ds2_jax import ctc  # jax: not needed by the decoding workers
@@ -67,7 +63,7 @@ def _flashlight():
 class BeamSearchDecoder:
     """flashlight-text CTC beam search; with cfg.lm_path a lexicon search with KenLM fusion."""
 
-    def __init__(self, cfg: DecoderConfig):
+    def __init__(self, cfg: settings.Decoding):
         if not cfg.beam:
             raise ValueError("BeamSearchDecoder needs decoding.beam_width > 0")
         self._fl, dictionary = _flashlight()
@@ -171,7 +167,7 @@ class BeamSearchDecoder:
 _WORKER: BeamSearchDecoder | None = None
 
 
-def _init_worker(cfg: DecoderConfig) -> None:
+def _init_worker(cfg: settings.Decoding) -> None:
     global _WORKER
     _WORKER = BeamSearchDecoder(cfg)
 
@@ -180,7 +176,7 @@ def _decode_in_worker(log_probs: np.ndarray) -> str:
     return _WORKER.decode(log_probs)
 
 
-def make_beam_decoder(cfg: DecoderConfig) -> BeamSearchDecoder | None:
+def make_beam_decoder(cfg: settings.Decoding) -> BeamSearchDecoder | None:
     """A beam decoder when cfg.beam_width > 0, else None (greedy only)."""
     return BeamSearchDecoder(cfg) if cfg.beam else None
 

@@ -127,7 +127,7 @@ class EvalRun:
     step: int
 
 
-def prepare(config, workdir: str, step: int | None = None, log_probs: bool = False) -> EvalRun:
+def prepare(config: settings.Settings, workdir: str, step: int | None = None, log_probs: bool = False) -> EvalRun:
     """Restores checkpoint `step` (default: latest), places it on the devices as
     config.parallelism says, and builds the source (this process's rows) and the eval step."""
     par = parallel.make(config)

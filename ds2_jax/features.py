@@ -17,11 +17,7 @@ import numpy as np
 from ds2_jax import batch_axis, geometry, settings
 
 
-# The spectrogram's settings: config.features without its SpecAugment fields.
-FeatureConfig = settings.Spectrogram
-
-
-def _frames(audio: jax.Array, fc: FeatureConfig) -> jax.Array:
+def _frames(audio: jax.Array, fc: settings.Spectrogram) -> jax.Array:
     """<float32>[B, S] -> <float32>[B, T, window], T = geometry.num_frames(S, window, hop)."""
     if fc.window % fc.hop:
         raise ValueError("window must be a multiple of hop")
@@ -32,7 +28,7 @@ def _frames(audio: jax.Array, fc: FeatureConfig) -> jax.Array:
     return jnp.concatenate([chunks[:, k : k + t] for k in range(per)], axis=-1)
 
 
-def log_spectrogram(audio: jax.Array, fc: FeatureConfig = FeatureConfig()) -> jax.Array:
+def log_spectrogram(audio: jax.Array, fc: settings.Spectrogram = settings.Spectrogram()) -> jax.Array:
     """<int16>[B, S] -> <float32>[B, T, num_bins] log power spectrum (unnormalized)."""
     x = audio.astype(jnp.float32) / 32768.0
     window = jnp.asarray(np.hanning(fc.window), jnp.float32)  # as Paddle: np.hanning
@@ -48,7 +44,7 @@ def featurize(
     audio_lengths: jax.Array,
     mean: jax.Array,
     std: jax.Array,
-    fc: FeatureConfig = FeatureConfig(),
+    fc: settings.Spectrogram = settings.Spectrogram(),
 ) -> tuple[jax.Array, jax.Array]:
     """Normalized features and frame counts.
 
@@ -67,7 +63,7 @@ def featurize(
     return jnp.where(mask[..., None], feats, 0.0), lengths
 
 
-def spectrogram_stats(waveforms: Iterable[np.ndarray], fc: FeatureConfig = FeatureConfig(),
+def spectrogram_stats(waveforms: Iterable[np.ndarray], fc: settings.Spectrogram = settings.Spectrogram(),
                       pad_to: int = 64_000) -> tuple[np.ndarray, np.ndarray]:
     """Per-bin <float32>[num_bins] mean and std of log spectrogram frames over int16 waveforms.
 

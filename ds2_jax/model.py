@@ -32,9 +32,8 @@ class ModelConfig(settings.Model):
     vocab_size: int = text.VOCAB_SIZE
 
     @classmethod
-    def from_config(cls, model, num_bins: int = 161) -> "ModelConfig":
-        """From config.model (a ConfigDict, dict or settings.Model)."""
-        section = model if isinstance(model, settings.Model) else settings.build(settings.Model, model, "model.")
+    def of(cls, section: settings.Model, num_bins: int = 161) -> "ModelConfig":
+        """config.model (checked when the Settings were built) with the input width."""
         return cls(**{f.name: getattr(section, f.name) for f in dataclasses.fields(settings.Model)}, num_bins=num_bins)
 
     @property

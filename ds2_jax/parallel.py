@@ -26,7 +26,7 @@ import jax
 import numpy as np
 from flax import jax_utils
 
-from ds2_jax import batch_axis
+from ds2_jax import batch_axis, settings
 from ds2_jax.data.batch import Sharding, shard_for_devices
 
 AXIS = batch_axis.AXIS
@@ -229,7 +229,7 @@ def devices_line(devices: list) -> str:
     return f"{len(devices)} local ({platform}{kind})"
 
 
-def cpu_warning(config, devices: list) -> str | None:
+def cpu_warning(config: settings.Settings, devices: list) -> str | None:
     """What to expect when a GPU-sized config runs on the CPU (None otherwise)."""
     if devices[0].platform != "cpu" or config.model.rnn_size < GPU_SIZED_RNN:
         return None
@@ -239,7 +239,7 @@ def cpu_warning(config, devices: list) -> str | None:
             "list it); on the CPU, configs/demo.py trains in minutes")
 
 
-def make(config) -> Parallel:
+def make(config: settings.Settings) -> Parallel:
     """The strategy named by config.parallelism (checked by settings) over config.num_devices
     local devices."""
     devices = jax.local_devices()

@@ -18,7 +18,7 @@ import time
 import jax
 import numpy as np
 
-from ds2_jax import metrics, progress, resilience
+from ds2_jax import metrics, progress, resilience, settings
 from ds2_jax.data import loader
 
 log = logging.getLogger("ds2_jax")
@@ -31,7 +31,7 @@ class Reporter:
     (a watchdog left running would end the caller's process step_timeout_s later).
     """
 
-    def __init__(self, config, workdir: str, start: int, is_chief: bool):
+    def __init__(self, config: settings.Settings, workdir: str, start: int, is_chief: bool):
         self.config = config
         self.start = start
         self.input_wait = loader.InputWait(config.input_wait_warn_fraction, loader.resolve_num_workers(config.dataset))

@@ -7,8 +7,10 @@ keys with absl flags (`--config.per_device_batch_size=32`). Each entry point
 (train.train_and_evaluate, evaluation.evaluate_splits, transcribe, demo, the benchmarks)
 turns that ConfigDict into a `Settings` once with `from_config_dict`, which rejects an
 unknown key, a wrong type or a bad value with a ValueError naming the key and what is
-allowed. Below the entry points code reads attributes (`config.model.dtype`), which a
-ConfigDict and a Settings both answer. workdir/config.json is `to_dict(settings)`.
+allowed. Below the entry points functions take the Settings or one of its sections (typed),
+never a ConfigDict, and nothing builds settings again (a test holds it): the parts a
+narrower argument needs are properties (`Features.spectrogram`, `Features.augment`).
+workdir/config.json is `to_dict(settings)`.
 
 To add a setting: add a field (type, default, comment) to its section below, and a check
 in the section's `__post_init__` if some values are wrong; configs/default.py and
@@ -151,35 +153,31 @@ class Spectrogram:
     def num_bins(self) -> int:
         return self.window // 2 + 1
 
-    @classmethod
-    def from_config(cls, features) -> Spectrogram:
-        """The spectrogram's fields of config.features (a ConfigDict or a Features)."""
-        return cls(**{f.name: getattr(features, f.name) for f in dataclasses.fields(cls)})
-
 
 @dataclasses.dataclass(frozen=True)
 class SpecAugment:
     """SpecAugment masks (ds2_jax.features.spec_augment); 0 masks = off."""
-
-    freq_masks: int
-    freq_mask_width: int
-    time_masks: int
-    time_mask_max_fraction: float
-
-    @property
-    def enabled(self) -> bool:
-        return bool(self.freq_masks or self.time_masks)
-
-
-@dataclasses.dataclass(frozen=True)
-class Features(Spectrogram):
-    """Features, computed on device inside the step: the spectrogram, then SpecAugment."""
 
     # SpecAugment masks, applied to training batches only (0 masks = off, as in the seed).
     freq_masks: int = 0
     freq_mask_width: int = 27
     time_masks: int = 0
     time_mask_max_fraction: float = 0.05
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.freq_masks or self.time_masks)
+
+
+def _part(cls, section):
+    """The `cls` (a base class of `section`'s) holding `section`'s values of its fields."""
+    return cls(**{f.name: getattr(section, f.name) for f in dataclasses.fields(cls)})
+
+
+@dataclasses.dataclass(frozen=True)
+class Features(SpecAugment, Spectrogram):
+    """Features, computed on device inside the step: the spectrogram, then SpecAugment
+    (config.features holds both sets of fields, the spectrogram's first)."""
 
     def __post_init__(self):
         if self.sample_rate != 16_000:
@@ -190,8 +188,14 @@ class Features(Spectrogram):
             raise ValueError(f"features.time_mask_max_fraction={self.time_mask_max_fraction}: must be in [0, 1]")
 
     @property
+    def spectrogram(self) -> Spectrogram:
+        """The spectrogram's fields alone (the step's and the data side's static argument)."""
+        return _part(Spectrogram, self)
+
+    @property
     def augment(self) -> SpecAugment:
-        return SpecAugment(self.freq_masks, self.freq_mask_width, self.time_masks, self.time_mask_max_fraction)
+        """The SpecAugment fields alone (the train step's static argument)."""
+        return _part(SpecAugment, self)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -323,11 +327,6 @@ class Decoding:
     @property
     def beam(self) -> bool:
         return self.beam_width > 0
-
-    @classmethod
-    def from_config(cls, decoding) -> Decoding:
-        """From config.decoding (a ConfigDict, a dict or a Decoding)."""
-        return decoding if isinstance(decoding, cls) else build(cls, decoding, "decoding.")
 
 
 # ----------------------------------------------------------------------------- the whole

@@ -30,7 +30,7 @@ class TrainState(train_state.TrainState):
     consecutive_skips: jax.Array | None = None
 
 
-def learning_rate_schedule(opt) -> optax.Schedule:
+def learning_rate_schedule(opt: settings.Optimizer) -> optax.Schedule:
     """Optional linear warm-up, then constant, cosine or exponential decay."""
     decay_steps = max(opt.decay_steps, 1)
     after = {  # the names: settings.SCHEDULES, checked there
@@ -47,7 +47,7 @@ def learning_rate_schedule(opt) -> optax.Schedule:
 IDLE_FRACTION = 0.01  # a step below this fraction of optimizer.learning_rate barely trains
 
 
-def schedule_end(opt) -> tuple[int, int] | None:
+def schedule_end(opt: settings.Optimizer) -> tuple[int, int] | None:
     """(first step below IDLE_FRACTION of the peak rate, step from which the rate is 0) of a
     'cosine' schedule; None for the others (they never reach 0)."""
     if opt.schedule != "cosine":
@@ -57,7 +57,7 @@ def schedule_end(opt) -> tuple[int, int] | None:
     return low, warmup + decay
 
 
-def idle_steps_warning(opt, start: int, stop: int) -> str | None:
+def idle_steps_warning(opt: settings.Optimizer, start: int, stop: int) -> str | None:
     """What to change when steps [start, stop) would train past the schedule's end: some at
     learning rate 0, or most of them below 1% of it (they would hardly change the model);
     None otherwise (a schedule's own tail is not warned about)."""
@@ -78,7 +78,7 @@ def idle_steps_warning(opt, start: int, stop: int) -> str | None:
             "--config.optimizer.schedule=constant")
 
 
-def make_optimizer(opt) -> optax.GradientTransformation:
+def make_optimizer(opt: settings.Optimizer) -> optax.GradientTransformation:
     """Adam after clipping by global norm (Paddle's gradient_clipping_threshold)."""
     return optax.chain(
         optax.clip_by_global_norm(opt.clip_global_norm),
@@ -86,9 +86,10 @@ def make_optimizer(opt) -> optax.GradientTransformation:
     )
 
 
-def create_state(config, rng: jax.Array, feature_mean: np.ndarray, feature_std: np.ndarray) -> TrainState:
+def create_state(config: settings.Settings, rng: jax.Array, feature_mean: np.ndarray,
+                 feature_std: np.ndarray) -> TrainState:
     """Initial (unreplicated) state: parameters, batch-norm statistics, optimizer state."""
-    cfg = model.ModelConfig.from_config(config.model, num_bins=len(feature_mean))
+    cfg = model.ModelConfig.of(config.model, num_bins=len(feature_mean))
     net = model.DeepSpeech2(cfg)
     frames = INIT_FRAMES
     with dispatch.unlogged():  # one dummy row: not the kernel choice training makes
@@ -106,18 +107,17 @@ def create_state(config, rng: jax.Array, feature_mean: np.ndarray, feature_std: 
     )
 
 
-def initial_state(config, source, rng):
+def initial_state(config: settings.Settings, source, rng: jax.Array) -> TrainState:
     mean, std = source.feature_stats(features.spectrogram_stats)
     return create_state(config, rng, mean, std)
 
 
-def step_kwargs(config) -> dict:
-    """The fixed (static) arguments of train_step, derived from the config."""
-    f = config.features
+def step_kwargs(config: settings.Settings) -> dict:
+    """The fixed (static) arguments of train_step, derived from the settings."""
     return dict(
-        model_cfg=model.ModelConfig.from_config(config.model),
-        feature_cfg=features.FeatureConfig.from_config(f),
-        augment=settings.build(settings.Features, f, "features.").augment,
+        model_cfg=model.ModelConfig.of(config.model),
+        feature_cfg=config.features.spectrogram,
+        augment=config.features.augment,
         norm_by_times=config.loss.norm_by_times,
         ctc_impl=config.loss.ctc_impl,  # 'auto': rnn.dispatch.ctc_impl, where the loss runs
         learning_rate_fn=learning_rate_schedule(config.optimizer),
@@ -125,13 +125,13 @@ def step_kwargs(config) -> dict:
     )
 
 
-def restore_state(config, workdir: str, step: int | None = None) -> tuple[TrainState, int]:
+def restore_state(config: settings.Settings, workdir: str, step: int | None = None) -> tuple[TrainState, int]:
     """(unreplicated state, step) of checkpoint `step` (default: latest) of `workdir`.
 
     The template's feature statistics are placeholders: the checkpoint's replace them,
     so no dataset is needed.
     """
-    num_bins = features.FeatureConfig.from_config(config.features).num_bins
+    num_bins = config.features.num_bins
     template = create_state(config, jax.random.PRNGKey(0), np.zeros(num_bins, np.float32), np.ones(num_bins, np.float32))
     mgr = checkpoint.manager(workdir, config.keep_checkpoints)
     if step is None:

@@ -45,7 +45,7 @@ def loss_function(
     rng: jax.Array,
     *,
     model_cfg: model.ModelConfig,
-    feature_cfg: features.FeatureConfig,
+    feature_cfg: settings.Spectrogram,
     augment: settings.SpecAugment,
     norm_by_times: bool,
     ctc_impl: str,
@@ -134,7 +134,7 @@ def train_step(
     return new_state, step_metrics
 
 
-def compile_train_step(config) -> Callable:
+def compile_train_step(config: settings.Settings) -> Callable:
     """The train step compiled for config.parallelism, or eager with config.compile=False."""
     return parallel.make(config).compile(train_step, step_kwargs(config))
 
@@ -157,7 +157,7 @@ def train_and_evaluate(config, workdir: str) -> TrainState:
         return _train(config, workdir, mgr)
 
 
-def _nothing_to_train(start: int, config, workdir: str) -> bool:
+def _nothing_to_train(start: int, config: settings.Settings, workdir: str) -> bool:
     """True (after saying so) when the workdir's checkpoint is at or past num_train_steps."""
     if start < config.num_train_steps:
         return False
@@ -172,7 +172,7 @@ def _nothing_to_train(start: int, config, workdir: str) -> bool:
     return True
 
 
-def _train(config, workdir: str, mgr) -> TrainState:
+def _train(config: settings.Settings, workdir: str, mgr) -> TrainState:
     """train_and_evaluate's loop, with the workdir locked and the checkpoint manager `mgr` open."""
     par, sharding, source = _devices_and_data(config)
     init_rng, step_rng = jax.random.split(jax.random.PRNGKey(config.seed))
@@ -225,7 +225,7 @@ def _train(config, workdir: str, mgr) -> TrainState:
     return final
 
 
-def _check_device_memory(config, par, state, source, kw: dict) -> None:
+def _check_device_memory(config: settings.Settings, par, state, source, kw: dict) -> None:
     """Refuses a batch whose step cannot fit the device, before anything compiles (device_memory)."""
     loss_kwargs = {k: v for k, v in kw.items() if k != "learning_rate_fn"}
     est = device_memory.estimate(loss_function, state, config.per_device_batch_size, source.shapes(), loss_kwargs,
@@ -233,7 +233,7 @@ def _check_device_memory(config, par, state, source, kw: dict) -> None:
     log.info("%s", device_memory.check(est, config.per_device_batch_size, device_memory.device_limit(par.devices[0])))
 
 
-def _devices_and_data(config):
+def _devices_and_data(config: settings.Settings):
     """(parallel.Parallel, its batch sharding, the source of this process's rows), logged and
     checked (the eval split, the host memory of the batches in flight) before anything is allocated."""
     determinism.check(config, jax.default_backend())
@@ -254,7 +254,7 @@ def _devices_and_data(config):
     return par, sharding, source
 
 
-def _initial_or_restored(config, workdir: str, mgr, source, init_rng) -> TrainState:
+def _initial_or_restored(config: settings.Settings, workdir: str, mgr, source, init_rng) -> TrainState:
     """The (unreplicated) initial state, or the newest checkpoint that restores into it (process 0
     moves damaged newer ones aside)."""
     state = initial_state(config, source, init_rng)
@@ -268,7 +268,7 @@ def _initial_or_restored(config, workdir: str, mgr, source, init_rng) -> TrainSt
     return state
 
 
-def _resume_notes(config, workdir: str, start: int) -> list[tuple[str, object, object]]:
+def _resume_notes(config: settings.Settings, workdir: str, start: int) -> list[tuple[str, object, object]]:
     """Warns when steps [start, num_train_steps) outrun the schedule; records (process 0) and
     returns the settings a resume changes (checkpoint.record_resume_changes)."""
     idle = idle_steps_warning(config.optimizer, start, config.num_train_steps)
@@ -285,7 +285,7 @@ def _save(mgr, step: int, host_state, report: reporting.Reporter, hooks: faults.
     hooks.checkpoint_started(step)
 
 
-def _run_step(p_train, state, batch, rng, config, first: bool):
+def _run_step(p_train, state, batch, rng, config: settings.Settings, first: bool):
     """One step; the first is waited for, so compile errors and OOM surface here, explained."""
     try:
         state, step_metrics = p_train(state, batch, rng)
@@ -299,7 +299,7 @@ def _run_step(p_train, state, batch, rng, config, first: bool):
         raise
 
 
-def _stop_if_diverged(state, step: int, config) -> None:
+def _stop_if_diverged(state, step: int, config: settings.Settings) -> None:
     """A FloatingPointError after optimizer.max_consecutive_skips non-finite steps in a row."""
     consecutive = reporting.first(state.consecutive_skips)
     if consecutive >= config.optimizer.max_consecutive_skips:

@@ -107,7 +107,7 @@ def load_audio(path: str, sample_rate: int = 16_000) -> np.ndarray:
 class Transcriber:
     """A restored model plus a decoder; `transcribe` maps int16 16 kHz waveforms to texts."""
 
-    def __init__(self, workdir: str, decoder_cfg: decoding.DecoderConfig | None = None, step: int | None = None,
+    def __init__(self, workdir: str, decoder_cfg: settings.Decoding | None = None, step: int | None = None,
                  batch_size: int = 8, config: settings.Settings | None = None):
         """`config`: the workdir's (checkpoint.load_config), when the caller has read it already."""
         import jax
@@ -115,7 +115,7 @@ class Transcriber:
         from ds2_jax import checkpoint, eval_step, state
 
         self.config = config if config is not None else checkpoint.load_config(workdir)
-        self.beam = decoding.make_beam_decoder(decoder_cfg or decoding.DecoderConfig())
+        self.beam = decoding.make_beam_decoder(decoder_cfg or settings.Decoding())
         self.state, self.step = state.restore_state(self.config, workdir, step)
         self.sample_rate = self.config.features.sample_rate
         self.batch_size = batch_size
@@ -149,8 +149,7 @@ class Transcriber:
     def windows(self, num_samples: int) -> list[tuple[int, int, int, int]]:
         """(first sample, end sample, first kept output frame, end kept frame, both counted from
         the window's first) of each window of a file; one window for a file that fits in one."""
-        f = self.config.features
-        hop, length = settings.Spectrogram.from_config(f).hop, settings.Spectrogram.from_config(f).window
+        hop, length = self.config.features.hop, self.config.features.window
         layers = self.config.model.num_conv_layers
         total = geometry.output_frames(geometry.num_frames(num_samples, length, hop), layers)
         window = int(WINDOW_SECONDS * self.sample_rate)

@@ -28,7 +28,7 @@ import pytest  # noqa: E402
 
 @dataclasses.dataclass
 class Trained:
-    config: object
+    config: object  # the demo run's settings.Settings
     workdir: str
     lm: str  # a trigram LM of the training transcripts (ARPA)
 
@@ -42,7 +42,7 @@ def trained(tmp_path_factory) -> Trained:
     if _UNGROUPED:
         pytest.fail(_UNGROUPED[0], pytrace=False)
     from configs import demo  # imported here: the GPU numerics run without ml_collections
-    from ds2_jax import train
+    from ds2_jax import settings, train
     from ds2_jax.tools import build_lm
     from tests.helpers import CORPUS, TRAIN_STEPS
 
@@ -59,7 +59,7 @@ def trained(tmp_path_factory) -> Trained:
     train.train_and_evaluate(config, workdir)
     lm = str(root / "lm.arpa")
     assert build_lm.main(["--manual_dir", CORPUS, "--splits", "train-clean-100", "--order", "3", "--out", lm]) == 0
-    return Trained(config, workdir, lm)
+    return Trained(settings.from_config_dict(config), workdir, lm)
 
 
 @pytest.hookimpl(trylast=True)  # after pytest-xdist's own hook, which adds the group to each node id

@@ -30,6 +30,14 @@ def tiny_config(**overrides):
     return config
 
 
+def tiny_settings(**overrides):
+    """The checked settings.Settings of tiny_config(**overrides): what the library below the
+    entry points takes."""
+    from ds2_jax import settings
+
+    return settings.from_config_dict(tiny_config(**overrides))
+
+
 def launch(*args, devices: int = 8, wait: bool = True, timeout: int = 600):
     """`python launch.py --config=configs/smoke.py *args` on `devices` fake CPU devices.
 

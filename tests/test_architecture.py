@@ -171,8 +171,9 @@ def test_the_data_package_imports_no_jax_and_leans_on_host_modules_only():
             tops = {name.split(".")[0] for name in imported_names(ast.parse(f.read()))}
         assert not tops & {"jax", "flax", "optax"}, (mod, tops & {"jax", "flax", "optax"})
     code = ("import sys; from ds2_jax.data import batch, filters, loader, plan, source, split_index, synthetic; "
-            "from ds2_jax.data.batch import Sharding; from configs import smoke; "
-            "s = source.make_source(smoke.get_config(), Sharding(4)); s.train_batch(0); list(s.eval_batches('', 4)); "
+            "from ds2_jax import settings; from ds2_jax.data.batch import Sharding; from configs import smoke; "
+            "s = source.make_source(settings.from_config_dict(smoke.get_config()), Sharding(4)); s.train_batch(0); "
+            "list(s.eval_batches('', 4)); "
             "print(sorted(m for m in sys.modules if m == 'jax' or m.startswith('jax.')))")
     repo = os.path.dirname(ROOT)
     out = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True, check=True,
@@ -277,3 +278,39 @@ def test_config_files_load_from_any_folder_with_only_ds2_jax_importable(tmp_path
                            "--config.num_train_steps=many"], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1].endswith("expected an integer"), proc.stderr
+
+
+def settings_rebuilt_below_the_entry_points(source: str) -> list[str]:
+    """What in a module's source turns a config into settings again, or takes either: a call of
+    settings.build, an isinstance test against a settings class, a `from_config` constructor."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call):
+            f = node.func
+            if isinstance(f, ast.Attribute) and f.attr == "build" and isinstance(f.value, ast.Name) \
+                    and f.value.id == "settings":
+                found.append(f"line {node.lineno}: settings.build")
+            if isinstance(f, ast.Name) and f.id == "isinstance" and len(node.args) == 2 and any(
+                    isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "settings"
+                    for n in ast.walk(node.args[1])):
+                found.append(f"line {node.lineno}: isinstance(..., {ast.unparse(node.args[1])})")
+        if isinstance(node, ast.FunctionDef) and node.name == "from_config":
+            found.append(f"line {node.lineno}: def from_config")
+    return found
+
+
+def test_settings_are_built_once_at_the_entry_points_and_passed_down_typed():
+    """Only settings.py builds Settings (settings.from_config_dict, called by the entry points);
+    below them every function takes the Settings or a section, never "a ConfigDict or a Settings"."""
+    planted = ("section = model if isinstance(model, settings.Model) else settings.build(settings.Model, model)\n"
+               "class C:\n    def from_config(cls, c):\n        pass\n")
+    assert len(settings_rebuilt_below_the_entry_points(planted)) == 3
+    offenders = {}
+    for folder, _, files in os.walk(ROOT):
+        for name in files:
+            path = os.path.join(folder, name)
+            if name.endswith(".py") and path != os.path.join(ROOT, "settings.py"):
+                with open(path) as f:
+                    if found := settings_rebuilt_below_the_entry_points(f.read()):
+                        offenders[os.path.relpath(path, os.path.dirname(ROOT))] = found
+    assert offenders == {}, offenders

@@ -20,7 +20,7 @@ from ds2_jax.data.batch import Sharding
 from ds2_jax.data.source import make_source
 from ds2_jax.kernels import dispatch, mosaic_rnn
 from ds2_jax.rnn import recurrence
-from tests.helpers import tiny_config
+from tests.helpers import tiny_settings
 
 pytestmark = pytest.mark.gpu  # kernel numerics under jit: make test-gpu runs them on a GPU
 
@@ -86,12 +86,12 @@ def test_auto_decides_on_the_per_device_batch_as_under_pmap(monkeypatch):
     xs, lengths = jnp.ones((DEVICES * PER_DEVICE, 5, 8)), jnp.full((DEVICES * PER_DEVICE,), 5)
     on_mesh(lambda xs, lengths: recurrence.bidirectional([xs], jnp.zeros((2, 8, 8)), lengths, impl="auto"), xs, lengths)
     assert seen == [PER_DEVICE]
-    impls = {kind: state_lib.step_kwargs(tiny_config(parallelism=kind))["ctc_impl"] for kind in settings.PARALLELISMS}
+    impls = {kind: state_lib.step_kwargs(tiny_settings(parallelism=kind))["ctc_impl"] for kind in settings.PARALLELISMS}
     assert impls == {"pmap": "auto", "jit": "auto"}
 
 
 def _kernel_config(kind: str, **overrides):
-    return tiny_config(parallelism=kind, per_device_batch_size=PER_DEVICE, num_devices=DEVICES, **{
+    return tiny_settings(parallelism=kind, per_device_batch_size=PER_DEVICE, num_devices=DEVICES, **{
         "dataset.synthetic_min_duration_s": 0.3, "dataset.synthetic_max_duration_s": 0.5,
         "model.rnn_size": 16, **overrides})
 

@@ -15,9 +15,8 @@ import pytest
 import torch
 
 from benchmarks import kernel_ablation, profile, report, torch_bench, torch_model
-from ds2_jax import model
-from ds2_jax.features import FeatureConfig
-from tests.helpers import tiny_config
+from ds2_jax import model, settings
+from tests.helpers import tiny_settings
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = ["--config=configs/smoke.py", "--config.dataset.synthetic_min_duration_s=0.3",
@@ -98,7 +97,7 @@ def jax_param_count(cfg: model.ModelConfig) -> int:
 def test_torch_twins_have_the_jax_parameter_count(overrides, rnn_impl):
     cfg = model.ModelConfig(**overrides)
     with torch.device("meta"):  # shapes only, no memory
-        net = torch_model.TorchDS2(cfg, FeatureConfig(), np.zeros(161), np.ones(161), rnn_impl=rnn_impl)
+        net = torch_model.TorchDS2(cfg, settings.Spectrogram(), np.zeros(161), np.ones(161), rnn_impl=rnn_impl)
     assert torch_model.count_params(net) == jax_param_count(cfg)
     if not overrides:
         assert jax_param_count(cfg) == 45_012_221
@@ -109,7 +108,7 @@ def _batch(n=3, seed=0):
     from ds2_jax.data.batch import Sharding
     from ds2_jax.data.source import make_source
 
-    config = tiny_config(**{"dataset.synthetic_min_duration_s": 0.4, "dataset.synthetic_max_duration_s": 0.9})
+    config = tiny_settings(**{"dataset.synthetic_min_duration_s": 0.4, "dataset.synthetic_max_duration_s": 0.9})
     source = make_source(config, Sharding(n))
     b = source.train_batch(seed)
     mean, std = source.feature_stats(features.spectrogram_stats)
@@ -122,8 +121,8 @@ def test_loop_and_cudnn_forwards_agree(cell, shared):
     audio, lengths, mean, std = _batch()
     cfg = model.ModelConfig(conv_channels=4, num_rnn_layers=2, rnn_size=24, rnn_cell=cell, share_rnn_weights=shared)
     torch.manual_seed(0)
-    loop = torch_model.TorchDS2(cfg, FeatureConfig(), mean, std, rnn_impl="loop")
-    cudnn = torch_model.TorchDS2(cfg, FeatureConfig(), mean, std, rnn_impl="cudnn")
+    loop = torch_model.TorchDS2(cfg, settings.Spectrogram(), mean, std, rnn_impl="loop")
+    cudnn = torch_model.TorchDS2(cfg, settings.Spectrogram(), mean, std, rnn_impl="cudnn")
     cudnn.load_state_dict(loop.state_dict())
     logits_loop, out_loop = loop(audio, lengths)
     logits_cudnn, out_cudnn = cudnn(audio, lengths)
@@ -160,8 +159,8 @@ def test_padded_cudnn_layout_trains_like_the_packed_one(cell, shared):
     audio, lengths, mean, std = _batch()
     cfg = model.ModelConfig(conv_channels=4, num_rnn_layers=2, rnn_size=24, rnn_cell=cell, share_rnn_weights=shared)
     torch.manual_seed(0)
-    packed = torch_model.TorchDS2(cfg, FeatureConfig(), mean, std, rnn_impl="cudnn")
-    padded = torch_model.TorchDS2(cfg, FeatureConfig(), mean, std, rnn_impl="cudnn_padded")
+    packed = torch_model.TorchDS2(cfg, settings.Spectrogram(), mean, std, rnn_impl="cudnn")
+    padded = torch_model.TorchDS2(cfg, settings.Spectrogram(), mean, std, rnn_impl="cudnn_padded")
     padded.load_state_dict(packed.state_dict())
     labels, label_lengths = torch.randint(1, 29, (3, 4)), torch.tensor([4, 3, 2])
     loss_packed, grads_packed = _loss_and_grads(packed, audio, lengths, labels, label_lengths)
@@ -212,7 +211,7 @@ def test_torch_loop_model_computes_what_the_jax_model_computes(overrides):
     feats, frames = features.featurize(jnp.asarray(audio.numpy()), jnp.asarray(lengths.numpy()), mean, std)
     variables = net.init(jax.random.PRNGKey(0), feats, frames, train=False)
     (logits_jax, out_jax), _ = net.apply(variables, feats, frames, train=True, mutable=["batch_stats"])
-    twin = torch_model.TorchDS2(cfg, FeatureConfig(), mean, std, rnn_impl="loop")
+    twin = torch_model.TorchDS2(cfg, settings.Spectrogram(), mean, std, rnn_impl="loop")
     torch_model.load_jax_params(twin, variables["params"])
     logits_torch, out_torch = twin(audio, lengths)
     np.testing.assert_array_equal(out_torch.numpy(), np.asarray(out_jax))
@@ -285,10 +284,10 @@ def test_cudnn_graphs_variant_is_known_and_explained_without_cuda(tmp_path):
     cfg = model.ModelConfig(conv_channels=4, num_rnn_layers=1, rnn_size=8)
     sample = {"audio": audio, "audio_lengths": lengths}
     with pytest.raises(ValueError, match="rnn_impl='cudnn_padded'"):
-        torch_bench.graph_model(torch_model.TorchDS2(cfg, FeatureConfig(), mean, std, rnn_impl="cudnn"), sample,
+        torch_bench.graph_model(torch_model.TorchDS2(cfg, settings.Spectrogram(), mean, std, rnn_impl="cudnn"), sample,
                                 contextlib.nullcontext)
     with pytest.raises(RuntimeError, match="need a GPU"):
-        torch_bench.graph_model(torch_model.TorchDS2(cfg, FeatureConfig(), mean, std, rnn_impl="cudnn_padded"), sample,
+        torch_bench.graph_model(torch_model.TorchDS2(cfg, settings.Spectrogram(), mean, std, rnn_impl="cudnn_padded"), sample,
                                 contextlib.nullcontext)
 
 
@@ -344,8 +343,8 @@ def test_graphed_cudnn_step_equals_the_eager_one(dtype):
     assert not torch.equal(lengths, other_lengths)
     cfg = model.ModelConfig(conv_channels=8, num_rnn_layers=2, rnn_size=64)
     torch.manual_seed(0)
-    eager = torch_model.TorchDS2(cfg, FeatureConfig(), mean, std, rnn_impl="cudnn").to(device)
-    net = torch_model.TorchDS2(cfg, FeatureConfig(), mean, std, rnn_impl="cudnn_padded").to(device)
+    eager = torch_model.TorchDS2(cfg, settings.Spectrogram(), mean, std, rnn_impl="cudnn").to(device)
+    net = torch_model.TorchDS2(cfg, settings.Spectrogram(), mean, std, rnn_impl="cudnn_padded").to(device)
     net.load_state_dict(eager.state_dict())
 
     def autocast():

@@ -13,7 +13,7 @@ import os
 import numpy as np
 import pytest
 
-from ds2_jax import decoding, text
+from ds2_jax import decoding, settings, text
 from ds2_jax.tools import build_lm
 from tests import arpa
 from tests.helpers import CORPUS, TRAIN_STEPS
@@ -119,7 +119,7 @@ def test_greedy_texts_collapse_repeats_and_respect_lengths():
 def test_beam_without_lm_equals_greedy_on_a_confident_path():
     pytest.importorskip("flashlight.lib.text")
     lp = _log_probs("the cat sat")
-    beam = decoding.BeamSearchDecoder(decoding.DecoderConfig(beam_width=8))
+    beam = decoding.BeamSearchDecoder(settings.Decoding(beam_width=8))
     assert beam.decode(lp) == "the cat sat"
     assert beam.decode_batch(np.stack([lp, lp]), np.array([len(lp), 6])) == ["the cat sat", "the"]
 
@@ -131,9 +131,9 @@ def test_lm_corrects_an_acoustically_ambiguous_word(tmp_path):
     lp = _log_probs("the cat sat", confusion={4: ("k", 0.6)})  # the model hears 'kat'
     greedy = decoding.greedy_texts(lp.argmax(-1)[None], np.array([len(lp)]))[0]
     assert greedy == "the kat sat"
-    lm_beam = decoding.BeamSearchDecoder(decoding.DecoderConfig(beam_width=16, lm_path=path, alpha=1.0, beta=1.0))
+    lm_beam = decoding.BeamSearchDecoder(settings.Decoding(beam_width=16, lm_path=path, alpha=1.0, beta=1.0))
     assert lm_beam.decode(lp) == "the cat sat"
-    assert decoding.BeamSearchDecoder(decoding.DecoderConfig(beam_width=16)).decode(lp) == "the kat sat"
+    assert decoding.BeamSearchDecoder(settings.Decoding(beam_width=16)).decode(lp) == "the kat sat"
     lm_beam.set_weights(alpha=2.0, beta=0.5)
     assert (lm_beam.alpha, lm_beam.beta) == (2.0, 0.5) and lm_beam.decode(lp) == "the cat sat"
 
@@ -154,7 +154,7 @@ def test_alpha_weighs_the_natural_log_lm_score(tmp_path):
     lm_margin = lm.sentence_log10_prob("the cat sat".split()) - lm.sentence_log10_prob("the kat sat".split())
     alpha = math.log(q / (1 - q)) / (lm_margin * math.sqrt(math.log(10)))  # ln scale: LM wins by 1.5x
     lp = _log_probs("the cat sat", confusion={4: ("k", q)})
-    cfg = decoding.DecoderConfig(beam_width=16, lm_path=path, lexicon_path=str(lexicon), alpha=alpha, beta=0.0)
+    cfg = settings.Decoding(beam_width=16, lm_path=path, lexicon_path=str(lexicon), alpha=alpha, beta=0.0)
     assert decoding.BeamSearchDecoder(cfg).decode(lp) == "the cat sat"
     weaker = decoding.BeamSearchDecoder(dataclasses.replace(cfg, alpha=alpha / math.log(10)))
     assert weaker.decode(lp) == "the kat sat"  # the same alpha on the log10 score: acoustics win
@@ -168,8 +168,8 @@ def test_lexicon_file_limits_the_words_of_the_lm_search(tmp_path):
     lexicon.write_text("the\nkat\nsat\n")  # 'kat' is not in the LM: KenLM scores it as <unk>
     lp = _log_probs("the cat sat", confusion={4: ("k", 0.4)})  # the model leans to 'cat'
     cfg = dict(beam_width=16, lm_path=path, alpha=1.0, beta=1.0)
-    assert decoding.BeamSearchDecoder(decoding.DecoderConfig(**cfg)).decode(lp) == "the cat sat"
-    only = decoding.BeamSearchDecoder(decoding.DecoderConfig(**cfg, lexicon_path=str(lexicon)))
+    assert decoding.BeamSearchDecoder(settings.Decoding(**cfg)).decode(lp) == "the cat sat"
+    only = decoding.BeamSearchDecoder(settings.Decoding(**cfg, lexicon_path=str(lexicon)))
     assert only.words == ["the", "kat", "sat"] and only.decode(lp) == "the kat sat"
 
 
@@ -178,7 +178,7 @@ def test_a_binary_lm_needs_a_lexicon_and_bad_words_are_named(tmp_path):
     binary = tmp_path / "lm.bin"
     binary.write_bytes(b"mmap lm http://kheafield.com/code format version 5\0" + bytes(64))
     with pytest.raises(ValueError, match="decoding.lexicon_path"):
-        decoding.BeamSearchDecoder(decoding.DecoderConfig(beam_width=4, lm_path=str(binary)))
+        decoding.BeamSearchDecoder(settings.Decoding(beam_width=4, lm_path=str(binary)))
     lexicon = tmp_path / "words.txt"
     lexicon.write_text("cat\nCaf\u00e9\n")
     with pytest.raises(ValueError, match="words.txt: words outside the alphabet"):
@@ -190,7 +190,7 @@ def test_a_split_decodes_on_a_process_pool_as_in_one_process(monkeypatch, tmp_pa
     path = str(tmp_path / "lm.arpa")
     build_lm.write_arpa(*build_lm.estimate(build_lm.sentences(SENTENCES), 3), path)
     utterances = [_log_probs(s, confusion={1: ("k", 0.3)}) for s in SENTENCES * 2]
-    beam = decoding.BeamSearchDecoder(decoding.DecoderConfig(beam_width=8, lm_path=path, alpha=1.0, beta=0.5))
+    beam = decoding.BeamSearchDecoder(settings.Decoding(beam_width=8, lm_path=path, alpha=1.0, beta=0.5))
     serial = [beam.decode(lp) for lp in utterances]
     assert serial == SENTENCES * 2
     pools = []
@@ -212,7 +212,7 @@ def _ambiguous(tmp_path):
     space = np.full(text.VOCAB_SIZE, 1e-4)
     space[text.encode(" ")[0]], space[text.BLANK] = 0.6, 0.4
     lp[6] = np.log(space / space.sum())  # frame 6: the space after 'the'
-    cfg = decoding.DecoderConfig(beam_width=16, lm_path=path, lexicon_path=str(lexicon), alpha=0.0, beta=0.0)
+    cfg = settings.Decoding(beam_width=16, lm_path=path, lexicon_path=str(lexicon), alpha=0.0, beta=0.0)
     return cfg, lp
 
 
@@ -284,25 +284,25 @@ def test_beam_search_keeps_each_frames_best_token_however_unsure():
     assert lp.max() < -1.0
     greedy = decoding.greedy_texts(lp.argmax(-1)[None], np.array([len(lp)]))[0]
     assert greedy == "the cat"
-    beam = decoding.BeamSearchDecoder(decoding.DecoderConfig(beam_width=8, token_min_logp=-1.0))
+    beam = decoding.BeamSearchDecoder(settings.Decoding(beam_width=8, token_min_logp=-1.0))
     assert beam.decode(lp) == greedy
 
 
 def test_decoder_config_errors_name_the_setting(tmp_path):
     with pytest.raises(ValueError, match="decoding.beam_width"):
-        decoding.DecoderConfig(lm_path="lm.arpa")
+        settings.Decoding(lm_path="lm.arpa")
     with pytest.raises(ValueError, match="decoding.beam_width"):
-        decoding.DecoderConfig(beam_width=-1)
+        settings.Decoding(beam_width=-1)
     with pytest.raises(ValueError, match="decoding.alpha"):
-        decoding.DecoderConfig(beam_width=4, alpha=-1.0)
+        settings.Decoding(beam_width=4, alpha=-1.0)
     from configs import default
 
-    assert decoding.DecoderConfig.from_config(default.get_config().decoding) == decoding.DecoderConfig()
+    assert settings.from_config_dict(default.get_config()).decoding == settings.Decoding()
     with pytest.raises(ValueError, match="unknown config key 'decoding.beam_widht'"):
-        decoding.DecoderConfig.from_config({"beam_widht": 4})
+        settings.override(settings.Settings(), {"decoding.beam_widht": 4})
     pytest.importorskip("flashlight.lib.text")
     with pytest.raises(FileNotFoundError, match="missing.arpa"):
-        decoding.BeamSearchDecoder(decoding.DecoderConfig(beam_width=4, lm_path=str(tmp_path / "missing.arpa")))
+        decoding.BeamSearchDecoder(settings.Decoding(beam_width=4, lm_path=str(tmp_path / "missing.arpa")))
 
 
 # ----------------------------------------------------------------------------- trained model
@@ -314,10 +314,9 @@ def test_eval_beam_with_lm_is_no_worse_than_greedy_on_each_split(trained):
     pytest.importorskip("flashlight.lib.text")
     from ds2_jax import evaluation
 
-    config = trained.config.copy_and_resolve_references()
-    config.num_devices, config.per_device_batch_size = 0, 2  # all 8 devices, same global batch
-    config.decoding.beam_width = 32
-    config.decoding.lm_path = trained.lm
+    # all 8 devices, the same global batch
+    config = settings.override(trained.config, {"num_devices": 0, "per_device_batch_size": 2,
+                                                "decoding.beam_width": 32, "decoding.lm_path": trained.lm})
     results = evaluation.evaluate_splits(config, trained.workdir, split="test-clean, dev-clean")
     assert list(results) == ["test-clean", "dev-clean"]
     for split, result in results.items():

@@ -9,14 +9,14 @@ from ds2_jax import device_memory, errors, resilience, train
 from ds2_jax.data.batch import Sharding
 from ds2_jax.data.source import make_source
 from ds2_jax.state import initial_state, step_kwargs
-from tests.helpers import tiny_config
+from tests.helpers import tiny_config, tiny_settings
 
 SHAPES = [(8000, 12), (16000, 20)]  # the longer shape decides
 
 
 @pytest.fixture(scope="module")
 def setup():
-    config = tiny_config(per_device_batch_size=2)
+    config = tiny_settings(per_device_batch_size=2)
     source = make_source(config, Sharding(2))
     state = initial_state(config, source, jax.random.PRNGKey(0))
     kwargs = {k: v for k, v in step_kwargs(config).items() if k != "learning_rate_fn"}

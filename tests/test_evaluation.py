@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from ds2_jax import eval_step, evaluation, parallel, settings, train
-from tests.helpers import tiny_config
+from tests.helpers import tiny_config, tiny_settings
 
 SHORT = {"dataset.synthetic_min_duration_s": 0.3, "dataset.synthetic_max_duration_s": 0.4}  # eager stays quick
 
@@ -92,7 +92,7 @@ def test_several_splits_are_each_scored_on_their_own_and_written_to_their_own_fi
     real = SyntheticSource.eval_batches
     monkeypatch.setattr(SyntheticSource, "eval_batches",
                         lambda self, split, max_utterances=0: real(self, split, sizes[split]))
-    config = tiny_config(**{**SHORT, "decoding.beam_width": 2})
+    config = tiny_settings(**{**SHORT, "decoding.beam_width": 2})
     w = str(tmp_path)
     num_bins = 161
     fresh = state_lib.create_state(config, jax.random.PRNGKey(0), np.zeros(num_bins, np.float32),

@@ -26,12 +26,12 @@ import jax
 import numpy as np
 import pytest
 
-from ds2_jax import checkpoint, errors, evaluation, metrics, resilience, settings, train
+from ds2_jax import checkpoint, errors, evaluation, metrics, resilience, train
 from ds2_jax import state as state_lib
 from ds2_jax.data.batch import Sharding
 from ds2_jax.data.source import make_source
 from tests import helpers
-from tests.helpers import tiny_config
+from tests.helpers import tiny_config, tiny_settings
 
 COMMON = ["--config.num_train_steps=8", "--config.log_every_steps=2", "--config.checkpoint_every_steps=3",
           "--config.eval_every_steps=4", "--config.eval.max_utterances=8"]
@@ -44,7 +44,7 @@ def launch(workdir, *extra, wait=True):
 
 
 def final_params(workdir):
-    config = tiny_config()
+    config = tiny_settings()
     source = make_source(config, Sharding(16))
     template = state_lib.initial_state(config, source, jax.random.PRNGKey(0))
     state, step = checkpoint.restore_latest(checkpoint.manager(str(workdir)), template)
@@ -172,7 +172,7 @@ def copy_of(run, tmp_path) -> str:
 
 
 def restored_latest(workdir):
-    return state_lib.restore_state(run_config(), workdir)
+    return state_lib.restore_state(tiny_settings(**RUN), workdir)
 
 
 @pytest.mark.parametrize("how", ["truncate", "delete"])
@@ -490,10 +490,10 @@ def test_prepared_dataset_refuses_a_different_manual_dir_naming_both(tmp_path, c
         assert f"built from {first}" in message and f"dataset.manual_dir={str(manual)!r}" in message
         assert "dataset.data_dir to a fresh directory" in message
         assert os.path.dirname(os.fspath(builder.data_dir)) in message  # delete this to rebuild
-    config = tiny_config(**{"dataset.name": "librispeech_local", "dataset.manual_dir": str(other),
-                            "dataset.data_dir": data_dir})
+    config = tiny_settings(**{"dataset.name": "librispeech_local", "dataset.manual_dir": str(other),
+                              "dataset.data_dir": data_dir})
     with pytest.raises(errors.DatasetMismatch, match="holds other files"):  # the training path too
-        tfds_source._open_builder(settings.build(settings.Dataset, config.dataset, "dataset."), Sharding(16))
+        tfds_source._open_builder(config.dataset, Sharding(16))
 
 
 # ----------------------------------------------------------------------------- issue 29
@@ -540,7 +540,7 @@ def test_an_unfinished_step_folder_is_set_aside_and_good_checkpoints_restore(six
     assert step == 6 and os.path.isdir(folder)
     assert_same_state(state, six_steps[1])
     with pytest.raises(errors.CheckpointError, match="checkpoint 9 .* was never finished"):
-        state_lib.restore_state(run_config(), w, step=9)  # --eval_step=9
+        state_lib.restore_state(tiny_settings(**RUN), w, step=9)  # --eval_step=9
     with caplog.at_level("INFO", logger="ds2_jax"):
         state = train.train_and_evaluate(run_config(num_train_steps=9), w)
     assert "restored checkpoint at step 6" in caplog.text and "never finished" in caplog.text
@@ -582,7 +582,7 @@ def test_config_json_is_written_atomically(tmp_path, monkeypatch):
     monkeypatch.setattr(checkpoint.json, "dumps", killed)
     monkeypatch.setattr(checkpoint.json, "dump", killed)
     with pytest.raises(KeyboardInterrupt):
-        checkpoint.save_config(run_config(), str(tmp_path))
+        checkpoint.save_config(tiny_settings(**RUN), str(tmp_path))
     assert (tmp_path / "config.json").read_text() == '{"old": 1}'
 
 

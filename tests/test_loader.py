@@ -13,7 +13,7 @@ from ds2_jax.datasets import build
 from ds2_jax.data.batch import Sharding
 from ds2_jax.data.source import DataSettings, make_source
 from tests import librispeech_testdata as td
-from tests.helpers import tiny_config
+from tests.helpers import tiny_config, tiny_settings
 from tests.test_tfds_source import TRAIN_SECONDS, make_config
 
 BATCH = 4
@@ -30,6 +30,7 @@ def corpus(tmp_path_factory):
 
 
 def batches(config, sharding, start, stop):
+    config = settings.from_config_dict(config)
     source = make_source(config, sharding)
     return list(loader.train_batches(config, sharding, source, start, stop))
 
@@ -112,7 +113,7 @@ def test_num_workers_resolves_from_the_cores(monkeypatch):
 
 
 def test_synthetic_pool_repeats_after_its_size_and_keeps_eval_apart():
-    config = tiny_config(**{"dataset.synthetic_pool_size": 6})
+    config = tiny_settings(**{"dataset.synthetic_pool_size": 6})
     src = synthetic.SyntheticSource(DataSettings.of(config), Sharding(4))
     a, b = src.utterance(1), src.utterance(7)
     assert a is b  # pooled, not regenerated
@@ -127,7 +128,7 @@ def test_synthetic_pool_repeats_after_its_size_and_keeps_eval_apart():
     fresh = synthetic.SyntheticSource(DataSettings.of(config), Sharding(4))
     assert_same_batches([src.train_batch(5)], [fresh.train_batch(5)])
     with pytest.raises(ValueError, match="synthetic_pool_size"):
-        synthetic.SyntheticSource(DataSettings.of(tiny_config(**{"dataset.synthetic_pool_size": 0})), Sharding(4))
+        synthetic.SyntheticSource(DataSettings.of(tiny_settings(**{"dataset.synthetic_pool_size": 0})), Sharding(4))
 
 
 @pytest.mark.parametrize("kind", ["pmap", "jit"])
@@ -252,9 +253,10 @@ def test_a_process_that_read_with_workers_leaves_no_shared_memory_behind(corpus)
     script = f"""
 from ds2_jax.data import loader
 from ds2_jax.data.batch import Sharding
+from ds2_jax import settings
 from ds2_jax.data.source import make_source
 from tests.test_tfds_source import make_config
-config = make_config({corpus!r}, num_workers=2)
+config = settings.from_config_dict(make_config({corpus!r}, num_workers=2))
 sharding = Sharding({BATCH}, 0, 1)
 kept = list(loader.train_batches(config, sharding, make_source(config, sharding), 0, 4))
 print(sum(len(b) for b in kept), "arrays kept until exit")

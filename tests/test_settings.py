@@ -310,24 +310,27 @@ def test_from_config_dict_is_idempotent_and_reads_like_the_config_dict():
         assert a == b and type(a) is type(b), key
 
 
-def test_the_step_arguments_are_the_same_from_a_config_dict_and_from_settings():
-    config = smoke.get_config()
-    config.features.freq_masks = 2
-    from_dict, from_settings = state_lib.step_kwargs(config), state_lib.step_kwargs(settings.from_config_dict(config))
-    for k in ("model_cfg", "feature_cfg", "augment", "norm_by_times", "ctc_impl", "nan_steps"):
-        assert from_dict[k] == from_settings[k], k
-    assert from_dict["augment"] == settings.SpecAugment(freq_masks=2, freq_mask_width=27, time_masks=0,
-                                                        time_mask_max_fraction=0.05)
-    assert type(from_dict["feature_cfg"]) is settings.Spectrogram  # the step's static argument, no SpecAugment
-    assert from_dict["model_cfg"].num_bins == 161 and isinstance(from_dict["model_cfg"], model.ModelConfig)
+def test_the_step_arguments_are_the_settings_sections_parts():
+    config = settings.override(settings.from_config_dict(smoke.get_config()), {"features.freq_masks": 2})
+    kw = state_lib.step_kwargs(config)
+    assert kw["augment"] == settings.SpecAugment(freq_masks=2, freq_mask_width=27, time_masks=0,
+                                                 time_mask_max_fraction=0.05)
+    assert type(kw["augment"]) is settings.SpecAugment and kw["augment"].enabled
+    assert kw["feature_cfg"] == settings.Spectrogram()  # the step's static argument, no SpecAugment
+    assert type(kw["feature_cfg"]) is settings.Spectrogram
+    assert kw["model_cfg"] == model.ModelConfig.of(config.model) and kw["model_cfg"].num_bins == 161
+    assert (kw["norm_by_times"], kw["ctc_impl"], kw["nan_steps"]) == (False, config.loss.ctc_impl, ())
+    # Features holds the two parts' fields once, the spectrogram's first (config.json's order).
+    names = [f.name for f in dataclasses.fields(settings.Features)]
+    assert names == [f.name for f in dataclasses.fields(settings.Spectrogram)] + [
+        f.name for f in dataclasses.fields(settings.SpecAugment)]
 
 
 def test_model_config_takes_the_model_section_and_keeps_its_checks():
     section = settings.from_config_dict(smoke.get_config()).model
-    cfg = model.ModelConfig.from_config(section, num_bins=81)
+    cfg = model.ModelConfig.of(section, num_bins=81)
     assert cfg.rnn_size == 32 and cfg.num_bins == 81
-    with pytest.raises(ValueError, match=r"unknown config key 'model.rnn_sise'"):
-        model.ModelConfig.from_config({"rnn_sise": 3})
+    assert {f.name: getattr(cfg, f.name) for f in dataclasses.fields(settings.Model)} == dataclasses.asdict(section)
     with pytest.raises(ValueError, match=r"model.rnn_cell='transformer'"):
         model.ModelConfig(rnn_cell="transformer")
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from configs import default
-from ds2_jax import features, text
+from ds2_jax import features, settings, text
 from ds2_jax.data import tfds_source
 from ds2_jax.data.batch import Sharding
 from ds2_jax.data.source import DataSettings, make_source
@@ -31,8 +31,8 @@ def corpus(tmp_path_factory):
 
 
 def open_source(config, sharding: Sharding) -> tfds_source.TfdsSource:
-    """The source of a ConfigDict, as make_source builds it."""
-    return tfds_source.TfdsSource(DataSettings.of(config), sharding)
+    """The source of a ConfigDict (checked into Settings as an entry point does), as make_source builds it."""
+    return tfds_source.TfdsSource(DataSettings.of(settings.from_config_dict(config)), sharding)
 
 
 def make_config(corpus, **dataset):
@@ -175,7 +175,7 @@ def test_unknown_split_and_missing_manual_dir_are_clear(corpus, tmp_path):
         open_source(make_config(corpus, train_splits="dev-other"), Sharding(BATCH))
     c = make_config(corpus, data_dir=str(tmp_path / "empty_tfds"), manual_dir=str(tmp_path / "none"))
     with pytest.raises(FileNotFoundError, match="dataset.manual_dir"):
-        make_source(c, Sharding(BATCH))
+        make_source(settings.from_config_dict(c), Sharding(BATCH))
 
 
 def test_builds_and_reads_without_tensorflow(corpus, tmp_path):
@@ -200,13 +200,14 @@ def test_builds_and_reads_without_tensorflow(corpus, tmp_path):
         sys.meta_path.insert(0, NoTensorflow())
         from configs import default
         from ds2_jax.data.batch import Sharding
+        from ds2_jax import settings
         from ds2_jax.data.source import make_source
         c = default.get_config()
         c.dataset.name = "librispeech_local"
         c.dataset.manual_dir = {corpus["manual"]!r}
         c.dataset.data_dir = {str(tmp_path / "tfds")!r}
         c.dataset.train_splits = "train-clean-100"
-        src = make_source(c, Sharding(4))
+        src = make_source(settings.from_config_dict(c), Sharding(4))
         b = src.train_batch(0)
         n = sum(int(e["weights"].sum()) for e in src.eval_batches("test-clean"))
         assert "tensorflow" not in sys.modules

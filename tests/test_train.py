@@ -14,7 +14,7 @@ from ds2_jax import checkpoint, metrics, parallel, train
 from ds2_jax import state as state_lib
 from ds2_jax.data.batch import Sharding, shard_for_devices
 from ds2_jax.data.source import make_source
-from tests.helpers import tiny_config
+from tests.helpers import tiny_config, tiny_settings
 
 
 def losses(workdir):
@@ -51,13 +51,13 @@ def _one_step(config, state, batch):
 
 def test_compiled_and_eager_step_agree():
     # Short utterances: the eager step runs every time step of the RNN and CTC op by op.
-    config = tiny_config(per_device_batch_size=4, **{"dataset.synthetic_min_duration_s": 0.3,
-                                                     "dataset.synthetic_max_duration_s": 0.4})
+    config = tiny_settings(per_device_batch_size=4, **{"dataset.synthetic_min_duration_s": 0.3,
+                                                       "dataset.synthetic_max_duration_s": 0.4})
     source = make_source(config, Sharding(4))
     batch = source.train_batch(0)
     state = state_lib.initial_state(config, source, jax.random.PRNGKey(0))
     compiled, m_c = _one_step(config, state, batch)
-    config.compile = False
+    config = dataclasses.replace(config, compile=False)
     eager, m_e = _one_step(config, state, batch)
     np.testing.assert_allclose(float(m_e["loss_sum"]), float(m_c["loss_sum"]), rtol=1e-5)
     for a, b in zip(leaves(compiled.params), leaves(eager.params)):
@@ -65,7 +65,7 @@ def test_compiled_and_eager_step_agree():
 
 
 def test_overfits_a_fixed_batch_of_four():
-    config = tiny_config(per_device_batch_size=4, **{"optimizer.learning_rate": 3e-3, "model.rnn_size": 64})
+    config = tiny_settings(per_device_batch_size=4, **{"optimizer.learning_rate": 3e-3, "model.rnn_size": 64})
     source = make_source(config, Sharding(4))
     batch = source.train_batch(0)
     state = state_lib.initial_state(config, source, jax.random.PRNGKey(0))
@@ -80,7 +80,7 @@ def test_overfits_a_fixed_batch_of_four():
 
 
 def test_checkpoint_round_trip(tmp_path):
-    config = tiny_config()
+    config = tiny_settings()
     source = make_source(config, Sharding(16))
     state = state_lib.initial_state(config, source, jax.random.PRNGKey(3))
     mgr = checkpoint.manager(str(tmp_path))
@@ -133,7 +133,7 @@ def test_killed_and_resumed_run_matches_uninterrupted_in_every_field_and_counter
 
 
 def test_non_finite_steps_are_skipped_and_counted():
-    config = tiny_config(per_device_batch_size=2)
+    config = tiny_settings(per_device_batch_size=2)
     source = make_source(config, Sharding(2))
     batch = source.train_batch(0)
     state = state_lib.initial_state(config, source, jax.random.PRNGKey(0))
@@ -171,7 +171,7 @@ def test_pallas_kernels_train_like_the_references():
     """Two steps with the persistent RNN and CTC kernels (interpret mode off the GPU) give
     the losses and parameters of lax.scan + optax."""
     def run(rnn_impl, ctc_impl):
-        config = tiny_config(per_device_batch_size=4, **{"model.rnn_impl": rnn_impl, "loss.ctc_impl": ctc_impl})
+        config = tiny_settings(per_device_batch_size=4, **{"model.rnn_impl": rnn_impl, "loss.ctc_impl": ctc_impl})
         source = make_source(config, Sharding(4))
         state = state_lib.initial_state(config, source, jax.random.PRNGKey(0))
         step = jax.jit(functools.partial(train.train_step, **state_lib.step_kwargs(config), axis_name=None))

@@ -7,6 +7,7 @@ The reference gradient is computed here from the model and optax's CTC directly,
 mean over the feasible rows, so a step that miscounts or misreduces cannot match it.
 """
 
+import dataclasses
 import functools
 
 import jax
@@ -15,11 +16,11 @@ import numpy as np
 import optax
 import pytest
 
-from ds2_jax import ctc, features, model, parallel, train
+from ds2_jax import ctc, features, model, parallel, settings, train
 from ds2_jax import state as state_lib
 from ds2_jax.data.batch import Sharding
 from ds2_jax.data.source import make_source
-from tests.helpers import tiny_config
+from tests.helpers import tiny_settings
 
 INFEASIBLE = [3, 4, 5, 10]  # devices (2 rows each) hold 2, 1, 0, 1, 2, 0, 2, 2 feasible rows
 PADDING = [7, 11]
@@ -33,8 +34,8 @@ def leaves(tree):
 @pytest.fixture(scope="module")
 def setup():
     """(config, initial state, the 16-row batch)."""
-    config = tiny_config(per_device_batch_size=2, **{"model.rnn_size": 16, "dataset.synthetic_min_duration_s": 0.4,
-                                                     "dataset.synthetic_max_duration_s": 0.6})
+    config = tiny_settings(per_device_batch_size=2, **{"model.rnn_size": 16, "dataset.synthetic_min_duration_s": 0.4,
+                                                       "dataset.synthetic_max_duration_s": 0.6})
     source = make_source(config, Sharding(16))
     batch = {k: v.copy() for k, v in source.train_batch(0).items()}
     for i in INFEASIBLE:  # 1600 samples: 9 frames, 3 output frames, fewer than the labels
@@ -66,9 +67,8 @@ _COMPILED: dict = {}
 def run_step(config, state, batch, num_devices, cache=True):
     """One train step through parallel.Parallel on `num_devices` (fake CPU) devices; the
     compiled step is kept for the next call on as many devices."""
-    config = config.copy_and_resolve_references()
-    config.num_devices = num_devices
-    config.per_device_batch_size = batch["audio"].shape[0] // num_devices
+    config = settings.override(config, {"num_devices": num_devices,
+                                        "per_device_batch_size": batch["audio"].shape[0] // num_devices})
     par = parallel.make(config)
     step = _COMPILED.get(num_devices) if cache else None
     if step is None:
@@ -81,10 +81,10 @@ def run_step(config, state, batch, num_devices, cache=True):
 
 def reference_loss_and_grads(config, state, batch):
     """Mean CTC loss over the FEASIBLE rows and its gradient, without train.train_step."""
-    net = model.DeepSpeech2(model.ModelConfig.from_config(config.model))
+    net = model.DeepSpeech2(model.ModelConfig.of(config.model))
     feats, frames = features.featurize(jnp.asarray(batch["audio"]), jnp.asarray(batch["audio_lengths"]),
                                        state.feature_mean, state.feature_std,
-                                       features.FeatureConfig.from_config(config.features))
+                                       config.features.spectrogram)
     rows = np.zeros(16, bool)
     rows[FEASIBLE] = True
 
@@ -209,19 +209,18 @@ def test_step_with_finite_loss_but_nan_gradient_keeps_everything(setup, monkeypa
 
 
 def test_learning_rate_warms_up_linearly_from_zero_then_decays():
-    opt = tiny_config(**{"optimizer.learning_rate": 1e-3, "optimizer.warmup_steps": 10, "optimizer.decay_steps": 100,
+    opt = tiny_settings(**{"optimizer.learning_rate": 1e-3, "optimizer.warmup_steps": 10, "optimizer.decay_steps": 100,
                          "optimizer.schedule": "exponential", "optimizer.decay_rate": 0.5}).optimizer
     lr = state_lib.learning_rate_schedule(opt)
     np.testing.assert_allclose([lr(0), lr(5), lr(10), lr(110), lr(210)], [0, 5e-4, 1e-3, 5e-4, 2.5e-4], rtol=1e-6)
-    opt.schedule = "cosine"
-    cosine = state_lib.learning_rate_schedule(opt)
+    cosine = state_lib.learning_rate_schedule(dataclasses.replace(opt, schedule="cosine"))
     np.testing.assert_allclose([cosine(10), cosine(60), cosine(110)], [1e-3, 5e-4, 0.0], atol=1e-9)
 
 
 def test_steps_past_a_cosine_schedule_are_announced_with_the_decay_steps_that_stretch_it():
     """The demo's schedule (warm-up 30, cosine over 400): its own run is quiet; resuming it to 430 or
     480 would train at a rate of (nearly) 0, and the advised decay_steps makes every step train."""
-    opt = tiny_config(**{"optimizer.learning_rate": 2e-3, "optimizer.warmup_steps": 30, "optimizer.decay_steps": 400,
+    opt = tiny_settings(**{"optimizer.learning_rate": 2e-3, "optimizer.warmup_steps": 30, "optimizer.decay_steps": 400,
                          "optimizer.schedule": "cosine"}).optimizer
     lr = state_lib.learning_rate_schedule(opt)
     assert state_lib.idle_steps_warning(opt, 0, 400) is None and state_lib.idle_steps_warning(opt, 0, 430) is None
@@ -230,16 +229,15 @@ def test_steps_past_a_cosine_schedule_are_announced_with_the_decay_steps_that_st
         assert message.startswith(f"steps 406-{stop} will train at under 1% of optimizer.learning_rate (0 from step 430)")
         assert float(lr(404)) >= 0.01 * 2e-3 > float(lr(405))  # step 406 is the first below 1%
         advised = int(message.split("--config.optimizer.decay_steps=")[1].split()[0])
-        opt.decay_steps = advised
-        stretched = state_lib.learning_rate_schedule(opt)
-        assert state_lib.idle_steps_warning(opt, 400, stop) is None and float(stretched(stop - 1)) >= 0.01 * 2e-3
-        opt.decay_steps = 400
-    opt.schedule = "exponential"  # never reaches 0
-    assert state_lib.idle_steps_warning(opt, 400, 100_000) is None
+        stretched = dataclasses.replace(opt, decay_steps=advised)
+        assert state_lib.idle_steps_warning(stretched, 400, stop) is None
+        assert float(state_lib.learning_rate_schedule(stretched)(stop - 1)) >= 0.01 * 2e-3
+    never = dataclasses.replace(opt, schedule="exponential")  # never reaches 0
+    assert state_lib.idle_steps_warning(never, 400, 100_000) is None
 
 
 def test_optimizer_clips_the_global_gradient_norm_before_adam():
-    opt = tiny_config(**{"optimizer.clip_global_norm": 1.0}).optimizer
+    opt = tiny_settings(**{"optimizer.clip_global_norm": 1.0}).optimizer
     tx = state_lib.make_optimizer(opt)
     params = {"a": jnp.zeros(3), "b": jnp.zeros(())}
     grads = {"a": jnp.array([30.0, 0.0, 40.0]), "b": jnp.array(0.0)}  # global norm 50
@@ -254,9 +252,8 @@ def test_spec_augment_draws_differ_by_step_and_by_device_and_repeat_for_the_same
     masked differently, so their loss is not twice one device's. (The loss depends on the
     step number through the masks only: the learning rate acts on the update, after it.)"""
     config, state, batch = setup
-    config = config.copy_and_resolve_references()
-    config.features.freq_masks, config.features.time_masks = 2, 2
-    config.features.time_mask_max_fraction = 0.2
+    config = settings.override(config, {"features.freq_masks": 2, "features.time_masks": 2,
+                                        "features.time_mask_max_fraction": 0.2})
     rows = {k: v[:2] for k, v in batch.items()}  # two feasible rows
     step = jax.jit(functools.partial(train.train_step, **state_lib.step_kwargs(config), axis_name=None))
     rng = jax.random.PRNGKey(1)  # run_step's

@@ -173,7 +173,7 @@ def test_its_messages_name_its_own_flags(tmp_path):
     from ds2_jax import checkpoint, settings
     from tests.helpers import ROOT
 
-    checkpoint.save_config(settings.to_config_dict(), str(tmp_path))  # the LM is checked before any checkpoint
+    checkpoint.save_config(settings.Settings(), str(tmp_path))  # the LM is checked before any checkpoint
     readme = os.path.join(ROOT, "README.md")
     proc = _transcribe_command(f"--workdir={tmp_path}", f"--lm={readme}", "a.wav")
     assert proc.returncode == 1 and proc.stderr.startswith(

@@ -1,7 +1,7 @@
 """The data side: datasets -> this process's padded numpy batches. Host code, no jax.
 
     source.py       the Source protocol, DataSettings (the typed settings it reads),
-                    SOURCES (dataset.name -> source) and make_source
+                    SOURCES (dataset.name -> source), make_source (Settings) and open_source
     synthetic.py    SyntheticSource: random audio and text, a function of (seed, index)
     tfds_source.py  TfdsSource: LibriSpeech from tfds array_record files
     split_index.py  a split's per-utterance samples and labels, and their .npz cache

@@ -25,7 +25,7 @@ import numpy as np
 
 from ds2_jax import errors, faults, settings
 from ds2_jax.data.batch import Sharding
-from ds2_jax.data.source import DataSettings, make_source
+from ds2_jax.data.source import DataSettings, open_source
 
 log = logging.getLogger("ds2_jax")
 MAX_AUTO_WORKERS = 16
@@ -63,7 +63,7 @@ class StepBatch:
             faults.Hooks(self.data.faults).input_batch(step)
         if self._source is None:
             with _quiet():
-                self._source = make_source(self.data, self.sharding)
+                self._source = open_source(self.data, self.sharding)
         if not in_worker:
             return self._source.train_batch(step)
         from grain.python import SharedMemoryArray
@@ -90,9 +90,9 @@ def _quiet():
         logger.setLevel(level)
 
 
-def train_batches(config, sharding, source, start: int, stop: int) -> Iterator[dict[str, np.ndarray]]:
-    """Host batches of steps [start, stop) in order, inline or from grain workers; `config`
-    is a ConfigDict, a settings.Settings or a DataSettings."""
+def train_batches(config: settings.Settings, sharding: Sharding, source, start: int,
+                  stop: int) -> Iterator[dict[str, np.ndarray]]:
+    """Host batches of steps [start, stop) of a run's Settings in order, inline or from grain workers."""
     data = DataSettings.of(config)
     workers = resolve_num_workers(data.dataset)
     make = StepBatch(data, sharding, source)

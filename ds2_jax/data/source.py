@@ -1,5 +1,5 @@
 """What the training loop needs from a dataset (`Source`), the settings a source reads
-(`DataSettings`), and the choice of source by dataset.name (`SOURCES`, `make_source`).
+(`DataSettings`), and the choice of source by dataset.name (`SOURCES`, `make_source`, `open_source`).
 
 Sources are random access by step (`train_batch(step)`), so a resumed run sees the same
 batches as an uninterrupted one. Host code, no jax: the one jax computation a source
@@ -39,18 +39,10 @@ class DataSettings:
     faults: settings.Faults = settings.Faults()  # the input workers' fault point (faults.Hooks.input_batch)
 
     @classmethod
-    def of(cls, config) -> DataSettings:
-        """From a config (a ConfigDict or a settings.Settings), checked; a DataSettings as it is."""
-        if isinstance(config, cls):
-            return config
-        return cls(
-            dataset=settings.build(settings.Dataset, config.dataset, "dataset."),
-            spectrogram=settings.Spectrogram.from_config(settings.build(settings.Features, config.features,
-                                                                         "features.")),
-            num_conv_layers=settings.build(settings.Model, config.model, "model.").num_conv_layers,
-            seed=config.seed,
-            faults=settings.build(settings.Faults, config.faults, "faults."),
-        )
+    def of(cls, config: settings.Settings) -> DataSettings:
+        """The data side's part of a run's Settings."""
+        return cls(dataset=config.dataset, spectrogram=config.features.spectrogram,
+                   num_conv_layers=config.model.num_conv_layers, seed=config.seed, faults=config.faults)
 
 
 class Source(Protocol):
@@ -73,8 +65,12 @@ class Source(Protocol):
         `stats` (features.spectrogram_stats) over a sample of this source's waveforms."""
 
 
-def make_source(config, sharding: Sharding) -> Source:
-    """The source named by dataset.name, for a config (ConfigDict, Settings) or DataSettings."""
-    data = DataSettings.of(config)
+def make_source(config: settings.Settings, sharding: Sharding) -> Source:
+    """The source named by dataset.name, for a run's Settings."""
+    return open_source(DataSettings.of(config), sharding)
+
+
+def open_source(data: DataSettings, sharding: Sharding) -> Source:
+    """The source named by data.dataset.name (an input worker opens its own from the DataSettings it was sent)."""
     module, _, name = SOURCES[data.dataset.name].partition(":")
     return getattr(importlib.import_module(module), name)(data, sharding)

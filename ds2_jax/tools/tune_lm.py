@@ -19,6 +19,8 @@ import os
 from absl import flags
 from ml_collections import config_flags
 
+from ds2_jax import settings
+
 FLAGS = flags.FLAGS
 
 
@@ -30,8 +32,6 @@ def define_flags() -> None:
     flags.DEFINE_string("split", "", "Split to tune on (default: eval.split or dataset.eval_split).")
     flags.DEFINE_list("alphas", ["0", "0.25", "0.5", "1", "1.5", "2"], "LM weights to try.")
     flags.DEFINE_list("betas", ["0", "0.5", "1", "2", "3"], "Word bonuses to try.")
-    from ds2_jax import settings
-
     flags.DEFINE_integer("beam_width", settings.LM_BEAM_WIDTH, "Beam width during the search (decoding.beam_width).")
     flags.DEFINE_integer("max_utterances", 0, "Utterances of the split used; 0 = all.")
     flags.DEFINE_integer("step", None, "Checkpoint step (default: latest).")
@@ -55,11 +55,12 @@ def grid_search(outputs, beam, alphas: list[float], betas: list[float]) -> list[
     return rows
 
 
-def tune(config, workdir: str, lm: str, split: str, alphas, betas, beam_width: int, max_utterances: int = 0, step=None) -> dict:
+def tune(config: settings.Settings, workdir: str, lm: str, split: str, alphas, betas, beam_width: int,
+         max_utterances: int = 0, step=None) -> dict:
     """Runs the grid; returns {'best': {...}, 'greedy': {...}, 'grid': [...], ...} and writes the json."""
     from ds2_jax import decoding, evaluation, files, metrics
 
-    beam = decoding.BeamSearchDecoder(decoding.DecoderConfig(beam_width=beam_width, lm_path=lm))
+    beam = decoding.BeamSearchDecoder(settings.Decoding(beam_width=beam_width, lm_path=lm))
     run = evaluation.prepare(config, workdir, step, log_probs=True)
     step = run.step
     split = split or config.eval.split or config.dataset.eval_split
@@ -88,7 +89,7 @@ def main(argv):
 
 
 def _tune_and_print() -> None:
-    from ds2_jax import checkpoint, cli, settings
+    from ds2_jax import checkpoint, cli
 
     config = settings.from_config_dict(FLAGS.config) if FLAGS.config is not None else checkpoint.load_config(FLAGS.workdir)
     try:
