@@ -62,12 +62,6 @@ def _open(path: str):
     return f
 
 
-def read_audio(path: str) -> tuple[np.ndarray, int]:
-    """(<float32>[S, C], rate) of a file; an AudioError that says what is wrong with it."""
-    with _open(path) as f:
-        return f.read(dtype="float32", always_2d=True), f.samplerate
-
-
 def _int16(audio: np.ndarray) -> np.ndarray:
     return np.clip(np.round(audio * 32768.0), -32768, 32767).astype(np.int16)
 
