@@ -9,7 +9,10 @@ for the same steps and batches: a run is model.dtype:model.rnn_impl ('auto' take
 kernels where they run), the seed is config.seed (initial parameters and batch order). The
 first run is the reference. The dataset section always comes from configs/demo.py (the bundled
 corpus: train-clean-100 of 16 espeak-ng speakers, evaluated on the held-out test-clean
-speakers); --data_dir is where the corpus is (or will be) prepared. --config.* overrides apply
+speakers); --data_dir is where the corpus is (or will be) prepared. A cosine schedule (the
+seed config's) is fitted to --steps, decaying to 0 at the last step: under a constant rate
+the final CER is wherever a late loss spike left a run, in either dtype
+(benchmarks/results/2026-12-05-h200-bf16-converge/). --config.* overrides apply
 to everything else; --config.deterministic=True (XLA's deterministic GPU ops) makes two runs of
 a seed give the same losses, so a difference between runs is the dtype's, not the GPU's.
 
@@ -71,7 +74,8 @@ def parse_runs(specs: list[str]) -> list[tuple[str, str]]:
 
 
 def on_bundled_corpus(config, steps: int, evals: int, log_every: int, data_dir: str = ""):
-    """`config` with configs/demo.py's dataset section, `steps` steps, `evals` evaluations."""
+    """`config` with configs/demo.py's dataset section, `steps` steps, `evals` evaluations, and
+    a cosine schedule's decay fitted to the steps."""
     from configs import demo
 
     if steps < 1 or not 1 <= evals <= steps or steps % evals:
@@ -86,6 +90,8 @@ def on_bundled_corpus(config, steps: int, evals: int, log_every: int, data_dir: 
     config.log_every_steps = max(1, min(log_every, steps))
     config.eval.split = ""
     config.eval.max_utterances = 0  # the whole held-out split
+    if config.optimizer.schedule == "cosine":  # the seed's decay, to 0 at this run's last step
+        config.optimizer.decay_steps = steps - config.optimizer.warmup_steps
     return config
 
 
