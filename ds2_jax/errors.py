@@ -26,11 +26,16 @@ from __future__ import annotations
 import contextlib
 import datetime
 import errno
+import fcntl
 import logging
 import os
 import shutil
+import stat
+import struct
 import sys
+import termios
 import threading
+import time
 import traceback
 from typing import Callable
 
@@ -141,6 +146,22 @@ def log_traceback(workdir: str | None, err: BaseException) -> str | None:
         return None
 
 
+def _wait_until_read(fd: int, timeout_s: float = 2.0, poll_s: float = 0.02) -> None:
+    """When fd is a pipe, waits (at most timeout_s) until its reader has emptied it twice in a
+    row: a write another thread had blocked on the full pipe before stderr moved then lands
+    ahead of the message instead of after it."""
+    try:
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            return
+        empty, deadline = 0, time.monotonic() + timeout_s
+        while empty < 2 and time.monotonic() < deadline:
+            unread = struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]
+            empty = empty + 1 if unread == 0 else 0
+            time.sleep(poll_s)
+    except OSError:  # not a pipe this can ask: write at once
+        return
+
+
 def _divert_stderr(log_path: str | None) -> int:
     """Points fd 2 and sys.stderr at log_path (or devnull) so other threads' late output
     lands there; returns a new fd on the terminal's stderr."""
@@ -220,5 +241,6 @@ def run_explained(fn: Callable[[], object], workdir: str | None, show_traceback:
         # Other threads alive may be halfway through a line on stderr: start on a fresh one.
         fresh_line = "\n" if threading.active_count() > 1 else ""
         terminal = _divert_stderr(log_path)
+        _wait_until_read(terminal)
         os.write(terminal, f"{fresh_line}error: {message} [{hint}]\n".encode())
         os._exit(1)
