@@ -8,7 +8,7 @@ the steps and utterances per second of the finished steps with the time left. Th
 span the last RATE_SECONDS of finished steps after the run's first (which compiles), so a
 compile never enters them (tqdm's own rate, an average since the start, would). While the
 bar is open, log records clear it, print, and redraw it, so a log line never lands inside
-the bar.
+the bar. The training loop shows it only on a terminal (`on_a_terminal`).
 """
 
 from __future__ import annotations
@@ -23,6 +23,13 @@ import numpy as np
 
 RATE_SECONDS = 10.0  # the step/s and utt/s figures span the finished steps of this long
 BAR_FORMAT = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]"  # tqdm's rate left out: ours is in the postfix
+
+
+def on_a_terminal(stream) -> bool:
+    """Whether a bar can redraw itself on `stream`. In a file or a pipe (a batch job's log, CI)
+    each redraw would stay behind, and log lines would land after the bar's remains."""
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty and isatty())
 
 
 def _scalar(x) -> float:

@@ -12,7 +12,9 @@ compile, the eval step's compile, a checkpoint save) runs with the watchdog susp
 from __future__ import annotations
 
 import contextlib
+import datetime
 import logging
+import sys
 import time
 
 import jax
@@ -36,7 +38,7 @@ class Reporter:
         self.start = start
         self.input_wait = loader.InputWait(config.input_wait_warn_fraction, loader.resolve_num_workers(config.dataset))
         self.writer = metrics.MetricWriter(workdir, enabled=is_chief, resume_step=start)
-        self.bar = progress.StepProgress(start, config.num_train_steps, is_chief)
+        self.bar = progress.StepProgress(start, config.num_train_steps, is_chief and progress.on_a_terminal(sys.stderr))
         self.watchdog = resilience.Watchdog(config.step_timeout_s)
         self.pending: list = []  # metrics of the steps dispatched since the last log line
         self.done = start  # steps dispatched
@@ -110,8 +112,9 @@ class Reporter:
         summary["input_wait_s"] = self.input_wait.take(interval_s)
         summary["skipped_steps"] = float(first(state.skipped_steps))
         self.writer.write(done, summary)
-        log.info("step %d: means of steps %d-%d: %s", done, done - len(fetched) + 1, done,
-                 " ".join(f"{k}={v:.4g}" for k, v in summary.items()))
+        log.info("step %d: means of steps %d-%d: %s%s", done, done - len(fetched) + 1, done,
+                 " ".join(f"{k}={v:.4g}" for k, v in summary.items()),
+                 time_left(summary["step_time_s"], self.config.num_train_steps - done))
         self.pending, self._last_time, self._last_step = [], time.perf_counter(), done
         self.watchdog.ping(f"step {done}")
 
@@ -155,6 +158,14 @@ def next_batch(batches, last_metrics) -> tuple[dict, float]:
             return batch, (now - idle_since if idle_since is not None else 0.0)
         if idle_since is None and all(x.is_ready() for x in jax.tree_util.tree_leaves(last_metrics)):
             idle_since = now
+
+
+def time_left(step_time_s: float, steps_left: int) -> str:
+    """' eta=H:MM:SS' of the steps left at this step time ('' when none are left): without a bar
+    (not on a terminal) the log lines say how long the run has to go."""
+    if steps_left <= 0:
+        return ""
+    return f" eta={datetime.timedelta(seconds=round(step_time_s * steps_left))}"
 
 
 def summarize(pending: list, seconds: float, steps: int) -> dict[str, float]:

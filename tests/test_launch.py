@@ -24,6 +24,11 @@ def test_train_resume_and_eval(tmp_path):
     proc = launch(f"--workdir={w}", "--config.num_train_steps=6", "--config.log_every_steps=2",
                   "--config.eval_every_steps=0", *cosine)
     assert "will train at under" not in proc.stderr  # the schedule's own tail is not warned about
+    # Not on a terminal (a pipe here, a batch job's log file): no bar, whose redraws would stay
+    # behind; the log lines say the time left (at the interval's step time), the last none.
+    assert "last step loss=" not in proc.stderr and "\r" not in proc.stderr, proc.stderr[-2000:]
+    intervals = [l for l in proc.stderr.splitlines() if ": means of steps " in l]
+    assert [bool(re.search(r" eta=\d+:\d\d:\d\d$", l)) for l in intervals] == [True, True, False], intervals
     records = [json.loads(l) for l in open(os.path.join(w, "metrics.jsonl"))]
     assert [r["step"] for r in records] == [2, 4, 6]
     assert {"loss", "grad_norm", "learning_rate", "skipped_steps", "step_time_s", "utterances_per_s"} <= set(records[0])
@@ -43,8 +48,8 @@ def test_train_resume_and_eval(tmp_path):
     assert "1 rows per device" not in proc.stderr and "recurrence: auto -> scan_vjp (simple, 2 rows per device" in proc.stderr
     log = open(os.path.join(w, "log.txt")).read()
     assert "Saving checkpoint at step 8" in log and re.search(r"\n\S+ \S+ I ds2_jax train.py:\d+\] devices: 8 local", log)
-    # The log's loss is the interval's mean, the bar's the last step's: each says which it is.
-    assert "step 8: means of steps 7-8: loss=" in proc.stderr and "last step loss=" in proc.stderr
+    # The log's loss is the interval's mean (the bar's, on a terminal, the last step's: test_progress.py).
+    assert "step 8: means of steps 7-8: loss=" in proc.stderr
     records = [json.loads(l) for l in open(os.path.join(w, "metrics.jsonl"))]
     assert [r["step"] for r in records if "loss" in r] == [2, 4, 6, 8]
     assert records[-2]["learning_rate"] == 0.0  # step 8's interval, as the warning said

@@ -101,3 +101,31 @@ def test_a_finished_workdir_has_nothing_to_train(trained, caplog):
     messages = [r.getMessage() for r in caplog.records if r.name == "ds2_jax"]
     assert any(m.startswith(f"nothing to train: workdir already at step {TRAIN_STEPS} of {TRAIN_STEPS}") for m in messages)
     assert not any(m.startswith("first step") or m.startswith("step ") for m in messages), messages
+
+
+def test_the_training_bar_is_shown_on_a_terminal_only(tmp_path, monkeypatch):
+    import os
+
+    from ds2_jax import reporting, settings
+
+    master, follower = os.openpty()
+    with open(follower, "w") as terminal, open(tmp_path / "log.txt", "w") as log_file:
+        assert progress.on_a_terminal(terminal) and not progress.on_a_terminal(log_file)
+        assert not progress.on_a_terminal(io.StringIO()) and not progress.on_a_terminal(object())
+        config = settings.from_config_dict(settings.to_config_dict())
+        shown = {}
+        for name, stream in (("terminal", terminal), ("file", log_file)):
+            monkeypatch.setattr("sys.stderr", stream)
+            for chief, key in ((True, name), (False, f"{name}, not the chief")):
+                with reporting.Reporter(config, str(tmp_path / key), start=0, is_chief=chief) as report, \
+                        report.showing_bar():  # closed: it gives the log handlers back
+                    shown[key] = not report.bar.bar.disable
+    os.close(master)
+    assert shown == {"terminal": True, "file": False, "terminal, not the chief": False, "file, not the chief": False}
+
+
+def test_the_log_line_says_the_time_left():
+    from ds2_jax import reporting
+
+    assert reporting.time_left(0.25, 14_400) == " eta=1:00:00" and reporting.time_left(2.0, 1) == " eta=0:00:02"
+    assert reporting.time_left(0.25, 0) == ""
