@@ -6,7 +6,7 @@
 
 `evaluate` runs the eval step (ds2_jax.eval_step) over a split and scores it; during
 training it reads the train state where it lives on the devices. --mode=eval restores a
-checkpoint with the workdir's config.json (checkpoint.config_for_eval), places it once,
+checkpoint with the workdir's config.json (workdir_config.config_for_eval), places it once,
 scores each listed split and writes one result file per split and decoder.
 """
 
@@ -24,7 +24,7 @@ from collections.abc import Callable
 import jax
 import numpy as np
 
-from ds2_jax import checkpoint, decoding, eval_step, files, metrics, parallel, resilience, settings, text
+from ds2_jax import decoding, eval_step, files, metrics, parallel, resilience, settings, text, workdir_config
 from ds2_jax.batch_axis import AXIS
 from ds2_jax.data.source import Source, make_source
 from ds2_jax.state import TrainState, restore_state, step_kwargs
@@ -178,11 +178,11 @@ def result_path(workdir: str, split: str, step: int, beam: decoding.BeamSearchDe
 
 
 def evaluate_splits(config, workdir: str, split: str = "", step: int | None = None) -> dict[str, dict]:
-    """Restores a checkpoint once (with the workdir's config.json, see checkpoint.config_for_eval),
+    """Restores a checkpoint once (with the workdir's config.json, see workdir_config.config_for_eval),
     scores each comma-listed split on its own, logs each result, then writes it to
     workdir/eval-<split>-<step>-<decoder>.json (result_path); returns {split: result}.
     An unwritable workdir is an error after every result has been logged."""
-    config = checkpoint.config_for_eval(config, workdir)
+    config = workdir_config.config_for_eval(config, workdir)
     beam = decoding.make_beam_decoder(config.decoding)  # before compiling: a missing LM fails fast
     run = prepare(config, workdir, step, log_probs=beam is not None)
     step = run.step

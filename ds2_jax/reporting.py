@@ -68,7 +68,7 @@ class Reporter:
 
     def resume_changes(self, step: int, changes: list[tuple[str, object, object]]) -> None:
         """A marker in metrics.jsonl where a resume changed a (numeric) setting; all of them are
-        in config_changes.jsonl (checkpoint.record_resume_changes)."""
+        in config_changes.jsonl (workdir_config.record_resume_changes)."""
         if changes:
             self.writer.write(step, {k: v for k, _, v in changes if isinstance(v, (int, float))},
                               prefix="config_change/")

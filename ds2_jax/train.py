@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import optax
 
 from ds2_jax import (checkpoint, ctc, determinism, device_memory, errors, eval_step, evaluation, faults, features,
-                     model, parallel, reporting, resilience, settings)
+                     model, parallel, reporting, resilience, settings, workdir_config)
 from ds2_jax.data import loader
 from ds2_jax.data.source import make_source
 from ds2_jax.batch_axis import psum
@@ -261,7 +261,7 @@ def _initial_or_restored(config: settings.Settings, workdir: str, mgr, source, i
     log.info("model parameters: %s", f"{model.count_params(state.params):,}")
     resilience.check_workdir(workdir, resilience.tree_bytes(state))
     if mgr.all_steps():  # before the restore: another model's checkpoints are not "damaged"
-        checkpoint.refuse_fixed_changes(config, workdir)
+        workdir_config.refuse_fixed_changes(config, workdir)
     restored, _ = checkpoint.restore_latest(mgr, state, move_damaged=jax.process_index() == 0)
     if restored is not None:
         state = restored.replace(apply_fn=state.apply_fn, tx=state.tx)
@@ -270,13 +270,13 @@ def _initial_or_restored(config: settings.Settings, workdir: str, mgr, source, i
 
 def _resume_notes(config: settings.Settings, workdir: str, start: int) -> list[tuple[str, object, object]]:
     """Warns when steps [start, num_train_steps) outrun the schedule; records (process 0) and
-    returns the settings a resume changes (checkpoint.record_resume_changes)."""
+    returns the settings a resume changes (workdir_config.record_resume_changes)."""
     idle = idle_steps_warning(config.optimizer, start, config.num_train_steps)
     if idle:
         log.warning("%s", idle)
     # After the restore: a config its checkpoints don't fit never replaces the one they do;
     # a resume's changed settings are recorded beside it, not over it.
-    return checkpoint.record_resume_changes(config, workdir, start) if jax.process_index() == 0 else []
+    return workdir_config.record_resume_changes(config, workdir, start) if jax.process_index() == 0 else []
 
 
 def _save(mgr, step: int, host_state, report: reporting.Reporter, hooks: faults.Hooks) -> None:

@@ -103,12 +103,12 @@ class Transcriber:
 
     def __init__(self, workdir: str, decoder_cfg: settings.Decoding | None = None, step: int | None = None,
                  batch_size: int = 8, config: settings.Settings | None = None):
-        """`config`: the workdir's (checkpoint.load_config), when the caller has read it already."""
+        """`config`: the workdir's (workdir_config.load_config), when the caller has read it already."""
         import jax
 
-        from ds2_jax import checkpoint, eval_step, state
+        from ds2_jax import eval_step, state, workdir_config
 
-        self.config = config if config is not None else checkpoint.load_config(workdir)
+        self.config = config if config is not None else workdir_config.load_config(workdir)
         self.beam = decoding.make_beam_decoder(decoder_cfg or settings.Decoding())
         self.state, self.step = state.restore_state(self.config, workdir, step)
         self.sample_rate = self.config.features.sample_rate
@@ -215,9 +215,9 @@ def main(argv: list[str] | None = None) -> int:
     from absl import logging as absl_logging
 
     absl_logging.set_verbosity(absl_logging.WARNING)  # orbax's restore chatter
-    from ds2_jax import checkpoint
+    from ds2_jax import workdir_config
 
-    config = checkpoint.load_config(args.workdir)  # read once: the Transcriber is handed it
+    config = workdir_config.load_config(args.workdir)  # read once: the Transcriber is handed it
     base = config.decoding
     beam_width = args.beam_width if args.beam_width is not None else (
         base.beam_width or (settings.LM_BEAM_WIDTH if args.lm else 0))

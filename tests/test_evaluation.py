@@ -84,7 +84,7 @@ def test_several_splits_are_each_scored_on_their_own_and_written_to_their_own_fi
     import json
     import os
 
-    from ds2_jax import checkpoint, state as state_lib
+    from ds2_jax import checkpoint, state as state_lib, workdir_config
     from ds2_jax.data.synthetic import SyntheticSource
 
     pytest.importorskip("flashlight.lib.text")
@@ -99,7 +99,7 @@ def test_several_splits_are_each_scored_on_their_own_and_written_to_their_own_fi
                                    np.ones(num_bins, np.float32))
     with checkpoint.managed(w) as mgr:
         checkpoint.save(mgr, 3, jax.device_get(fresh), wait=True)
-    checkpoint.save_config(config, w)
+    workdir_config.save_config(config, w)
     results = evaluation.evaluate_splits(config, w, split="dev-clean, test-clean")
     assert list(results) == ["dev-clean", "test-clean"]
     for split, n in sizes.items():

@@ -26,7 +26,7 @@ import jax
 import numpy as np
 import pytest
 
-from ds2_jax import checkpoint, errors, evaluation, metrics, resilience, train
+from ds2_jax import checkpoint, errors, evaluation, metrics, resilience, train, workdir_config
 from ds2_jax import state as state_lib
 from ds2_jax.data.batch import Sharding
 from ds2_jax.data.source import make_source
@@ -314,9 +314,9 @@ def test_eval_config_takes_training_settings_from_the_workdir_and_eval_settings_
     del old["model"]["rnn_impl"]  # a workdir from before that knob existed
     (tmp_path / "config.json").write_text(json.dumps(old))
     given = run_config(**{"model.rnn_size": 64, "eval.max_utterances": 16, "model.rnn_impl": "pallas"})
-    merged = checkpoint.config_for_eval(given, str(tmp_path))
+    merged = workdir_config.config_for_eval(given, str(tmp_path))
     assert merged.model.rnn_size == 48 and merged.eval.max_utterances == 16 and merged.model.rnn_impl == "pallas"
-    assert checkpoint.differing_keys(old, given.to_dict()) == [("model.rnn_size", 48, 64)]
+    assert workdir_config.differing_keys(old, given.to_dict()) == [("model.rnn_size", 48, 64)]
 
 
 @pytest.fixture
@@ -563,8 +563,8 @@ def test_a_torn_or_hand_edited_config_json_names_the_file_and_the_key(tmp_path, 
               "not_an_object": "[]"}[how]
     (tmp_path / "config.json").write_text(broken)
     path = str(tmp_path / "config.json")
-    for read in (lambda: checkpoint.load_config(str(tmp_path)),
-                 lambda: checkpoint.config_for_eval(run_config(), str(tmp_path))):
+    for read in (lambda: workdir_config.load_config(str(tmp_path)),
+                 lambda: workdir_config.config_for_eval(run_config(), str(tmp_path))):
         with pytest.raises(ValueError) as err:
             read()
         message = str(err.value)
@@ -579,10 +579,10 @@ def test_config_json_is_written_atomically(tmp_path, monkeypatch):
     def killed(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(checkpoint.json, "dumps", killed)
-    monkeypatch.setattr(checkpoint.json, "dump", killed)
+    monkeypatch.setattr(workdir_config.json, "dumps", killed)
+    monkeypatch.setattr(workdir_config.json, "dump", killed)
     with pytest.raises(KeyboardInterrupt):
-        checkpoint.save_config(tiny_settings(**RUN), str(tmp_path))
+        workdir_config.save_config(tiny_settings(**RUN), str(tmp_path))
     assert (tmp_path / "config.json").read_text() == '{"old": 1}'
 
 
@@ -606,7 +606,7 @@ def test_a_resume_with_changed_settings_logs_and_records_them_keeping_config_jso
     assert "settings changed at step 6" in caplog.text
     assert "optimizer.learning_rate 0.0005 -> 0.01" in caplog.text and "per_device_batch_size 2 -> 4" in caplog.text
     assert open(os.path.join(w, "config.json")).read() == original  # still the settings of steps 1-6
-    (record,) = metrics.read_jsonl(os.path.join(w, checkpoint.CHANGES_FILE))
+    (record,) = metrics.read_jsonl(os.path.join(w, workdir_config.CHANGES_FILE))
     assert record["step"] == 6 and record["changes"] == {"optimizer.learning_rate": [0.0005, 0.01],
                                                          "per_device_batch_size": [2, 4]}  # num_train_steps: no change
     marker = [r for r in metrics.read_jsonl(os.path.join(w, "metrics.jsonl")) if "config_change/per_device_batch_size" in r]
@@ -616,7 +616,7 @@ def test_a_resume_with_changed_settings_logs_and_records_them_keeping_config_jso
         train.train_and_evaluate(run_config(num_train_steps=12, **changed, **{"optimizer.clip_global_norm": 5.0}), w)
     assert "optimizer.learning_rate" not in caplog.text and "settings changed at step 9" in caplog.text
     assert "optimizer.clip_global_norm 400.0 -> 5.0" in caplog.text
-    assert [r["step"] for r in metrics.read_jsonl(os.path.join(w, checkpoint.CHANGES_FILE))] == [6, 9]
+    assert [r["step"] for r in metrics.read_jsonl(os.path.join(w, workdir_config.CHANGES_FILE))] == [6, 9]
 
 
 def test_disk_full_during_an_asynchronous_save_names_that_step_in_one_line(tmpfs, capfd):

@@ -12,7 +12,7 @@ import ml_collections
 import pytest
 
 from configs import default, demo, ds2_8gpu, smoke
-from ds2_jax import checkpoint, model, settings
+from ds2_jax import model, settings, workdir_config
 from ds2_jax import state as state_lib
 
 SECTIONS = ["faults", "dataset", "features", "model", "loss", "optimizer", "eval", "decoding"]
@@ -275,10 +275,10 @@ def test_config_json_round_trip_is_byte_for_byte_and_loads_equal(get_config, tmp
     config = get_config()
     config.dataset.manual_dir = config.dataset.manual_dir or "LibriSpeech"  # ds2_8gpu's comes from a flag
     built = settings.from_config_dict(config)
-    checkpoint.save_config(built, str(tmp_path))
+    workdir_config.save_config(built, str(tmp_path))
     text = (tmp_path / "config.json").read_text()
     assert text == config.to_json(indent=2)  # the file as written before the dataclasses
-    assert checkpoint.load_config(str(tmp_path)) == built
+    assert workdir_config.load_config(str(tmp_path)) == built
     assert settings.from_config_dict(settings.to_config_dict(built)) == built
 
 
@@ -286,7 +286,7 @@ def test_an_older_config_json_without_a_newer_key_loads_with_its_default(tmp_pat
     old = json.loads(smoke.get_config().to_json())
     del old["model"]["conv_impl"], old["compilation_cache_dir"]
     (tmp_path / "config.json").write_text(json.dumps(old))
-    loaded = checkpoint.load_config(str(tmp_path))
+    loaded = workdir_config.load_config(str(tmp_path))
     assert loaded.model.conv_impl == settings.Model().conv_impl and loaded.model.rnn_size == 32
     assert loaded.compilation_cache_dir == settings.Settings().compilation_cache_dir
 
@@ -296,7 +296,7 @@ def test_a_bad_config_json_names_the_file(tmp_path):
     bad["dataset"]["num_buckets"] = 20
     (tmp_path / "config.json").write_text(json.dumps(bad))
     with pytest.raises(ValueError, match=r"config.json: dataset.num_buckets=20"):
-        checkpoint.load_config(str(tmp_path))
+        workdir_config.load_config(str(tmp_path))
 
 
 def test_from_config_dict_is_idempotent_and_reads_like_the_config_dict():

@@ -170,10 +170,10 @@ def test_its_messages_name_its_own_flags(tmp_path):
     """transcribe's flags are --lm and --lexicon, not the config's decoding.lm_path / lexicon_path;
     a text file given as --lm is not taken for a KenLM binary."""
     pytest.importorskip("flashlight.lib.text")
-    from ds2_jax import checkpoint, settings
+    from ds2_jax import settings, workdir_config
     from tests.helpers import ROOT
 
-    checkpoint.save_config(settings.Settings(), str(tmp_path))  # the LM is checked before any checkpoint
+    workdir_config.save_config(settings.Settings(), str(tmp_path))  # the LM is checked before any checkpoint
     readme = os.path.join(ROOT, "README.md")
     proc = _transcribe_command(f"--workdir={tmp_path}", f"--lm={readme}", "a.wav")
     assert proc.returncode == 1 and proc.stderr.startswith(

@@ -89,9 +89,9 @@ def main(argv):
 
 
 def _tune_and_print() -> None:
-    from ds2_jax import checkpoint, cli
+    from ds2_jax import cli, workdir_config
 
-    config = settings.from_config_dict(FLAGS.config) if FLAGS.config is not None else checkpoint.load_config(FLAGS.workdir)
+    config = settings.from_config_dict(FLAGS.config) if FLAGS.config is not None else workdir_config.load_config(FLAGS.workdir)
     try:
         with cli.quiet_console():  # each grid point's line goes to WORKDIR/log.txt; the table below is printed once
             result = tune(config, FLAGS.workdir, FLAGS.lm, FLAGS.split, FLAGS.alphas, FLAGS.betas, FLAGS.beam_width,
