@@ -82,6 +82,18 @@ class Parallel:
             return {k: jax.make_array_from_process_local_data(sharding, v) for k, v in batch.items()}
         return jax.device_put(batch, self.devices[0])
 
+    def abstract_batch(self, spec: dict[str, jax.ShapeDtypeStruct]) -> dict[str, jax.ShapeDtypeStruct]:
+        """Shapes of this process's rows of a batch -> the shapes (and shardings) put_batch gives
+        them, to lower the step without data."""
+        if self.kind == "pmap":
+            n = len(self.devices)
+            return {k: jax.ShapeDtypeStruct((n, v.shape[0] // n, *v.shape[1:]), v.dtype) for k, v in spec.items()}
+        if self.kind == "jit":
+            rows = next(iter(spec.values())).shape[0] * jax.process_count()  # the global batch
+            return {k: jax.ShapeDtypeStruct((rows, *v.shape[1:]), v.dtype, sharding=self._sharding((AXIS,)))
+                    for k, v in spec.items()}
+        return dict(spec)
+
     def put_batches(self, batches: Iterator[dict], size: int, with_host: bool = False) -> "Staged":
         """Stages up to `size` batches on the devices ahead of the step, from a thread.
 

@@ -254,6 +254,18 @@ def host_memory_bytes() -> int | None:
         return None
 
 
+def available_host_memory() -> int | None:
+    """Bytes the host can still give (MemAvailable: free plus reclaimable cache), else its total."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return host_memory_bytes()
+
+
 def check_host_memory(config, local_batch: int, shapes: list[tuple[int, int]], batches_in_flight: int,
                       memory_bytes: int | None = None) -> None:
     """Before anything is allocated: a MemoryError naming per_device_batch_size (and about the

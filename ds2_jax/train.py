@@ -182,9 +182,11 @@ def _train(config: settings.Settings, workdir: str, mgr) -> TrainState:
         return state
     changes = _resume_notes(config, workdir, start)
     kw = step_kwargs(config)  # computed once: the eval step takes its model, features and loss from it
-    _check_device_memory(config, par, state, source, kw)
+    est = _check_device_memory(config, par, state, source, kw)
     p_train, p_eval = par.compile(train_step, kw), eval_step.compile_eval_step(par, kw)  # eval: the placed state, as is
     state, step_rng = par.put_replicated(state), par.put_replicated(step_rng)
+    if par.kind != "eager" and par.devices[0].platform == "cpu":
+        p_train = _check_host_step_memory(config, par, p_train, est, state, step_rng, source)
     host_batches = loader.train_batches(config, sharding, source, start, config.num_train_steps)
     batches = par.put_batches(host_batches, config.prefetch_batches)
     hooks = faults.Hooks(config.faults)
@@ -231,6 +233,31 @@ def _check_device_memory(config: settings.Settings, par, state, source, kw: dict
     est = device_memory.estimate(loss_function, state, config.per_device_batch_size, source.shapes(), loss_kwargs,
                                  staged_batches=config.prefetch_batches + 1)
     log.info("%s", device_memory.check(est, config.per_device_batch_size, device_memory.device_limit(par.devices[0])))
+    return est
+
+
+def _check_host_step_memory(config: settings.Settings, par, p_train, est, state, rng, source) -> Callable:
+    """CPU only: compiles the step for the longest batch shape and refuses the batch when XLA's
+    buffers and the convolution patches exceed the host's available memory (device_memory), before
+    the first step allocates them. Returns the step, calling that executable for batches of its
+    shape (no second compile); the step as it was where XLA gives no memory analysis."""
+    samples, label_len = max(source.shapes())
+    rows = config.per_device_batch_size
+    spec = par.abstract_batch(device_memory.batch_spec(rows * len(par.devices), samples, label_len))
+    log.info("compiling the train step for the longest batch shape (%d samples) to check its memory", samples)
+    compiled = p_train.lower(state, spec, rng).compile()
+    need = device_memory.compiled_need(compiled, len(par.devices))
+    if need is None:
+        return p_train
+    log.info("%s", device_memory.check_compiled(need, est, rows, len(par.devices), resilience.available_host_memory()))
+    shapes = {k: v.shape for k, v in spec.items()}
+
+    def step(state, batch, rng):
+        if all(batch[k].shape == shape for k, shape in shapes.items()):
+            return compiled(state, batch, rng)
+        return p_train(state, batch, rng)
+
+    return step
 
 
 def _devices_and_data(config: settings.Settings):
