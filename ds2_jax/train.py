@@ -227,8 +227,9 @@ def _train(config: settings.Settings, workdir: str, mgr) -> TrainState:
     return final
 
 
-def _check_device_memory(config: settings.Settings, par, state, source, kw: dict) -> None:
-    """Refuses a batch whose step cannot fit the device, before anything compiles (device_memory)."""
+def _check_device_memory(config: settings.Settings, par, state, source, kw: dict) -> device_memory.Estimate:
+    """Refuses a batch whose step cannot fit the device, before anything compiles (device_memory);
+    returns the estimate."""
     loss_kwargs = {k: v for k, v in kw.items() if k != "learning_rate_fn"}
     est = device_memory.estimate(loss_function, state, config.per_device_batch_size, source.shapes(), loss_kwargs,
                                  staged_batches=config.prefetch_batches + 1)
