@@ -185,7 +185,8 @@ def _train(config: settings.Settings, workdir: str, mgr) -> TrainState:
     est = _check_device_memory(config, par, state, source, kw)
     p_train, p_eval = par.compile(train_step, kw), eval_step.compile_eval_step(par, kw)  # eval: the placed state, as is
     state, step_rng = par.put_replicated(state), par.put_replicated(step_rng)
-    if par.kind != "eager" and par.devices[0].platform == "cpu":
+    on_one_cpu_host = par.devices[0].platform == "cpu" and jax.process_count() == 1
+    if on_one_cpu_host and par.kind != "eager" and hasattr(p_train, "lower"):  # (a step jax cannot lower: the estimate alone)
         p_train = _check_host_step_memory(config, par, p_train, est, state, step_rng, source)
     host_batches = loader.train_batches(config, sharding, source, start, config.num_train_steps)
     batches = par.put_batches(host_batches, config.prefetch_batches)
@@ -238,7 +239,7 @@ def _check_device_memory(config: settings.Settings, par, state, source, kw: dict
 
 
 def _check_host_step_memory(config: settings.Settings, par, p_train, est, state, rng, source) -> Callable:
-    """CPU only: compiles the step for the longest batch shape and refuses the batch when XLA's
+    """CPU, one process: compiles the step for the longest batch shape and refuses the batch when XLA's
     buffers and the convolution patches exceed the host's available memory (device_memory), before
     the first step allocates them. Returns the step, calling that executable for batches of its
     shape (no second compile); the step as it was where XLA gives no memory analysis."""
