@@ -24,7 +24,7 @@ from collections.abc import Callable
 import jax
 import numpy as np
 
-from ds2_jax import decoding, eval_step, files, metrics, parallel, resilience, settings, text, workdir_config
+from ds2_jax import decoding, eval_step, files, memory, metrics, parallel, settings, text, workdir_config
 from ds2_jax.batch_axis import AXIS
 from ds2_jax.data.source import Source, make_source
 from ds2_jax.state import TrainState, restore_state, step_kwargs
@@ -133,7 +133,7 @@ def prepare(config: settings.Settings, workdir: str, step: int | None = None, lo
     par = parallel.make(config)
     sharding = par.batch_sharding(config.per_device_batch_size)
     source = make_source(config, sharding)
-    resilience.check_host_memory(config, sharding.local_batch, source.shapes(), 3)  # 2 read ahead, 1 in the step
+    memory.check_host_memory(config, sharding.local_batch, source.shapes(), 3)  # 2 read ahead, 1 in the step
     state, step = restore_state(config, workdir, step)
     p_eval = eval_step.compile_eval_step(par, step_kwargs(config), log_probs)
     return EvalRun(p_eval, par.put_replicated(state), source, par, step)

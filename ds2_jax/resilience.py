@@ -1,5 +1,5 @@
 """What keeps a long run alive or stops it cleanly: preemption signals, a watchdog
-for hung steps or collectives, workdir checks and lock, the host-memory check. Which error is
+for hung steps or collectives, workdir checks and lock. Which error is
 which (out of memory, disk full) is decided in errors.py only; the fault injection
 (config.faults) that the tests use to prove all of it is ds2_jax.faults.
 """
@@ -18,7 +18,6 @@ import sys
 import threading
 import time
 
-import numpy as np
 
 from ds2_jax import errors
 
@@ -220,12 +219,6 @@ class WorkdirLock:
                 log.warning("could not remove %s (%s); the next run will take it over", self.path, e)
 
 
-def tree_bytes(tree) -> int:
-    import jax
-
-    return sum(int(np.prod(x.shape)) * x.dtype.itemsize for x in jax.tree_util.tree_leaves(tree) if hasattr(x, "shape"))
-
-
 def check_workdir(workdir: str, checkpoint_bytes: int) -> None:
     """Fails before training if workdir can't be written or can't hold two more checkpoints."""
     try:
@@ -245,48 +238,6 @@ def check_workdir(workdir: str, checkpoint_bytes: int) -> None:
             f"{checkpoint_bytes / 2**20:.0f} MiB (and one more while the next is written); free disk space "
             "or choose another --workdir"
         )
-
-
-def host_memory_bytes() -> int | None:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return None
-
-
-def available_host_memory() -> int | None:
-    """Bytes the host can still give (MemAvailable: free plus reclaimable cache), else its total."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return host_memory_bytes()
-
-
-def check_host_memory(config, local_batch: int, shapes: list[tuple[int, int]], batches_in_flight: int,
-                      memory_bytes: int | None = None) -> None:
-    """Before anything is allocated: a MemoryError naming per_device_batch_size (and about the
-    largest that fits) when the host copies of the batches in flight (staged, in the workers'
-    buffers) exceed this machine's memory; numpy would fail at the first step otherwise."""
-    memory = memory_bytes or host_memory_bytes()
-    if not memory:
-        return
-    samples, label_len = max(shapes)
-    row = samples * 2 + label_len * 4 + 12  # int16 audio, int32 labels; lengths and weight
-    need = local_batch * row * batches_in_flight
-    if need <= memory:
-        return
-    devices = max(local_batch // config.per_device_batch_size, 1)
-    fits = memory // (row * batches_in_flight * devices)
-    raise MemoryError(
-        f"per_device_batch_size={config.per_device_batch_size} is too large for this machine: the "
-        f"{batches_in_flight} batches in flight on the host ({local_batch} rows of {samples} samples each) need "
-        f"{need / 2**30:,.1f} GiB of memory, it has {memory / 2**30:,.1f} GiB. The largest that fits the host is "
-        f"about per_device_batch_size={fits} (the devices may hold fewer)"
-    )
 
 
 def parse_steps(spec: str) -> tuple[int, ...]:

@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from ds2_jax import (checkpoint, ctc, determinism, device_memory, errors, eval_step, evaluation, faults, features,
+from ds2_jax import (checkpoint, ctc, determinism, errors, eval_step, evaluation, faults, features, memory,
                      model, parallel, reporting, resilience, settings, workdir_config)
 from ds2_jax.data import loader
 from ds2_jax.data.source import make_source
@@ -228,30 +228,30 @@ def _train(config: settings.Settings, workdir: str, mgr) -> TrainState:
     return final
 
 
-def _check_device_memory(config: settings.Settings, par, state, source, kw: dict) -> device_memory.Estimate:
-    """Refuses a batch whose step cannot fit the device, before anything compiles (device_memory);
+def _check_device_memory(config: settings.Settings, par, state, source, kw: dict) -> memory.Estimate:
+    """Refuses a batch whose step cannot fit the device, before anything compiles (memory.py);
     returns the estimate."""
     loss_kwargs = {k: v for k, v in kw.items() if k != "learning_rate_fn"}
-    est = device_memory.estimate(loss_function, state, config.per_device_batch_size, source.shapes(), loss_kwargs,
+    est = memory.estimate(loss_function, state, config.per_device_batch_size, source.shapes(), loss_kwargs,
                                  staged_batches=config.prefetch_batches + 1)
-    log.info("%s", device_memory.check(est, config.per_device_batch_size, device_memory.device_limit(par.devices[0])))
+    log.info("%s", memory.check(est, config.per_device_batch_size, memory.device_limit(par.devices[0])))
     return est
 
 
 def _check_host_step_memory(config: settings.Settings, par, p_train, est, state, rng, source) -> Callable:
     """CPU, one process: compiles the step for the longest batch shape and refuses the batch when XLA's
-    buffers and the convolution patches exceed the host's available memory (device_memory), before
+    buffers and the convolution patches exceed the host's available memory (memory.py), before
     the first step allocates them. Returns the step, calling that executable for batches of its
     shape (no second compile); the step as it was where XLA gives no memory analysis."""
     samples, label_len = max(source.shapes())
     rows = config.per_device_batch_size
-    spec = par.abstract_batch(device_memory.batch_spec(rows * len(par.devices), samples, label_len))
+    spec = par.abstract_batch(memory.batch_spec(rows * len(par.devices), samples, label_len))
     log.info("compiling the train step for the longest batch shape (%d samples) to check its memory", samples)
     compiled = p_train.lower(state, spec, rng).compile()
-    need = device_memory.compiled_need(compiled, len(par.devices))
+    need = memory.compiled_need(compiled, len(par.devices))
     if need is None:
         return p_train
-    log.info("%s", device_memory.check_compiled(need, est, rows, len(par.devices), resilience.available_host_memory()))
+    log.info("%s", memory.check_compiled(need, est, rows, len(par.devices), memory.available_host_memory()))
     shapes = {k: v.shape for k, v in spec.items()}
 
     def step(state, batch, rng):
@@ -278,7 +278,7 @@ def _devices_and_data(config: settings.Settings):
     log.info("compiled batch shapes (samples, labels): %s", source.shapes())
     if config.eval_every_steps and hasattr(source, "check_eval_split"):  # synthetic data has every split
         source.check_eval_split(config.dataset.eval_split)
-    resilience.check_host_memory(config, sharding.local_batch, source.shapes(), config.prefetch_batches + 1 +
+    memory.check_host_memory(config, sharding.local_batch, source.shapes(), config.prefetch_batches + 1 +
                                  loader.resolve_num_workers(config.dataset) * config.dataset.worker_buffer_size)
     return par, sharding, source
 
@@ -288,7 +288,7 @@ def _initial_or_restored(config: settings.Settings, workdir: str, mgr, source, i
     moves damaged newer ones aside)."""
     state = initial_state(config, source, init_rng)
     log.info("model parameters: %s", f"{model.count_params(state.params):,}")
-    resilience.check_workdir(workdir, resilience.tree_bytes(state))
+    resilience.check_workdir(workdir, memory.tree_bytes(state))
     if mgr.all_steps():  # before the restore: another model's checkpoints are not "damaged"
         workdir_config.refuse_fixed_changes(config, workdir)
     restored, _ = checkpoint.restore_latest(mgr, state, move_damaged=jax.process_index() == 0)

@@ -26,7 +26,7 @@ import jax
 import numpy as np
 import pytest
 
-from ds2_jax import checkpoint, errors, evaluation, metrics, resilience, train, workdir_config
+from ds2_jax import checkpoint, errors, evaluation, memory, metrics, resilience, train, workdir_config
 from ds2_jax import state as state_lib
 from ds2_jax.data.batch import Sharding
 from ds2_jax.data.source import make_source
@@ -707,14 +707,14 @@ def test_an_absurd_batch_is_refused_before_numpy_allocates_naming_per_device_bat
     with pytest.raises(MemoryError, match="per_device_batch_size=100000000 is too large"):  # --mode=eval too
         evaluation.evaluate_checkpoint(run_config(per_device_batch_size=100_000_000), copy_of(six_steps, tmp_path / "e"))
     # The largest it names fits; one more does not.
-    memory, shapes = 10 * 2**20, [(16000, 20)]
+    host_bytes, shapes = 10 * 2**20, [(16000, 20)]
     with pytest.raises(MemoryError) as err:
-        resilience.check_host_memory(types.SimpleNamespace(per_device_batch_size=100), 800, shapes, 3, memory)
+        memory.check_host_memory(types.SimpleNamespace(per_device_batch_size=100), 800, shapes, 3, host_bytes)
     fits = int(str(err.value).split("per_device_batch_size=")[-1].split()[0])
-    resilience.check_host_memory(types.SimpleNamespace(per_device_batch_size=fits), 8 * fits, shapes, 3, memory)
+    memory.check_host_memory(types.SimpleNamespace(per_device_batch_size=fits), 8 * fits, shapes, 3, host_bytes)
     with pytest.raises(MemoryError):
-        resilience.check_host_memory(types.SimpleNamespace(per_device_batch_size=fits + 1), 8 * (fits + 1), shapes, 3,
-                                     memory)
+        memory.check_host_memory(types.SimpleNamespace(per_device_batch_size=fits + 1), 8 * (fits + 1), shapes, 3,
+                                 host_bytes)
 
 
 class _FakeDevice:

@@ -1,4 +1,6 @@
-"""The train step's device memory, estimated from shapes before anything is compiled.
+"""Whether a run fits in memory, checked before it allocates: the train step's device memory,
+estimated from shapes before anything is compiled; on the CPU the compiled step's; on the host,
+the batches in flight (`check_host_memory`).
 
 A batch too large for the device used to show as minutes of silent compiling and autotuning
 before an allocation failed. This estimate traces the loss with `jax.eval_shape` (no compile,
@@ -20,11 +22,12 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import os
 import re
 
 import jax
+import numpy as np
 
-from ds2_jax import resilience
 from ds2_jax.data import batch as batch_format
 from ds2_jax.kernels import dispatch
 
@@ -65,7 +68,7 @@ def residual_bytes(loss_function, state, rows: int, samples: int, label_len: int
 
     with dispatch.unlogged():  # the 'auto' choice is logged once, by the compile
         residuals = jax.eval_shape(saved, state, batch_spec(rows, samples, label_len), jax.random.PRNGKey(0))
-    return resilience.tree_bytes(residuals)
+    return tree_bytes(residuals)
 
 
 def estimate(loss_function, state, rows: int, shapes: list[tuple[int, int]], loss_kwargs: dict,
@@ -76,9 +79,9 @@ def estimate(loss_function, state, rows: int, shapes: list[tuple[int, int]], los
     samples, label_len = max(shapes)
     at_rows, at_twice = (residual_bytes(loss_function, state, n, samples, label_len, loss_kwargs) for n in (rows, 2 * rows))
     residual_per_row = (at_twice - at_rows) // rows
-    batch_per_row = resilience.tree_bytes(batch_spec(1, samples, label_len))
+    batch_per_row = tree_bytes(batch_spec(1, samples, label_len))
     return Estimate(
-        fixed=resilience.tree_bytes(state) + resilience.tree_bytes(state.params) + at_rows - residual_per_row * rows,
+        fixed=tree_bytes(state) + tree_bytes(state.params) + at_rows - residual_per_row * rows,
         per_row=residual_per_row + staged_batches * batch_per_row,
     )
 
@@ -186,4 +189,54 @@ def check_compiled(need: CompiledNeed, est: Estimate, per_device_batch_size: int
         f"the CPU needs about {size(need.total)} ({size(need.xla)} of XLA's buffers, {size(need.convolution)} of "
         f"convolution patches, {devices} device(s)), the host has {size(available)} available; "
         f"{advice}; or lower dataset.max_duration_s"
+    )
+
+
+def tree_bytes(tree) -> int:
+    """Bytes of the arrays (or shape structs) in a pytree."""
+    return sum(int(np.prod(x.shape)) * x.dtype.itemsize for x in jax.tree_util.tree_leaves(tree) if hasattr(x, "shape"))
+
+
+# ----------------------------------------------------------------------------- the host
+
+def host_memory_bytes() -> int | None:
+    """The host's physical memory in bytes; None where the OS does not say."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def available_host_memory() -> int | None:
+    """Bytes the host can still give (MemAvailable: free plus reclaimable cache), else its total."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return host_memory_bytes()
+
+
+def check_host_memory(config, local_batch: int, shapes: list[tuple[int, int]], batches_in_flight: int,
+                      memory_bytes: int | None = None) -> None:
+    """Before anything is allocated: a MemoryError naming per_device_batch_size (and about the
+    largest that fits) when the host copies of the batches in flight (staged, in the workers'
+    buffers) exceed this machine's memory; numpy would fail at the first step otherwise."""
+    memory = memory_bytes or host_memory_bytes()
+    if not memory:
+        return
+    samples, label_len = max(shapes)
+    row = samples * 2 + label_len * 4 + 12  # int16 audio, int32 labels; lengths and weight
+    need = local_batch * row * batches_in_flight
+    if need <= memory:
+        return
+    devices = max(local_batch // config.per_device_batch_size, 1)
+    fits = memory // (row * batches_in_flight * devices)
+    raise MemoryError(
+        f"per_device_batch_size={config.per_device_batch_size} is too large for this machine: the "
+        f"{batches_in_flight} batches in flight on the host ({local_batch} rows of {samples} samples each) need "
+        f"{need / 2**30:,.1f} GiB of memory, it has {memory / 2**30:,.1f} GiB. The largest that fits the host is "
+        f"about per_device_batch_size={fits} (the devices may hold fewer)"
     )
