@@ -54,11 +54,13 @@ test-gpu:
 # The convergence check every kernel or precision change answers to (one GPU): the seed model on
 # the bundled corpus, its cosine decay fitted to the 600 steps, float32 scan_vjp (the reference),
 # bfloat16 scan_vjp and bfloat16 'auto', seeds 0-9, deterministic ops; the table and the goal in
-# $(CONVERGE_OUT)/NOTES.md. About 30 min on one H200 (a seed's three runs take ~3 min).
+# $(CONVERGE_OUT)/NOTES.md. CONVERGE_PROCESSES seeds train at once, sharing the GPU: about 6 min on
+# one H200 (one after another: 30 min).
 CONVERGE_OUT ?= .converge
 CONVERGE_SEEDS ?= 0,1,2,3,4,5,6,7,8,9
+CONVERGE_PROCESSES ?= 5
 converge-gpu:
-	$(GPU_PYTHON) -m benchmarks.precision --out=$(CONVERGE_OUT) --seeds=$(CONVERGE_SEEDS) \
+	$(GPU_PYTHON) -m benchmarks.precision --out=$(CONVERGE_OUT) --seeds=$(CONVERGE_SEEDS) --processes=$(CONVERGE_PROCESSES) \
 		--runs=float32:scan_vjp,bfloat16:scan_vjp,bfloat16:auto --steps=600 --evals=3 --config.deterministic=True
 
 # Mutation testing (tests/mutate.py): each listed wrong change must fail its tests.
