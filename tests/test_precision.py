@@ -86,24 +86,30 @@ def test_the_goal_is_the_mean_and_the_worst_seed_against_the_reference(cers, mee
     assert "| bfloat16:auto | 1 | 40 | 30.000 | 35.000 |" in md  # one row per (run, seed)
 
 
-@pytest.mark.slow
-def test_precision_command_trains_every_run_and_seed_and_draws_them(tmp_path):
-    """Two runs x two seeds (2 steps each) on the bundled corpus: within a seed the first losses
-    agree to bf16 rounding yet differ (the dtype was applied); across seeds they differ (the seed was)."""
-    from ds2_jax.datasets import build
-
-    data_dir = str(tmp_path / "tfds")
-    build.build(CORPUS, data_dir)  # prepared first, as a carried copy would be
-    out = tmp_path / "p"
+def _precision(out, data_dir: str, *flags: str) -> dict:
+    """precision.json of `python -m benchmarks.precision` with two tiny runs x two seeds, 2 steps each."""
     proc = subprocess.run(
         [sys.executable, "-m", "benchmarks.precision", f"--out={out}", "--config=configs/demo.py", "--steps=2",
          "--evals=1", "--log_every=1", f"--data_dir={data_dir}", "--config.num_devices=1", "--seeds=0,1",
          "--runs=float32:scan_vjp,bfloat16:scan_vjp", "--config.model.rnn_cell=simple",
          "--config.model.conv_channels=4", "--config.model.num_rnn_layers=1", "--config.model.rnn_size=16",
-         "--config.per_device_batch_size=4"],
+         "--config.per_device_batch_size=4", *flags],
         cwd=ROOT, capture_output=True, text=True, timeout=600, env=dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu"))
     assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads((out / "precision.json").read_text())
+    return json.loads((out / "precision.json").read_text())
+
+
+@pytest.mark.slow
+def test_precision_command_trains_every_run_and_seed_and_draws_them(tmp_path):
+    """Two runs x two seeds (2 steps each) on the bundled corpus: within a seed the first losses
+    agree to bf16 rounding yet differ (the dtype was applied); across seeds they differ (the seed was).
+    With --processes=2 each seed trains in its own process, to the same numbers (deterministic CPU ops)."""
+    from ds2_jax.datasets import build
+
+    data_dir = str(tmp_path / "tfds")
+    build.build(CORPUS, data_dir)  # prepared first, as a carried copy would be
+    out = tmp_path / "p"
+    result = _precision(out, data_dir)
     runs = result["runs"]
     assert [(r["seed"], r["dtype"], r["rnn_impl"]) for r in runs] == [
         (0, "float32", "scan_vjp"), (0, "bfloat16", "scan_vjp"), (1, "float32", "scan_vjp"), (1, "bfloat16", "scan_vjp")]
@@ -122,6 +128,15 @@ def test_precision_command_trains_every_run_and_seed_and_draws_them(tmp_path):
     notes = (out / "NOTES.md").read_text()
     assert "| float32:scan_vjp | 2 |" in notes and "| bfloat16:scan_vjp | 1 | 2 |" in notes
 
+    in_processes = _precision(tmp_path / "p2", data_dir, "--processes=2")
+    for seed in (0, 1):  # each seed in its own process and folder, with its log
+        assert (tmp_path / "p2" / f"seed{seed}" / f"bfloat16-scan_vjp-seed{seed}" / "metrics.jsonl").exists()
+        assert "steps" in (tmp_path / "p2" / f"seed{seed}.log").read_text()
+    key = lambda r: (r["seed"], r["dtype"], r["loss"], r["final_cer"])  # noqa: E731
+    assert [key(r) for r in in_processes["runs"]] == [key(r) for r in runs]
+    assert in_processes["meta"]["devices"] == result["meta"]["devices"] and in_processes["summary"][0]["seeds"] == 2
+    assert "--processes=2" in in_processes["meta"]["command"] and (tmp_path / "p2" / "NOTES.md").exists()
+
 
 def test_each_seed_process_gets_the_command_line_but_its_own_seed_and_folder():
     argv = ["precision.py", "--out=D", "--steps=6", "--seeds", "0,1,2", "--processes=3", "--config.seed=9",
@@ -129,33 +144,3 @@ def test_each_seed_process_gets_the_command_line_but_its_own_seed_and_folder():
     cmd = precision.seed_command(argv, 2, "D/seed2")
     assert cmd[:3] == [sys.executable, "-m", "benchmarks.precision"]
     assert cmd[3:] == ["--steps=6", "--config.seed=9", "--runs=float32:scan_vjp", "--seeds=2", "--out=D/seed2"]
-
-
-@pytest.mark.slow
-def test_seeds_in_processes_give_the_numbers_of_seeds_in_one(tmp_path):
-    """Two seeds in two processes at once, and the same two in this command's own process: the
-    merged results are the same runs with the same losses (deterministic CPU ops)."""
-    from ds2_jax.datasets import build
-
-    data_dir = str(tmp_path / "tfds")
-    build.build(CORPUS, data_dir)
-    common = ["--config=configs/demo.py", "--steps=2", "--evals=1", "--log_every=1", f"--data_dir={data_dir}",
-              "--config.num_devices=1", "--seeds=0,1", "--runs=float32:scan_vjp", "--config.model.rnn_cell=simple",
-              "--config.model.conv_channels=4", "--config.model.num_rnn_layers=1", "--config.model.rnn_size=16",
-              "--config.per_device_batch_size=4"]
-    results = {}
-    for processes in (1, 2):
-        out = tmp_path / f"p{processes}"
-        proc = subprocess.run([sys.executable, "-m", "benchmarks.precision", f"--out={out}", f"--processes={processes}",
-                               *common], cwd=ROOT, capture_output=True, text=True, timeout=600,
-                              env=dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu"))
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        results[processes] = json.loads((out / "precision.json").read_text())
-    for seed in (0, 1):  # each seed trained in its own process, in its own folder, with its log
-        assert (tmp_path / "p2" / f"seed{seed}" / f"float32-scan_vjp-seed{seed}" / "metrics.jsonl").exists()
-        assert "steps" in (tmp_path / "p2" / f"seed{seed}.log").read_text()
-    one, two = results[1]["runs"], results[2]["runs"]
-    assert [(r["seed"], r["loss"]) for r in one] == [(r["seed"], r["loss"]) for r in two]
-    assert one[0]["loss"] != one[1]["loss"]  # the seeds differ
-    assert results[2]["meta"]["devices"] == results[1]["meta"]["devices"] and results[2]["summary"][0]["seeds"] == 2
-    assert "--processes=2" in results[2]["meta"]["command"] and (tmp_path / "p2" / "NOTES.md").exists()
