@@ -186,7 +186,7 @@ def _train(config: settings.Settings, workdir: str, mgr) -> TrainState:
     p_train, p_eval = par.compile(train_step, kw), eval_step.compile_eval_step(par, kw)  # eval: the placed state, as is
     state, step_rng = par.put_replicated(state), par.put_replicated(step_rng)
     on_one_cpu_host = par.devices[0].platform == "cpu" and jax.process_count() == 1
-    if on_one_cpu_host and par.kind != "eager" and hasattr(p_train, "lower"):  # (a step jax cannot lower: the estimate alone)
+    if on_one_cpu_host and par.kind != "eager" and hasattr(p_train, "lower"):  # else: the estimate alone
         p_train = _check_host_step_memory(config, par, p_train, est, state, step_rng, source)
     host_batches = loader.train_batches(config, sharding, source, start, config.num_train_steps)
     batches = par.put_batches(host_batches, config.prefetch_batches)
@@ -233,7 +233,7 @@ def _check_device_memory(config: settings.Settings, par, state, source, kw: dict
     returns the estimate."""
     loss_kwargs = {k: v for k, v in kw.items() if k != "learning_rate_fn"}
     est = memory.estimate(loss_function, state, config.per_device_batch_size, source.shapes(), loss_kwargs,
-                                 staged_batches=config.prefetch_batches + 1)
+                          staged_batches=config.prefetch_batches + 1)
     log.info("%s", memory.check(est, config.per_device_batch_size, memory.device_limit(par.devices[0])))
     return est
 
@@ -279,7 +279,7 @@ def _devices_and_data(config: settings.Settings):
     if config.eval_every_steps and hasattr(source, "check_eval_split"):  # synthetic data has every split
         source.check_eval_split(config.dataset.eval_split)
     memory.check_host_memory(config, sharding.local_batch, source.shapes(), config.prefetch_batches + 1 +
-                                 loader.resolve_num_workers(config.dataset) * config.dataset.worker_buffer_size)
+                             loader.resolve_num_workers(config.dataset) * config.dataset.worker_buffer_size)
     return par, sharding, source
 
 
