@@ -275,11 +275,15 @@ class Optimizer:
     warmup_steps: int = 0  # Linear warm-up from 0.
     schedule: str = "constant"  # After warm-up: 'constant', 'cosine' or 'exponential'.
     decay_rate: float = 0.83  # 'exponential': factor per decay_steps.
-    decay_steps: int = 10_000  # 'cosine': steps after warm-up to reach 0; 'exponential': steps per decay_rate.
+    decay_steps: int = 10_000  # 'cosine': steps after warm-up to reach 0 (0: to num_train_steps); 'exponential': steps per decay_rate.
     max_consecutive_skips: int = 20  # Non-finite steps in a row before stopping.
 
     def __post_init__(self):
         _one_of("optimizer.schedule", self.schedule, SCHEDULES)
+        _at_least("optimizer.", self, 0, "decay_steps")
+        if self.decay_steps == 0 and self.schedule == "exponential":
+            raise ValueError("optimizer.decay_steps=0 with optimizer.schedule='exponential': 0 (decay to the last "
+                             "step) is for 'cosine'; give the steps per optimizer.decay_rate")
         if self.learning_rate <= 0:
             raise ValueError(f"optimizer.learning_rate={self.learning_rate}: must be > 0")
         _at_least("optimizer.", self, 1, "max_consecutive_skips")

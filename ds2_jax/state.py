@@ -6,6 +6,7 @@ What the training loop (train.py), evaluation and transcription share, below the
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from typing import Any
@@ -28,6 +29,15 @@ class TrainState(train_state.TrainState):
     feature_std: jax.Array | None = None
     skipped_steps: jax.Array | None = None  # non-finite steps skipped in total
     consecutive_skips: jax.Array | None = None
+
+
+def run_optimizer(config: settings.Settings) -> settings.Optimizer:
+    """config.optimizer as the run uses it: a cosine decay_steps of 0 written out as the steps from
+    the warm-up's end to num_train_steps (so raising num_train_steps stretches the decay)."""
+    opt = config.optimizer
+    if opt.schedule == "cosine" and opt.decay_steps == 0:
+        return dataclasses.replace(opt, decay_steps=max(config.num_train_steps - opt.warmup_steps, 1))
+    return opt
 
 
 def learning_rate_schedule(opt: settings.Optimizer) -> optax.Schedule:
@@ -74,7 +84,8 @@ def idle_steps_warning(opt: settings.Optimizer, start: int, stop: int) -> str | 
     return (f"steps {first}-{stop} will train at under {IDLE_FRACTION:.0%} of optimizer.learning_rate (0 from step "
             f"{end}): optimizer.schedule='cosine' ends at step {end} (optimizer.warmup_steps={opt.warmup_steps} + "
             f"optimizer.decay_steps={opt.decay_steps}). To train further, stretch the schedule: "
-            f"--config.optimizer.decay_steps={stretched} or more (the rate rises again from this step on), or use "
+            f"--config.optimizer.decay_steps={stretched} or more, or 0 to decay to num_train_steps (the rate rises "
+            "again from this step on), or use "
             "--config.optimizer.schedule=constant")
 
 
@@ -98,7 +109,7 @@ def create_state(config: settings.Settings, rng: jax.Array, feature_mean: np.nda
     return TrainState.create(
         apply_fn=net.apply,
         params=variables["params"],
-        tx=make_optimizer(config.optimizer),
+        tx=make_optimizer(run_optimizer(config)),
         batch_stats=variables["batch_stats"],
         feature_mean=jnp.asarray(feature_mean, jnp.float32),
         feature_std=jnp.asarray(feature_std, jnp.float32),
@@ -120,7 +131,7 @@ def step_kwargs(config: settings.Settings) -> dict:
         augment=config.features.augment,
         norm_by_times=config.loss.norm_by_times,
         ctc_impl=config.loss.ctc_impl,  # 'auto': rnn.dispatch.ctc_impl, where the loss runs
-        learning_rate_fn=learning_rate_schedule(config.optimizer),
+        learning_rate_fn=learning_rate_schedule(run_optimizer(config)),
         nan_steps=resilience.parse_steps(config.faults.nan_at_steps),
     )
 

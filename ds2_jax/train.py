@@ -29,7 +29,7 @@ from ds2_jax import (checkpoint, ctc, determinism, errors, eval_step, evaluation
 from ds2_jax.data import loader
 from ds2_jax.data.source import make_source
 from ds2_jax.batch_axis import psum
-from ds2_jax.state import TrainState, idle_steps_warning, initial_state, step_kwargs
+from ds2_jax.state import TrainState, idle_steps_warning, initial_state, run_optimizer, step_kwargs
 
 log = logging.getLogger("ds2_jax")
 AXIS = parallel.AXIS
@@ -300,7 +300,7 @@ def _initial_or_restored(config: settings.Settings, workdir: str, mgr, source, i
 def _resume_notes(config: settings.Settings, workdir: str, start: int) -> list[tuple[str, object, object]]:
     """Warns when steps [start, num_train_steps) outrun the schedule; records (process 0) and
     returns the settings a resume changes (workdir_config.record_resume_changes)."""
-    idle = idle_steps_warning(config.optimizer, start, config.num_train_steps)
+    idle = idle_steps_warning(run_optimizer(config), start, config.num_train_steps)
     if idle:
         log.warning("%s", idle)
     # After the restore: a config its checkpoints don't fit never replaces the one they do;

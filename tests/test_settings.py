@@ -172,6 +172,8 @@ BOUNDARIES = [
     ("optimizer.learning_rate", 0.0, False, {}),
     ("optimizer.learning_rate", TINY, True, {}),
     *_at_least("optimizer.max_consecutive_skips", 1),
+    *_at_least("optimizer.decay_steps", 0),  # 0 = to the last step (for 'cosine')
+    *[(k, v, ok, {"optimizer.schedule": "exponential"}) for k, v, ok, _ in _at_least("optimizer.decay_steps", 1)],
     *_at_least("eval.max_utterances", 0),
     *_at_least("eval.num_examples_to_print", 0),
     *_at_least("decoding.beam_width", 0),  # 0 = greedy only
@@ -343,3 +345,21 @@ def test_unpickling_settings_imports_no_jax():
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     out = subprocess.run([sys.executable, "-c", code], cwd=root, input=blob, capture_output=True, check=True)
     assert out.stdout.decode().strip() == "[]"
+
+
+def test_a_cosine_decay_of_0_steps_ends_at_the_last_step_whatever_num_train_steps_is():
+    from ds2_jax import state
+
+    cosine = {"optimizer.schedule": "cosine", "optimizer.decay_steps": 0, "optimizer.warmup_steps": 20}
+    for steps in (500, 800):  # raising num_train_steps (a resume) stretches it
+        built = settings.override(settings.Settings(), {**cosine, "num_train_steps": steps})
+        assert built.optimizer.decay_steps == 0  # the setting as given (config.json too)
+        opt = state.run_optimizer(built)
+        assert opt.decay_steps == steps - 20 and opt == dataclasses.replace(built.optimizer, decay_steps=steps - 20)
+        lr = state.learning_rate_schedule(opt)
+        assert float(lr(steps)) == 0.0 and float(lr(steps - 5)) > 0.0
+        assert state.idle_steps_warning(opt, 0, steps) is None
+    given = settings.override(settings.Settings(), {**cosine, "optimizer.decay_steps": 100})
+    assert state.run_optimizer(given) == given.optimizer  # a given length stays
+    constant = settings.override(settings.Settings(), {"optimizer.decay_steps": 0})
+    assert state.run_optimizer(constant) == constant.optimizer
