@@ -114,6 +114,13 @@ NOT_TRAINING = ("faults.", "eval.", "decoding.", "num_train_steps", "log_every_s
 CHANGES_FILE = "config_changes.jsonl"  # {"step", "time", "changes": {key: [before, after]}} per resume that changed any
 
 
+def _not_training(config: settings.Settings) -> tuple[str, ...]:
+    """NOT_TRAINING, less num_train_steps where it sets the learning rate (a cosine decay_steps of 0)."""
+    if config.optimizer.schedule == "cosine" and config.optimizer.decay_steps == 0:
+        return tuple(k for k in NOT_TRAINING if k != "num_train_steps")
+    return NOT_TRAINING
+
+
 def refuse_fixed_changes(config: settings.Settings, workdir: str) -> None:
     """Before a restore: a ValueError naming every FIXED_ON_RESUME setting `config` changes
     from the workdir's config.json (such a checkpoint would not restore: not 'damaged')."""
@@ -149,7 +156,7 @@ def record_resume_changes(config: settings.Settings, workdir: str, step: int) ->
     current = flat(settings.to_dict(load_config(workdir)))
     for r in kept:
         current.update({k: after for k, (_, after) in r["changes"].items()})
-    diff = [d for d in _differences(current, flat(settings.to_dict(config))) if not d[0].startswith(NOT_TRAINING)]
+    diff = [d for d in _differences(current, flat(settings.to_dict(config))) if not d[0].startswith(_not_training(config))]
     if diff:
         log.warning("settings changed at step %d (resuming %s): %s; recorded in %s (config.json keeps the settings "
                     "the run started with)", step, workdir, _shown(diff), path)

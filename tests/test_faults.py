@@ -619,6 +619,17 @@ def test_a_resume_with_changed_settings_logs_and_records_them_keeping_config_jso
     assert [r["step"] for r in metrics.read_jsonl(os.path.join(w, workdir_config.CHANGES_FILE))] == [6, 9]
 
 
+def test_a_resume_that_stretches_a_cosine_decay_to_the_last_step_records_num_train_steps(tmp_path):
+    """With optimizer.decay_steps=0 the steps set the learning rate: raising them is a change of
+    what is trained; under any other schedule it is not."""
+    for schedule, decay_steps, recorded in (("cosine", 0, True), ("cosine", 6, False), ("constant", 0, False)):
+        w = str(tmp_path / f"{schedule}-{decay_steps}")
+        opt = {"optimizer.schedule": schedule, "optimizer.decay_steps": decay_steps}
+        workdir_config.record_resume_changes(tiny_settings(**opt, num_train_steps=6), w, 0)
+        diff = workdir_config.record_resume_changes(tiny_settings(**opt, num_train_steps=9), w, 6)
+        assert (diff == [("num_train_steps", 6, 9)]) is recorded and (diff == []) is not recorded, (schedule, diff)
+
+
 def test_disk_full_during_an_asynchronous_save_names_that_step_in_one_line(tmpfs, capfd):
     """Saves are asynchronous: checkpoint N's failure surfaces while N+1 is saved. The error
     names N (the step that is missing afterwards), and orbax's background threads' tracebacks
