@@ -99,7 +99,7 @@ def on_bundled_corpus(config, steps: int, evals: int, log_every: int, data_dir: 
     config.eval.split = ""
     config.eval.max_utterances = 0  # the whole held-out split
     if config.optimizer.schedule == "cosine":  # the seed's decay, to 0 at this run's last step
-        config.optimizer.decay_steps = steps - config.optimizer.warmup_steps
+        config.optimizer.decay_steps = 0
     return config
 
 

@@ -13,23 +13,29 @@ from configs import demo, ds2_8gpu
 from tests.helpers import CORPUS, ROOT
 
 
+def _decay_steps(config) -> int:
+    """The decay steps the run trains with (a cosine decay_steps of 0: to the last step)."""
+    from ds2_jax import settings, state
+
+    return state.run_optimizer(settings.from_config_dict(config)).decay_steps
+
+
 def test_the_seed_model_trains_on_the_bundled_corpus():
     config = precision.on_bundled_corpus(ds2_8gpu.get_config(), steps=600, evals=6, log_every=10, data_dir="D")
     seed, bundled = ds2_8gpu.get_config(), demo.get_config().dataset
-    assert config.model == seed.model  # the seed's model, untouched
-    # the seed's optimizer, its cosine decay ending at the run's last step (written out)
-    assert seed.optimizer.schedule == "cosine" and config.optimizer.decay_steps == 600
-    assert config.optimizer.to_dict() == dict(seed.optimizer.to_dict(), decay_steps=600)
+    assert config.model == seed.model and config.optimizer == seed.optimizer  # the seed's model and optimizer
+    assert seed.optimizer.schedule == "cosine" and _decay_steps(config) == 600  # its decay ends at the run's end
     assert config.dataset.manual_dir == bundled.manual_dir and config.dataset.data_dir == "D"
     assert (config.dataset.min_duration_s, config.dataset.max_duration_s) == (bundled.min_duration_s, bundled.max_duration_s)
     assert (config.num_train_steps, config.eval_every_steps, config.log_every_steps) == (600, 100, 10)
     assert config.eval.max_utterances == 0
-    assert seed.dataset.min_duration_s == 6.0 and seed.optimizer.decay_steps == 0  # the argument is not changed
+    assert seed.dataset.min_duration_s == 6.0  # the argument is not changed
     assert precision.on_bundled_corpus(ds2_8gpu.get_config(), 8, 2, 10).dataset.data_dir == bundled.data_dir
-    seed.optimizer.warmup_steps = 50  # the decay starts after the warm-up
-    assert precision.on_bundled_corpus(seed, 600, 3, 10).optimizer.decay_steps == 550
-    seed.optimizer.schedule = "constant"  # another schedule is left as it is
-    assert precision.on_bundled_corpus(seed, 600, 3, 10).optimizer.decay_steps == seed.optimizer.decay_steps
+    seed.optimizer.warmup_steps, seed.optimizer.decay_steps = 50, 10_000  # a given decay is fitted too,
+    assert _decay_steps(precision.on_bundled_corpus(seed, 600, 3, 10)) == 550  # after the warm-up
+    assert _decay_steps(precision.on_bundled_corpus(seed, 2, 1, 1)) == 1  # (a warm-up longer than the run)
+    seed.optimizer.schedule = "exponential"  # another schedule is left as it is
+    assert _decay_steps(precision.on_bundled_corpus(seed, 600, 3, 10)) == 10_000
     with pytest.raises(ValueError, match="multiple of --evals"):
         precision.on_bundled_corpus(ds2_8gpu.get_config(), steps=10, evals=3, log_every=1)
 
