@@ -190,7 +190,7 @@ MUTATIONS = [
     Mutation("converge_decay_not_fitted", "benchmarks/precision.py",
              "        config.optimizer.decay_steps = 0\n", "        pass\n",
              ("tests/test_precision.py::test_the_seed_model_trains_on_the_bundled_corpus",),
-             "the convergence check keeps the seed's 50,000-step decay (a constant rate over 600 steps)"),
+             "the convergence check keeps a given decay length (10,000 steps: a near-constant rate over 600)"),
     Mutation("cosine_to_the_end_ignored", "ds2_jax/state.py",
              "        return dataclasses.replace(opt, decay_steps=max(config.num_train_steps - opt.warmup_steps, 1))\n",
              "        return opt\n",
