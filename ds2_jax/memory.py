@@ -228,7 +228,7 @@ def check_host_memory(config, local_batch: int, shapes: list[tuple[int, int]], b
     if not memory:
         return
     samples, label_len = max(shapes)
-    row = samples * 2 + label_len * 4 + 12  # int16 audio, int32 labels; lengths and weight
+    row = tree_bytes(batch_spec(1, samples, label_len))  # the padded batch format's bytes per row
     need = local_batch * row * batches_in_flight
     if need <= memory:
         return
