@@ -228,6 +228,16 @@ def seed_command(argv: list[str], seed: int, out: str) -> list[str]:
     return [sys.executable, "-m", "benchmarks.precision", *args, f"--seeds={seed}", f"--out={out}"]
 
 
+def prepare_corpus(dataset) -> None:
+    """Builds the corpus once before seeds train at once: each would otherwise build it into
+    the same fresh data_dir and all but one fail ("Cannot rename ... already exists").
+    A process of its own: the build command starts no jax, so the device stays the seeds'."""
+    cmd = [sys.executable, "-m", "ds2_jax.datasets.build", f"--manual_dir={dataset.manual_dir}",
+           f"--data_dir={dataset.data_dir}"]
+    print("preparing the corpus once: " + " ".join(cmd[1:]), flush=True)
+    subprocess.run(cmd, check=True)
+
+
 def in_processes(argv: list[str], seeds: list[int], processes: int, out: str) -> list[dict]:
     """Every seed's results, `processes` seeds at a time in processes sharing the device."""
     env = dict(os.environ)
@@ -270,6 +280,7 @@ def main(argv) -> None:
     os.makedirs(FLAGS.out, exist_ok=True)
     meta = describe(config, seeds)
     if FLAGS.processes > 1 and len(seeds) > 1:  # (this process never starts jax: the device is the seeds')
+        prepare_corpus(config.dataset)
         results = in_processes(sys.argv, seeds, FLAGS.processes, FLAGS.out)
         meta["devices"] = json.load(open(os.path.join(FLAGS.out, f"seed{seeds[0]}", "precision.json")))["meta"]["devices"]
     else:

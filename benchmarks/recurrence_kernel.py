@@ -21,6 +21,7 @@ from absl import flags
 
 from benchmarks import micro, timing
 from ds2_jax.kernels import mosaic_rnn, triton_rnn
+from ds2_jax.rnn import recurrence
 from ds2_jax.rnn.reference import scan_vjp_recurrence
 
 _OUT = flags.DEFINE_string("out", None, "Output directory.", required=True)
@@ -45,8 +46,9 @@ def main(argv):
         options = triton_rnn.KernelOptions(cols=cols, num_warps=warps)
         impls[f"pallas cols {cols} warps {warps}"] = (
             lambda o: lambda x, r: triton_rnn.persistent_simple_rnn(x, r, o))(options)
-    if _MOSAIC.value and mosaic_rnn.supported():
-        impls["mosaic (cluster pairs)"] = mosaic_rnn.mosaic_simple_rnn
+    if _MOSAIC.value and mosaic_rnn.supported():  # as the model runs it: rows in chunks the kernel takes
+        chunks, rows = mosaic_rnn.row_chunks(b, h)
+        impls[f"mosaic ({chunks} x {rows} rows)"] = lambda x, r: recurrence.mosaic_recurrence(x, r, "simple")
     # Float32 truth: scan_vjp on the same (rounded) inputs at full matmul precision.
     with jax.default_matmul_precision("highest"):
         truth_fwd, truth_grad = micro.layer_fns(impls["scan_vjp unroll 8"])

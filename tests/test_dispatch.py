@@ -1,4 +1,4 @@
-"""rnn.dispatch: the one place 'auto' is decided, for the recurrence and the CTC loss.
+"""kernels.dispatch: the one place 'auto' is decided, for the recurrence and the CTC loss.
 
 The policies are pure functions of the problem and the machine, so the GPU decisions are
 checked here on the CPU. The expected answers are the decisions of the code before the
@@ -30,8 +30,12 @@ DECISIONS = [
     ("auto", "simple", 16, BF16, 2048, 2, H200, "mosaic"),  # the seed layer on Hopper
     ("auto", "simple", 3, BF16, 2048, 2, H200, "mosaic"),  # padded to the kernel's batch
     ("auto", "simple", 16, BF16, 2048, 1, H200, "mosaic"),
-    ("auto", "simple", 17, BF16, 2048, 2, H200, "scan_vjp"),  # above one kernel batch of rows
-    ("auto", "simple", 32, BF16, 2048, 2, H200, "scan_vjp"),
+    ("auto", "simple", 17, BF16, 2048, 2, H200, "mosaic"),  # padded to 32, one call
+    ("auto", "simple", 32, BF16, 2048, 2, H200, "mosaic"),
+    ("auto", "simple", 64, BF16, 2048, 2, H200, "mosaic"),  # 2 calls of 32 rows, one after another
+    ("auto", "simple", 65, BF16, 2048, 2, H200, "scan_vjp"),  # 3 calls: more than MOSAIC_MAX_CHUNKS
+    ("auto", "simple", 256, BF16, 256, 2, H200, "mosaic"),  # one call: 256 rows fit beside a small W
+    ("auto", "simple", 16, BF16, 4096, 1, H200, "scan_vjp"),  # half of W alone exceeds shared memory
     ("auto", "simple", 16, F32, 256, 2, H200, "pallas"),  # Mosaic: bfloat16 only
     ("auto", "simple", 16, BF16, 96, 2, H200, "pallas"),  # Mosaic: hidden a multiple of 128
     ("auto", "simple", 16, F32, 2048, 2, H200, "scan_vjp"),  # the Triton kernel's shared memory would not fit
@@ -61,15 +65,16 @@ def test_explicit_pallas_that_does_not_fit_is_an_error_naming_the_way_out():
 
 
 @pytest.mark.parametrize("dtype", [BF16, F32])
-@pytest.mark.parametrize("hidden", [96, 128, 256, 1000, 2048])
+@pytest.mark.parametrize("hidden", [96, 128, 256, 1000, 2048, 4096])
 @pytest.mark.parametrize("directions", [1, 2])
 def test_mosaic_fit_is_the_kernels_own(dtype, hidden, directions):
     """The policy's copy of the Mosaic kernels' limits says what mosaic_rnn.unsupported says
     (off Hopper unsupported skips the SM count; so does a machine whose count is unknown)."""
     hopper = dispatch.Machine("gpu", "9.0", None)
-    runs = mosaic_rnn.unsupported(dtype, mosaic_rnn.BATCH, directions, hidden) is None
-    assert dispatch.mosaic_runs(mosaic_rnn.BATCH, dtype, hidden, directions, hopper) == runs
-    assert not dispatch.mosaic_runs(mosaic_rnn.BATCH, dtype, hidden, directions, A100)
+    for rows in (16, 32):
+        runs = mosaic_rnn.unsupported(dtype, rows, directions, hidden) is None
+        assert dispatch.mosaic_runs(rows, dtype, hidden, directions, hopper) == runs, rows
+        assert not dispatch.mosaic_runs(rows, dtype, hidden, directions, A100)
 
 
 def test_ctc_policy():

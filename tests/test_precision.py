@@ -102,6 +102,7 @@ def _precision(out, data_dir: str, *flags: str) -> dict:
          "--config.per_device_batch_size=4", *flags],
         cwd=ROOT, capture_output=True, text=True, timeout=600, env=dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu"))
     assert proc.returncode == 0, proc.stderr[-3000:]
+    (out / "stdout.txt").write_text(proc.stdout)
     return json.loads((out / "precision.json").read_text())
 
 
@@ -134,7 +135,9 @@ def test_precision_command_trains_every_run_and_seed_and_draws_them(tmp_path):
     notes = (out / "NOTES.md").read_text()
     assert "| float32:scan_vjp | 2 |" in notes and "| bfloat16:scan_vjp | 1 | 2 |" in notes
 
-    in_processes = _precision(tmp_path / "p2", data_dir, "--processes=2")
+    # Into a fresh data_dir: the corpus is built once before the seeds start, not by each at once.
+    in_processes = _precision(tmp_path / "p2", str(tmp_path / "fresh-tfds"), "--processes=2")
+    assert "preparing the corpus once" in (tmp_path / "p2" / "stdout.txt").read_text()
     for seed in (0, 1):  # each seed in its own process and folder, with its log
         assert (tmp_path / "p2" / f"seed{seed}" / f"bfloat16-scan_vjp-seed{seed}" / "metrics.jsonl").exists()
         assert "steps" in (tmp_path / "p2" / f"seed{seed}.log").read_text()

@@ -137,18 +137,38 @@ def test_mosaic_kernels_lower_for_cuda():
 
 
 def test_mosaic_rejects_what_it_cannot_run():
-    with pytest.raises(ValueError, match="batch 16"):
+    with pytest.raises(ValueError, match="multiple of 16.*got batch 8"):
         mosaic_rnn.check_shapes(jnp.zeros((8, 3, 1, 128), jnp.bfloat16), jnp.zeros((2, 128, 128)))
+    with pytest.raises(ValueError, match="at most 32 at hidden 2048.*got batch 48"):
+        mosaic_rnn.check_shapes(jnp.zeros((48, 3, 1, 2048), jnp.bfloat16), jnp.zeros((2, 2048, 2048)))
     with pytest.raises(ValueError, match="bfloat16"):
         mosaic_rnn.check_shapes(jnp.zeros((16, 3, 1, 128), jnp.float32), jnp.zeros((2, 128, 128)))
 
 
-@pytest.mark.parametrize("t, h", [(7, 256), (267, 2048)])
-def test_mosaic_kernel_matches_float32(t, h):
+@pytest.mark.parametrize("hidden", [128, 1024, 2048, 4096])
+def test_mosaic_rows_are_what_shared_memory_holds(hidden):
+    """The most rows one call takes is the largest multiple of 16 whose scratch fits the
+    H100/H200's 227 KB beside the weights; a batch is split into the fewest such calls, evenly."""
+    limit = common.SHARED_MEMORY_BYTES[common.HOPPER]
+    rows = mosaic_rnn.max_rows(hidden)
+    assert rows % mosaic_rnn.ROW_MULTIPLE == 0 and rows <= mosaic_rnn.MAX_ROWS
+    assert mosaic_rnn.shared_memory_bytes(rows, hidden) <= limit if rows else True
+    assert rows == mosaic_rnn.MAX_ROWS or mosaic_rnn.shared_memory_bytes(rows + 16, hidden) > limit
+    for batch in [1, 16, 17, 33, 64, 100, 600]:
+        chunks, each = mosaic_rnn.row_chunks(batch, hidden)
+        assert chunks * each >= batch and (chunks - 1) * each < batch  # covers the batch, no empty chunk
+        assert each % 16 == 0 and (each <= rows or rows == 0)
+        assert chunks == -(-batch // max(rows, 16))  # the fewest calls
+    assert mosaic_rnn.max_rows(2048) == 32 and mosaic_rnn.row_chunks(64, 2048) == (2, 32)
+    assert mosaic_rnn.row_chunks(40, 2048) == (2, 32)  # 20 rows each, padded to 32
+
+
+@pytest.mark.parametrize("t, h, b", [(7, 256, 16), (267, 2048, 16), (7, 256, 48), (267, 2048, 32)])
+def test_mosaic_kernel_matches_float32(t, h, b):
     """Outputs and gradients of the Mosaic GPU kernels at least as close to float32 as scan_vjp in bfloat16."""
     if not mosaic_rnn.supported():
         pytest.skip("the Mosaic GPU kernels run on Hopper GPUs")
-    xs, w, dys = problem(jnp.bfloat16, t=t, b=16, h=h, shared=True)
+    xs, w, dys = problem(jnp.bfloat16, t=t, b=b, h=h, shared=True)
     assert_as_close_to_float32_as_scan_vjp(lambda xs, w, cell: mosaic_rnn.mosaic_simple_rnn(xs, w), xs, w, dys)
     # A race in its grid barrier would show as calls that disagree: later calls must agree bit for bit.
     first, *again = [np.asarray(mosaic_rnn.mosaic_simple_rnn(xs, w), np.float32) for _ in range(3)]
@@ -156,12 +176,13 @@ def test_mosaic_kernel_matches_float32(t, h):
         np.testing.assert_array_equal(ys, first)
 
 
-@pytest.mark.parametrize("b", [5, 20])
-def test_mosaic_impl_pads_and_chunks_the_batch(b):
-    """rnn_impl='mosaic' runs any batch (padded to chunks of 16) and matches the scan in bfloat16."""
+@pytest.mark.parametrize("b, h", [(5, 128), (20, 128), (40, 2048), (64, 2048)])
+def test_mosaic_impl_pads_and_chunks_the_batch(b, h):
+    """rnn_impl='mosaic' runs any batch (padded to multiples of 16, in chunks that fit shared
+    memory: 2 x 32 rows at hidden 2048) and matches the scan in bfloat16."""
     if not mosaic_rnn.supported():
         pytest.skip("the Mosaic GPU kernels run on Hopper GPUs")
-    assert_matches_scan("mosaic", jnp.bfloat16, 2e-2, *problem(jnp.bfloat16, t=11, b=b, h=128, shared=True))
+    assert_matches_scan("mosaic", jnp.bfloat16, 2e-2, *problem(jnp.bfloat16, t=11, b=b, h=h, shared=True))
 
 
 def test_mosaic_impl_refuses_other_gpus():

@@ -31,6 +31,8 @@ from ds2_jax import settings
 from ds2_jax.kernels import common, mosaic_rnn, triton_rnn
 
 
+# Row chunks (kernel calls one after another) up to which 'auto' takes the Mosaic kernels.
+MOSAIC_MAX_CHUNKS = 2
 _LOGGED: set = set()
 _QUIET: list = []  # non-empty inside unlogged()
 
@@ -50,12 +52,15 @@ def this_machine() -> Machine:
 
 
 def mosaic_runs(rows: int, dtype, hidden: int, directions: int, machine: Machine) -> bool:
-    """Whether the Mosaic GPU kernels take this problem here: Hopper, bfloat16, at most one
-    kernel batch of rows, a hidden size they tile, and a grid that is resident at once
-    (`mosaic_rnn.unsupported`, with the SM count given instead of read)."""
+    """Whether 'auto' runs the Mosaic GPU kernels on this problem here: Hopper, bfloat16, a
+    hidden size they tile, a grid that is resident at once (`mosaic_rnn.unsupported`, with the
+    SM count given instead of read), and `rows` in at most MOSAIC_MAX_CHUNKS calls
+    (`mosaic_rnn.row_chunks`: more chunks run one after another, where scan_vjp is faster)."""
     ctas = 2 * directions * (hidden // mosaic_rnn.COLS)
-    return (machine.capability == common.HOPPER and rows <= mosaic_rnn.BATCH and jnp.dtype(dtype) == jnp.bfloat16
-            and hidden % mosaic_rnn.HIDDEN_MULTIPLE == 0 and (machine.sms is None or ctas <= machine.sms))
+    return (machine.capability == common.HOPPER and jnp.dtype(dtype) == jnp.bfloat16
+            and hidden % mosaic_rnn.HIDDEN_MULTIPLE == 0 and mosaic_rnn.max_rows(hidden) > 0
+            and mosaic_rnn.row_chunks(rows, hidden)[0] <= MOSAIC_MAX_CHUNKS
+            and (machine.sms is None or ctas <= machine.sms))
 
 
 def choose_rnn(asked: str, cell: str, rows: int, dtype, hidden: int, directions: int, machine: Machine) -> str:

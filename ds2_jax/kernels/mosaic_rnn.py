@@ -17,7 +17,7 @@ register layout.
 The backward pass is the same kernel on the untransposed matrices with every direction's
 time order flipped (dL/dz_t = active_t * (dL/dy_t + dL/dz_{t+1} W^T)), its one input dL/dy
 with SHUT where the gate is shut; the weight gradient is one GEMM over all time steps, as
-in `rnn.persistent`.
+in the Triton kernel (`triton_rnn`).
 """
 
 from __future__ import annotations
@@ -37,7 +37,8 @@ from ds2_jax.kernels import common
 from ds2_jax.kernels.gates import input_gradient, passes_gradient, previous_states
 
 COLS = 64  # wgmma M: the columns one CTA pair computes
-BATCH = 16  # wgmma N: the batch the kernel takes
+ROW_MULTIPLE = 16  # wgmma N (the batch one call takes) is a multiple of this
+MAX_ROWS = 256  # and at most wgmma's largest N
 HIDDEN_MULTIPLE = 2 * COLS
 # The backward input where the clipped ReLU is shut. Finite, unlike -inf, so that the
 # identity product (0 * SHUT = 0) keeps it, and far below any real pre-activation.
@@ -126,7 +127,7 @@ def _kernel(in_gmem, w_gmem, eye_gmem, out_gmem, w_smem, h_smem, in_smem, eye_sm
 
     def product(with_state):
         return pl.run_scoped(lambda acc: _product(acc, eye_smem, in_smem, in_bar, w_smem, h_smem, h_bar, with_state),
-                             plgpu.ACC((COLS, BATCH), jnp.float32))
+                             plgpu.ACC((COLS, in_smem.shape[0]), jnp.float32))
 
     def publish(z, t):
         h = plgpu.layout_cast(cell(z).astype(out_gmem.dtype), plgpu.Layout.WGMMA_TRANSPOSED)
@@ -202,14 +203,43 @@ def supported() -> bool:
     return common.compute_capability() == common.HOPPER
 
 
+def shared_memory_bytes(batch: int, hidden: int, itemsize: int = 2) -> int:
+    """One CTA's scratch: its half of 64 weight rows, its half of the batch's previous state,
+    the input tile, the identity and the partner's fp32 partial (as `_run` allocates them)."""
+    k_half = hidden // 2
+    return (COLS * k_half + batch * k_half + batch * COLS + COLS * COLS) * itemsize + COLS * batch * 4
+
+
+def max_rows(hidden: int, shared_memory: int = common.SHARED_MEMORY_BYTES[common.HOPPER]) -> int:
+    """The most batch rows one call takes at this hidden size: the largest multiple of
+    ROW_MULTIPLE (up to MAX_ROWS) whose state fits shared memory beside the weights
+    (0: not even ROW_MULTIPLE rows)."""
+    rows = ROW_MULTIPLE
+    while rows + ROW_MULTIPLE <= MAX_ROWS and shared_memory_bytes(rows + ROW_MULTIPLE, hidden) <= shared_memory:
+        rows += ROW_MULTIPLE
+    return rows if shared_memory_bytes(rows, hidden) <= shared_memory else 0
+
+
+def row_chunks(batch: int, hidden: int) -> tuple[int, int]:
+    """(chunks, rows per chunk): the fewest calls that take `batch` rows, each padded to a
+    multiple of ROW_MULTIPLE and as even as that allows (64 rows at hidden 2048: 2 x 32)."""
+    most = max(max_rows(hidden), ROW_MULTIPLE)
+    chunks = -(-batch // most)
+    rows = -(-batch // chunks)
+    return chunks, -(-rows // ROW_MULTIPLE) * ROW_MULTIPLE
+
+
 def unsupported(dtype, batch: int, directions: int, hidden: int) -> str | None:
-    """Why the kernels cannot run this problem (None: they can): they take bfloat16, batch 16,
-    a hidden size that is a multiple of 128, and a grid (2 CTAs per 64 columns per direction)
-    that fits on the GPU at once: the grid barrier would otherwise wait for CTAs that can
-    never start."""
-    if dtype != jnp.bfloat16 or batch != BATCH or hidden % HIDDEN_MULTIPLE:
-        return (f"the Mosaic kernels take bfloat16, batch {BATCH} and a hidden size that is a multiple of "
-                f"{HIDDEN_MULTIPLE}; got {jnp.dtype(dtype).name}, batch {batch}, hidden {hidden}")
+    """Why the kernels cannot run this problem (None: they can): they take bfloat16, a batch
+    that is a multiple of 16 whose state fits shared memory beside the weights, a hidden size
+    that is a multiple of 128, and a grid (2 CTAs per 64 columns per direction) that fits on
+    the GPU at once: the grid barrier would otherwise wait for CTAs that can never start."""
+    if dtype != jnp.bfloat16 or hidden % HIDDEN_MULTIPLE:
+        return (f"the Mosaic kernels take bfloat16 and a hidden size that is a multiple of {HIDDEN_MULTIPLE}; "
+                f"got {jnp.dtype(dtype).name}, hidden {hidden}")
+    if batch % ROW_MULTIPLE or not ROW_MULTIPLE <= batch <= max_rows(hidden):
+        return (f"the Mosaic kernels take a batch that is a multiple of {ROW_MULTIPLE}, at most "
+                f"{max_rows(hidden)} at hidden {hidden} (shared memory); got batch {batch}")
     ctas, sms = 2 * directions * (hidden // COLS), getattr(jax.devices()[0], "core_count", None)
     if supported() and sms is not None and ctas > sms:
         return f"the Mosaic kernels need {ctas} CTAs resident at once for hidden {hidden}; this GPU has {sms} SMs"
@@ -225,11 +255,12 @@ def mosaic_simple_rnn(xs: jax.Array, recurrent: jax.Array) -> jax.Array:
     """Clipped-ReLU recurrence (direction 1 reversed in time) on Hopper GPUs.
 
     Args:
-      xs: <bf16>[16, T, D or 1, H] input projections (1: shared by the D directions).
+      xs: <bf16>[B, T, D or 1, H] input projections (1: shared by the D directions); B a
+        multiple of 16, at most max_rows(H).
       recurrent: [D, H, H] recurrent matrices (float32 or bf16; multiplied in bf16, the gradient
         in recurrent's dtype, summed over time in float32).
     Returns:
-      <bf16>[16, T, D, H] hidden states.
+      <bf16>[B, T, D, H] hidden states.
     """
     check_shapes(xs, recurrent)
     return _model_layout(_mosaic(xs, recurrent, xs.shape[2] < recurrent.shape[0]))

@@ -1,5 +1,5 @@
 """The RNN layers' recurrence, both directions in one call: one entry point, the
-implementation chosen by `rnn.dispatch`.
+implementation chosen by `kernels.dispatch`.
 
 `bidirectional` takes the input projections (already batch-normed) and the stacked
 recurrent matrices and returns the concatenated hidden states. The backward direction
@@ -11,8 +11,8 @@ per-sequence reversal (a gather, whose gradient is a scatter) is needed.
 
 Every implementation in IMPLS maps [B, T, Dx, W] projections (Dx = 1: one projection
 shared by all directions) to [B, T, D, H] states, direction 1 in reverse time: 'scan'
-(the reference) and 'scan_vjp' (rnn.reference), 'pallas' (rnn.persistent), 'mosaic'
-(rnn.mosaic).
+(the reference) and 'scan_vjp' (rnn.reference), 'pallas' (kernels.triton_rnn), 'mosaic'
+(kernels.mosaic_rnn).
 """
 
 from __future__ import annotations
@@ -36,16 +36,18 @@ def pallas_recurrence(xs: jax.Array, recurrent: jax.Array, cell: str, unroll: in
 
 
 def mosaic_recurrence(xs: jax.Array, recurrent: jax.Array, cell: str, unroll: int = 1) -> jax.Array:
-    """Simple recurrence as Mosaic GPU kernels (Hopper, bfloat16); the batch is padded to
-    and run in chunks of 16 (zero rows stay zero)."""
+    """Simple recurrence as Mosaic GPU kernels (Hopper, bfloat16); the batch runs in the
+    fewest chunks the kernel's shared memory takes (`mosaic_rnn.row_chunks`), each padded to a
+    multiple of 16 rows (zero rows stay zero)."""
     del unroll
     if cell != "simple":
         raise ValueError(f"rnn_impl='mosaic' supports rnn_cell='simple' only, not {cell!r}")
     if not mosaic_rnn.supported():
         raise ValueError("rnn_impl='mosaic' needs a Hopper GPU (compute capability 9.0); use 'auto'")
-    batch, chunk = xs.shape[0], mosaic_rnn.BATCH
-    padded = jnp.pad(xs, [(0, -batch % chunk)] + [(0, 0)] * (xs.ndim - 1))
-    ys = [mosaic_rnn.mosaic_simple_rnn(padded[i:i + chunk], recurrent) for i in range(0, padded.shape[0], chunk)]
+    batch = xs.shape[0]
+    chunks, rows = mosaic_rnn.row_chunks(batch, recurrent.shape[1])
+    padded = jnp.pad(xs, [(0, chunks * rows - batch)] + [(0, 0)] * (xs.ndim - 1))
+    ys = [mosaic_rnn.mosaic_simple_rnn(padded[i:i + rows], recurrent) for i in range(0, chunks * rows, rows)]
     return jnp.concatenate(ys, axis=0)[:batch]
 
 
