@@ -30,6 +30,8 @@ _KERNELS = flags.DEFINE_list("kernels", ["32/4"], "Persistent-kernel launch sett
 _SHAPE = flags.DEFINE_list("shape", ["267", "2", "16", "2048"], "T, directions, batch, hidden.")
 _DTYPE = flags.DEFINE_string("dtype", "bfloat16", "Compute dtype.")
 _MOSAIC = flags.DEFINE_bool("mosaic", True, "Also the Mosaic GPU kernels (Hopper GPUs only).")
+_MOSAIC_PLANS = flags.DEFINE_list(
+    "mosaic_plans", ["auto"], "Mosaic calls to time, each ROWS_PER_CALL/PIECES (e.g. 32/1,64/4) or 'auto'.")
 
 
 def main(argv):
@@ -46,9 +48,14 @@ def main(argv):
         options = triton_rnn.KernelOptions(cols=cols, num_warps=warps)
         impls[f"pallas cols {cols} warps {warps}"] = (
             lambda o: lambda x, r: triton_rnn.persistent_simple_rnn(x, r, o))(options)
-    if _MOSAIC.value and mosaic_rnn.supported():  # as the model runs it: rows in chunks the kernel takes
-        chunks, rows = mosaic_rnn.row_chunks(b, h)
-        impls[f"mosaic ({chunks} x {rows} rows)"] = lambda x, r: recurrence.mosaic_recurrence(x, r, "simple")
+    if _MOSAIC.value and mosaic_rnn.supported():  # as the model runs it: rows in calls the kernel takes
+        for plan in _MOSAIC_PLANS.value or ["auto"]:
+            per_call, pieces = (None, None) if plan == "auto" else (int(v) for v in plan.split("/"))
+            chunks, rows = mosaic_rnn.row_chunks(b, h, per_call)
+            pieces = pieces or mosaic_rnn.pieces_for(rows, h)
+            impls[f"mosaic {chunks} x {rows} rows, state in {pieces} pieces"] = (
+                lambda n, p: lambda x, r: recurrence.mosaic_recurrence(x, r, "simple", rows_per_call=n, pieces=p))(
+                    per_call, pieces)
     # Float32 truth: scan_vjp on the same (rounded) inputs at full matmul precision.
     with jax.default_matmul_precision("highest"):
         truth_fwd, truth_grad = micro.layer_fns(impls["scan_vjp unroll 8"])

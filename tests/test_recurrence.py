@@ -1,5 +1,7 @@
 """Fast recurrence implementations against the lax.scan reference: outputs and gradients."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -124,13 +126,15 @@ def test_backward_direction_starts_at_each_sequence_end(cell, impl):
         np.testing.assert_allclose(ys[b, :n], valid_prefix_reference(x[b], w, n, cell), rtol=1e-5, atol=1e-5)
 
 
-def test_mosaic_kernels_lower_for_cuda():
-    """The Mosaic GPU kernels (forward and backward) lower for CUDA without a GPU."""
-    xs = jax.ShapeDtypeStruct((16, 5, 1, 256), jnp.bfloat16)
+@pytest.mark.parametrize("rows, pieces", [(16, 1), (32, 2)])
+def test_mosaic_kernels_lower_for_cuda(rows, pieces):
+    """The Mosaic GPU kernels (forward and backward; the state whole or in pieces) lower for
+    CUDA without a GPU."""
+    xs = jax.ShapeDtypeStruct((rows, 5, 1, 256), jnp.bfloat16)
     w = jax.ShapeDtypeStruct((2, 256, 256), jnp.float32)
 
     def loss(xs, w):
-        return jnp.sum(mosaic_rnn.mosaic_simple_rnn(xs, w).astype(jnp.float32))
+        return jnp.sum(mosaic_rnn.mosaic_simple_rnn(xs, w, pieces).astype(jnp.float32))
 
     text = jax.jit(jax.grad(loss, argnums=(0, 1))).trace(xs, w).lower(lowering_platforms=("cuda",)).as_text()
     assert text.count("mosaic_gpu") >= 2  # one custom call per kernel
@@ -139,47 +143,62 @@ def test_mosaic_kernels_lower_for_cuda():
 def test_mosaic_rejects_what_it_cannot_run():
     with pytest.raises(ValueError, match="multiple of 16.*got batch 8"):
         mosaic_rnn.check_shapes(jnp.zeros((8, 3, 1, 128), jnp.bfloat16), jnp.zeros((2, 128, 128)))
-    with pytest.raises(ValueError, match="at most 32 at hidden 2048.*got batch 48"):
-        mosaic_rnn.check_shapes(jnp.zeros((48, 3, 1, 2048), jnp.bfloat16), jnp.zeros((2, 2048, 2048)))
+    with pytest.raises(ValueError, match="at most 64 at hidden 2048.*got batch 80"):
+        mosaic_rnn.check_shapes(jnp.zeros((80, 3, 1, 2048), jnp.bfloat16), jnp.zeros((2, 2048, 2048)))
     with pytest.raises(ValueError, match="bfloat16"):
         mosaic_rnn.check_shapes(jnp.zeros((16, 3, 1, 128), jnp.float32), jnp.zeros((2, 128, 128)))
+    with pytest.raises(ValueError, match="64 rows at hidden 2048 do not fit shared memory in 1 state pieces"):
+        mosaic_rnn.mosaic_simple_rnn(jnp.zeros((64, 3, 1, 2048), jnp.bfloat16), jnp.zeros((2, 2048, 2048)), 1)
 
 
 @pytest.mark.parametrize("hidden", [128, 1024, 2048, 4096])
 def test_mosaic_rows_are_what_shared_memory_holds(hidden):
-    """The most rows one call takes is the largest multiple of 16 whose scratch fits the
-    H100/H200's 227 KB beside the weights; a batch is split into the fewest such calls, evenly."""
+    """One call takes the largest multiple of 16 rows (up to MAX_ROWS) whose state fits the
+    H100/H200's 227 KB beside the weights, whole or in the fewest pieces through two buffers;
+    a batch is split into the fewest such calls, evenly."""
     limit = common.SHARED_MEMORY_BYTES[common.HOPPER]
     rows = mosaic_rnn.max_rows(hidden)
     assert rows % mosaic_rnn.ROW_MULTIPLE == 0 and rows <= mosaic_rnn.MAX_ROWS
-    assert mosaic_rnn.shared_memory_bytes(rows, hidden) <= limit if rows else True
-    assert rows == mosaic_rnn.MAX_ROWS or mosaic_rnn.shared_memory_bytes(rows + 16, hidden) > limit
+    for batch in range(16, rows + 1, 16):
+        pieces = mosaic_rnn.pieces_for(batch, hidden)
+        assert mosaic_rnn.shared_memory_bytes(batch, hidden, pieces) <= limit
+        assert pieces == 1 or mosaic_rnn.shared_memory_bytes(batch, hidden, pieces // 2) > limit  # the fewest
+        assert (hidden // 2 // pieces) % mosaic_rnn.COLS == 0  # whole swizzle tiles
+    if rows < mosaic_rnn.MAX_ROWS:
+        assert mosaic_rnn.pieces_for(rows + 16, hidden) == 0
     for batch in [1, 16, 17, 33, 64, 100, 600]:
         chunks, each = mosaic_rnn.row_chunks(batch, hidden)
         assert chunks * each >= batch and (chunks - 1) * each < batch  # covers the batch, no empty chunk
         assert each % 16 == 0 and (each <= rows or rows == 0)
-        assert chunks == -(-batch // max(rows, 16))  # the fewest calls
-    assert mosaic_rnn.max_rows(2048) == 32 and mosaic_rnn.row_chunks(64, 2048) == (2, 32)
-    assert mosaic_rnn.row_chunks(40, 2048) == (2, 32)  # 20 rows each, padded to 32
+        most = mosaic_rnn.PREFERRED_ROWS_PER_CALL or rows
+        assert chunks == -(-batch // max(min(most, rows), 16))  # the fewest calls
+    assert mosaic_rnn.max_rows(2048, pieces=1) == 32 and mosaic_rnn.max_rows(2048) == 64
+    assert mosaic_rnn.pieces_for(64, 2048) == 4 and mosaic_rnn.pieces_for(32, 2048) == 1
+    assert mosaic_rnn.row_chunks(40, 2048, rows_per_call=32) == (2, 32)  # 20 rows each, padded to 32
+    assert mosaic_rnn.max_rows(4096) == 0  # half of W alone fills shared memory
 
 
-@pytest.mark.parametrize("t, h, b", [(7, 256, 16), (267, 2048, 16), (7, 256, 48), (267, 2048, 32)])
-def test_mosaic_kernel_matches_float32(t, h, b):
-    """Outputs and gradients of the Mosaic GPU kernels at least as close to float32 as scan_vjp in bfloat16."""
+@pytest.mark.parametrize("t, h, b, pieces", [(7, 256, 16, 1), (267, 2048, 16, 1), (7, 256, 48, 1),
+                                             (267, 2048, 32, 1), (267, 2048, 64, 4), (267, 2048, 64, 8),
+                                             (9, 512, 32, 4)])
+def test_mosaic_kernel_matches_float32(t, h, b, pieces):
+    """Outputs and gradients of the Mosaic GPU kernels at least as close to float32 as scan_vjp
+    in bfloat16, the state whole (1 piece) or in pieces through two buffers."""
     if not mosaic_rnn.supported():
         pytest.skip("the Mosaic GPU kernels run on Hopper GPUs")
     xs, w, dys = problem(jnp.bfloat16, t=t, b=b, h=h, shared=True)
-    assert_as_close_to_float32_as_scan_vjp(lambda xs, w, cell: mosaic_rnn.mosaic_simple_rnn(xs, w), xs, w, dys)
+    kernel = functools.partial(mosaic_rnn.mosaic_simple_rnn, pieces=pieces)
+    assert_as_close_to_float32_as_scan_vjp(lambda xs, w, cell: kernel(xs, w), xs, w, dys)
     # A race in its grid barrier would show as calls that disagree: later calls must agree bit for bit.
-    first, *again = [np.asarray(mosaic_rnn.mosaic_simple_rnn(xs, w), np.float32) for _ in range(3)]
+    first, *again = [np.asarray(kernel(xs, w), np.float32) for _ in range(3)]
     for ys in again:
         np.testing.assert_array_equal(ys, first)
 
 
-@pytest.mark.parametrize("b, h", [(5, 128), (20, 128), (40, 2048), (64, 2048)])
+@pytest.mark.parametrize("b, h", [(5, 128), (20, 128), (40, 2048), (64, 2048), (100, 2048)])
 def test_mosaic_impl_pads_and_chunks_the_batch(b, h):
     """rnn_impl='mosaic' runs any batch (padded to multiples of 16, in chunks that fit shared
-    memory: 2 x 32 rows at hidden 2048) and matches the scan in bfloat16."""
+    memory: 100 rows at hidden 2048 in 2 x 64, each in state pieces) and matches the scan in bfloat16."""
     if not mosaic_rnn.supported():
         pytest.skip("the Mosaic GPU kernels run on Hopper GPUs")
     assert_matches_scan("mosaic", jnp.bfloat16, 2e-2, *problem(jnp.bfloat16, t=11, b=b, h=h, shared=True))
