@@ -32,9 +32,10 @@ DECISIONS = [
     ("auto", "simple", 16, BF16, 2048, 1, H200, "mosaic"),
     ("auto", "simple", 17, BF16, 2048, 2, H200, "mosaic"),  # padded to 32, one call
     ("auto", "simple", 32, BF16, 2048, 2, H200, "mosaic"),
-    ("auto", "simple", 64, BF16, 2048, 2, H200, "mosaic"),  # 2 calls of 32 rows, one after another
-    ("auto", "simple", 65, BF16, 2048, 2, H200, "scan_vjp"),  # 3 calls: more than MOSAIC_MAX_CHUNKS
-    ("auto", "simple", 256, BF16, 256, 2, H200, "mosaic"),  # one call: 256 rows fit beside a small W
+    ("auto", "simple", 64, BF16, 2048, 2, H200, "mosaic"),  # one call, the state in pieces
+    ("auto", "simple", 128, BF16, 2048, 2, H200, "mosaic"),  # 2 calls of 64 rows, one after another
+    ("auto", "simple", 129, BF16, 2048, 2, H200, "scan_vjp"),  # 3 calls: more than MOSAIC_MAX_CHUNKS
+    ("auto", "simple", 128, BF16, 256, 2, H200, "mosaic"),
     ("auto", "simple", 16, BF16, 4096, 1, H200, "scan_vjp"),  # half of W alone exceeds shared memory
     ("auto", "simple", 16, F32, 256, 2, H200, "pallas"),  # Mosaic: bfloat16 only
     ("auto", "simple", 16, BF16, 96, 2, H200, "pallas"),  # Mosaic: hidden a multiple of 128
