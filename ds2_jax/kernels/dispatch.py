@@ -6,16 +6,18 @@ capability, SM count), so every GPU decision can be tested on a CPU; `rnn_impl` 
 `ctc_impl` read this machine and log. 'auto' on the recurrence (the simple cell):
 
   CPU/TPU                                     scan_vjp (the kernels would run interpreted)
-  Hopper, bfloat16, <= 16 rows per device,
-    hidden a multiple of 128, grid fits SMs   mosaic
+  Hopper, bfloat16, hidden a multiple of 128,
+    grid fits SMs, rows in <= MOSAIC_MAX_CHUNKS
+    kernel calls (64 rows each at hidden 2048) mosaic
   other GPUs: <= 16 rows and the Triton
     kernel's shared memory fits               pallas
   otherwise                                   scan_vjp
   GRU / LSTM anywhere                         scan
 
-Above 16 rows the kernels' row chunks run one after another and scan_vjp is faster; the
-Mosaic kernels beat the Triton kernel where both run (figures: BUILD_NOTES.md "Current
-profile"). The CTC: the Pallas kernels on GPUs, optax elsewhere.
+Above 16 rows the Triton kernel's row chunks run one after another and scan_vjp is faster;
+the Mosaic kernels take up to 64 rows in one call (`mosaic_rnn.max_rows`) and beat the Triton
+kernel where both run (figures: BUILD_NOTES.md "Kernels and the 'auto' policy"). The CTC: the
+Pallas kernels on GPUs, optax elsewhere.
 """
 
 from __future__ import annotations
