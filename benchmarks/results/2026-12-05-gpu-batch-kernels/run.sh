@@ -5,7 +5,7 @@
 # two calls of 32 and scan_vjp); 16 s utterances; launch.py's trainer against its step at 64.
 set -u
 START=$SECONDS
-left() { echo $(( 580 - (SECONDS - START) )); }
+left() { echo $(( ${BUDGET_S:-430} - (SECONDS - START) )); }
 cap() { local l=$(left); echo $(( l < $1 ? l : $1 )); }
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD:${PYTHONPATH:-} JAX_COMPILATION_CACHE_DIR=/tmp/xla_cache
@@ -24,10 +24,10 @@ scaling() {  # name, flags...
 for b in 16 32 64; do
   scaling scaling-b$b --variants=jax,torch_cudnn_graphs --dtype=bfloat16 --config.per_device_batch_size=$b
 done
-scaling scaling-b16-f32 --variants=jax,torch_cudnn_graphs --dtype=float32 --config.per_device_batch_size=16
 [ $(left) -gt 50 ] && timeout $(cap 70) python3 -m benchmarks.recurrence_kernel --out=$OUT/layer-b64 \
     --shape=267,2,64,2048 --kernels= --mosaic_plans=64/4,64/8,32/1 --steps=15 > $OUT/layer-b64.log 2>&1
 cat $OUT/layer-b64/recurrence_kernel.md 2>/dev/null
+scaling scaling-b16-f32 --variants=jax,torch_cudnn_graphs --dtype=float32 --config.per_device_batch_size=16
 scaling scaling-b16-16s --variants=jax --dtype=bfloat16 --config.per_device_batch_size=16 \
     --config.dataset.synthetic_min_duration_s=16 --config.dataset.synthetic_max_duration_s=16
 [ $(left) -gt 60 ] && timeout $(cap 120) python3 -m benchmarks.trainer_vs_step --config=configs/ds2_8gpu.py \
