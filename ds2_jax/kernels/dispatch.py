@@ -7,17 +7,16 @@ capability, SM count), so every GPU decision can be tested on a CPU; `rnn_impl` 
 
   CPU/TPU                                     scan_vjp (the kernels would run interpreted)
   Hopper, bfloat16, hidden a multiple of 128,
-    grid fits SMs, rows in <= MOSAIC_MAX_CHUNKS
-    kernel calls (64 rows each at hidden 2048) mosaic
+    grid fits SMs, <= MOSAIC_AUTO_ROWS rows       mosaic
   other GPUs: <= 16 rows and the Triton
     kernel's shared memory fits               pallas
   otherwise                                   scan_vjp
   GRU / LSTM anywhere                         scan
 
 Above 16 rows the Triton kernel's row chunks run one after another and scan_vjp is faster;
-the Mosaic kernels take up to 64 rows in one call (`mosaic_rnn.max_rows`) and beat the Triton
-kernel where both run (figures: BUILD_NOTES.md "Kernels and the 'auto' policy"). The CTC: the
-Pallas kernels on GPUs, optax elsewhere.
+the Mosaic kernels take up to 64 rows in one call (`mosaic_rnn.max_rows`), beat the Triton
+kernel where both run, and are taken by 'auto' only where measured (figures: BUILD_NOTES.md
+"Current profile"). The CTC: the Pallas kernels on GPUs, optax elsewhere.
 """
 
 from __future__ import annotations
@@ -33,8 +32,10 @@ from ds2_jax import settings
 from ds2_jax.kernels import common, mosaic_rnn, triton_rnn
 
 
-# Row chunks (kernel calls one after another) up to which 'auto' takes the Mosaic kernels.
-MOSAIC_MAX_CHUNKS = 2
+# Rows per device up to which 'auto' takes the Mosaic kernels: where they were measured faster
+# than scan_vjp on an H100/H200. Above, they run when asked (rnn_impl='mosaic': 32 rows per
+# call with the state whole, 64 with it in pieces) but no GPU has timed or checked them yet.
+MOSAIC_AUTO_ROWS = 16
 _LOGGED: set = set()
 _QUIET: list = []  # non-empty inside unlogged()
 
@@ -56,12 +57,11 @@ def this_machine() -> Machine:
 def mosaic_runs(rows: int, dtype, hidden: int, directions: int, machine: Machine) -> bool:
     """Whether 'auto' runs the Mosaic GPU kernels on this problem here: Hopper, bfloat16, a
     hidden size they tile, a grid that is resident at once (`mosaic_rnn.unsupported`, with the
-    SM count given instead of read), and `rows` in at most MOSAIC_MAX_CHUNKS calls
-    (`mosaic_rnn.row_chunks`: more chunks run one after another, where scan_vjp is faster)."""
+    SM count given instead of read), and at most MOSAIC_AUTO_ROWS rows (where measured)."""
     ctas = 2 * directions * (hidden // mosaic_rnn.COLS)
     return (machine.capability == common.HOPPER and jnp.dtype(dtype) == jnp.bfloat16
             and hidden % mosaic_rnn.HIDDEN_MULTIPLE == 0 and mosaic_rnn.max_rows(hidden) > 0
-            and mosaic_rnn.row_chunks(rows, hidden)[0] <= MOSAIC_MAX_CHUNKS
+            and rows <= MOSAIC_AUTO_ROWS
             and (machine.sms is None or ctas <= machine.sms))
 
 
