@@ -16,7 +16,8 @@ echo "tests rc=$?" >> $OUT/test-mosaic.txt; grep -E "passed|failed|FAILED|rc=" $
 scaling() {  # name, flags...
   local name=$1; shift
   [ $(left) -lt 45 ] && { echo "$name: out of time"; return; }
-  timeout $(cap 100) python3 -m benchmarks.scaling --config=configs/ds2_8gpu.py --steps=20 --warmup=3 \
+  timeout $(cap 100) python3 -m benchmarks.scaling --config=configs/ds2_8gpu.py --config.dataset.name=synthetic \
+      --steps=20 --warmup=3 \
       --out=$OUT/$name "$@" > $OUT/$name.log 2>&1
   echo "$name:"; grep -E '^\| (jax|torch)' $OUT/$name/results.md 2>/dev/null | cut -c1-140
   grep -m1 "recurrence: " $OUT/$name.log
