@@ -105,7 +105,7 @@ def _trained_vs_given(diff) -> str:
 # Settings a resumed run cannot change: the checkpoints' parameter shapes and the meaning
 # of their inputs (the feature statistics are per bin of this spectrogram).
 FIXED_ON_RESUME = (*(f"model.{k}" for k in ("num_conv_layers", "conv_channels", "num_rnn_layers", "rnn_size", "rnn_cell",
-                                            "share_rnn_weights", "bidirectional", "row_conv_context")),
+                                            "share_rnn_weights", "bidirectional", "row_conv_context", "alphabet")),
                    *(f"features.{f.name}" for f in dataclasses.fields(settings.Spectrogram)))
 # Settings that change how a run is driven or watched, not what it trains: never a "change".
 NOT_TRAINING = ("faults.", "eval.", "decoding.", "num_train_steps", "log_every_steps", "eval_every_steps",

@@ -204,7 +204,7 @@ MUTATIONS = [
              ("tests/test_loader.py::test_a_process_that_read_with_workers_leaves_no_shared_memory_behind",),
              "batches alive at exit leave their shared-memory segments behind (resource_tracker's leak warning)"),
     Mutation("last_word_never_ends", "ds2_jax/decoding.py",
-             "            lp = np.concatenate([lp, boundary_frame(lp.shape[1])])\n", "            pass\n",
+             "            lp = np.concatenate([lp, boundary_frame(lp.shape[1], self.silence)])\n", "            pass\n",
              ("tests/test_decoding.py::test_lm_corrects_an_acoustically_ambiguous_word",),
              "the LM search drops an utterance's last word (its spelling never reaches the boundary)"),
     Mutation("lm_weight_on_log10", "ds2_jax/decoding.py", "lm_weight=self.alpha * math.log(10)",
