@@ -175,9 +175,15 @@ EVAL_SETTINGS = ("eval", "decoding", "dataset", "per_device_batch_size", "num_de
                  "keep_checkpoints", "prefetch_batches")
 
 
+# Settings training derives from its data (model.alphabet: the prepared data's): a --config that
+# leaves them unset ('') differs in nothing.
+SET_BY_TRAINING = ("model.alphabet",)
+
+
 def differing_keys(trained: dict, given: dict) -> list[tuple[str, object, object]]:
     """(dotted key, trained value, given value) of the training settings both have that differ."""
-    return [d for d in _differences(flat(trained), flat(given)) if d[0].split(".")[0] not in EVAL_SETTINGS]
+    return [d for d in _differences(flat(trained), flat(given)) if d[0].split(".")[0] not in EVAL_SETTINGS
+            and not (d[0] in SET_BY_TRAINING and d[2] == "")]
 
 
 def _overlay(base: dict, top: dict) -> dict:
