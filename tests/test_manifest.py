@@ -323,3 +323,34 @@ def test_an_eval_split_without_a_manifest_is_refused_before_training(tmp_path):
     (line,) = [x for x in proc.stderr.splitlines() if x.startswith("error:")]
     assert "dataset.eval_split='validation'" in line and "'dev', 'test', 'train'" in line
     assert "Traceback" not in proc.stderr
+
+
+# ----------------------------------------------------------------------------- LM and beam search
+
+
+def test_build_lm_and_beam_search_use_the_runs_alphabet(tmp_path):
+    from ds2_jax import decoding
+    from ds2_jax.tools import build_lm
+
+    lines = build_lm.manifest_transcripts(CV, ["train"])
+    assert len(lines) == 80 and any("¿" in line for line in lines)  # as written in train.tsv
+    alphabet = text.derive(text.normalize(line) for line in lines)
+    dropped = []
+    sents = list(build_lm.sentences(lines + ["Über die Straße"], alphabet=alphabet, dropped=dropped))
+    assert len(sents) == 80 and dropped == ["über die straße"]
+    path = str(tmp_path / "es.arpa")
+    build_lm.write_arpa(*build_lm.estimate(sents, 2), path)
+    words = decoding.lexicon_words(path, alphabet)
+    assert "señor" in words and "dónde" in words
+    with pytest.raises(ValueError, match="outside the model's alphabet"):
+        decoding.lexicon_words(path, text.LIBRISPEECH)
+    pytest.importorskip("flashlight.lib.text")
+    ids = alphabet.encode("el niño")
+    frames = np.full((2 * len(ids) + 1, alphabet.vocab_size), -12.0, np.float32)
+    frames[0::2, text.BLANK] = -0.01
+    frames[1::2][np.arange(len(ids)), ids] = -0.01
+    beam = decoding.BeamSearchDecoder(settings.Decoding(beam_width=8), alphabet)
+    assert beam.decode(frames) == "el niño"
+    lm_beam = decoding.BeamSearchDecoder(settings.Decoding(beam_width=8, lm_path=path), alphabet)
+    assert lm_beam.decode(frames) == "el niño"
+    assert decoding.greedy_texts(frames.argmax(-1)[None], np.array([len(frames)]), alphabet) == ["el niño"]
