@@ -24,10 +24,6 @@ class Skip(NamedTuple):
     detail: str = ""
 
 
-def to_int16(audio: np.ndarray) -> np.ndarray:
-    return np.clip(np.round(audio * 32768.0), -32768, 32767).astype(np.int16)
-
-
 def load(path: str, sample_rate: int, stereo: str = "downmix") -> np.ndarray | Skip:
     """<int16>[S] mono samples of `path` at `sample_rate`, or the Skip that says why not."""
     try:
@@ -40,15 +36,20 @@ def load(path: str, sample_rate: int, stereo: str = "downmix") -> np.ndarray | S
             rate, channels = f.samplerate, f.channels
             if channels > 1 and stereo == "skip":
                 return Skip("not_mono", f"{channels} channels (dataset.stereo='skip')")
-            audio = f.read(dtype="float32", always_2d=True)
+            # int16 from libsndfile's own conversion, and int16 through soxr: no float32 copy of
+            # the file (a third of a build's decode time for 16 kHz FLAC).
+            audio = f.read(dtype="int16", always_2d=True)
     except Exception as e:  # noqa: BLE001 - any decoder failure is a corrupt file
         return Skip("corrupt_audio", f"{type(e).__name__}: {e}"[:200])
     if audio.shape[0] == 0:
         return Skip("empty_audio", "0 frames")
-    mono = audio[:, 0] if channels == 1 else audio.mean(axis=1)
+    if channels == 1:
+        mono = np.ascontiguousarray(audio[:, 0])
+    else:
+        mono = np.round(audio.mean(axis=1, dtype=np.float32)).astype(np.int16)
     if rate != sample_rate:
         mono = soxr.resample(mono, rate, sample_rate, quality="HQ")
-    return to_int16(mono)
+    return mono
 
 
 def load_many(jobs: list[tuple[str, int, str]]) -> list[np.ndarray | Skip]:

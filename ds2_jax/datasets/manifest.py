@@ -414,7 +414,12 @@ def _decoded(jobs: list[tuple[str, int, str]], workers: int) -> Iterator[np.ndar
             if len(pending) >= workers * INFLIGHT_PER_WORKER:
                 break
         while pending:
-            results = pending.popleft().result()
+            try:
+                results = pending.popleft().result()
+            except concurrent.futures.process.BrokenProcessPool as e:
+                raise RuntimeError(f"a build worker process died (killed, out of memory, or a decoder crash on one of "
+                                   f"the files after {jobs[0][0]!r}); rerun with dataset.build_workers=0 (--workers=0) "
+                                   "to decode in one process and see which file") from e
             nxt = next(it, None)
             if nxt is not None:
                 pending.append(pool.submit(audio_lib.load_many, nxt))
