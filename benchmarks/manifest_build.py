@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import shutil
 import sys
 import tempfile
@@ -73,6 +74,12 @@ def make_input(args, root: str) -> tuple[str, float]:
     return manual, seconds * args.copies
 
 
+def cpu_s() -> tuple[float, float]:
+    """(this process's, its finished children's) user + system CPU seconds."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime, kids.ru_utime + kids.ru_stime
+
+
 def measure(args) -> dict:
     from ds2_jax import settings
     from ds2_jax.data.source import DataSettings
@@ -87,23 +94,29 @@ def measure(args) -> dict:
             manifest.audio_lib.load(*job)
         rows = []
         for workers in args.workers:
-            t = time.perf_counter()
+            t, cpu = time.perf_counter(), cpu_s()
             n = sum(1 for _ in manifest._decoded(jobs, workers))
             bare = time.perf_counter() - t
+            bare_cpu = [a - b for a, b in zip(cpu_s(), cpu)]
             config = settings.override(settings.Settings(), {
                 "dataset.name": "manifest", "dataset.manual_dir": manual, "dataset.train_splits": "train",
                 "dataset.build_workers": workers, "features.sample_rate": args.sample_rate})
             options = manifest.Options.of(DataSettings.of(config))
             data_dir = os.path.join(root, f"tfds-{workers}")
-            t = time.perf_counter()
+            t, cpu = time.perf_counter(), cpu_s()
             builder = build.build(manual, data_dir, "manifest", options)
             built = time.perf_counter() - t
+            main_cpu, workers_cpu = [a - b for a, b in zip(cpu_s(), cpu)]
             kept = builder.info.splits["train"].num_examples
             rows.append({"workers": workers, "processes": max(workers, 1), "utterances": n, "kept": kept,
                          "bare_s": round(bare, 3), "bare_utt_per_s": round(n / bare, 1),
                          "build_s": round(built, 3), "build_utt_per_s": round(kept / built, 1),
                          "build_audio_s_per_s": round(audio_s / built, 1),
-                         "build_over_bare": round((kept / built) / (n / bare), 3)})
+                         "build_over_bare": round((kept / built) / (n / bare), 3),
+                         # CPU time per utterance (contention on a shared host inflates wall time, not these)
+                         "bare_cpu_ms": round(1e3 * sum(bare_cpu) / n, 3),
+                         "build_main_cpu_ms": round(1e3 * main_cpu / kept, 3),
+                         "build_workers_cpu_ms": round(1e3 * workers_cpu / kept, 3)})
             print(json.dumps(rows[-1]), flush=True)
             shutil.rmtree(data_dir)
         return {"input": args.librispeech or f"{args.manual_dir}:{args.split}", "copies": args.copies, "join": args.join,
@@ -120,11 +133,13 @@ def write(result: dict, out: str) -> None:
     joined = f", {result['join']} clips joined per file" if result["join"] > 1 else ""
     lines = [f"input {result['input']}{joined} x {result['copies']}: {result['utterances']} utterances, "
              f"{result['audio_s']:.0f} s of audio, to {result['sample_rate']} Hz; {result['cpu_count']} cores", "",
-             "| build workers | bare decode utt/s | build utt/s | build / bare | audio s per s |",
-             "|---:|---:|---:|---:|---:|"]
+             "| build workers | bare decode utt/s | build utt/s | build / bare | audio s per s | CPU ms/utt: bare "
+             "| build, main process | build, workers |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in result["rows"]:
         lines.append(f"| {r['workers']} | {r['bare_utt_per_s']} | {r['build_utt_per_s']} | {r['build_over_bare']:.2f} "
-                     f"| {r['build_audio_s_per_s']} |")
+                     f"| {r['build_audio_s_per_s']} | {r['bare_cpu_ms']} | {r['build_main_cpu_ms']} "
+                     f"| {r['build_workers_cpu_ms']} |")
     with open(os.path.join(out, "results.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
 

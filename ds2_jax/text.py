@@ -24,6 +24,20 @@ BLANK = 0
 APOSTROPHES = {"\u2019": "'", "\u02bc": "'"}  # typographic apostrophes -> "'"
 
 
+class _PunctuationTable(dict):
+    """str.translate's table for strip_punctuation, filled per character on first sight: an
+    apostrophe -> "'", punctuation (Unicode category P*) and symbols (S*) -> ' ', the rest kept."""
+
+    def __missing__(self, code: int):
+        c = chr(code)
+        out = "'" if c == "'" or c in APOSTROPHES else (" " if unicodedata.category(c)[0] in "PS" else c)
+        self[code] = out
+        return out
+
+
+_PUNCTUATION = _PunctuationTable()
+
+
 def normalize(text: str, lower_case: bool = True, strip_punctuation: bool = True) -> str:
     """NFC; lower case (str.lower: keeps 'ß' and a final 'ς'); punctuation (Unicode
     category P*, and symbols S*) replaced by spaces, apostrophes kept; a byte-order mark
@@ -32,8 +46,7 @@ def normalize(text: str, lower_case: bool = True, strip_punctuation: bool = True
     if lower_case:
         text = unicodedata.normalize("NFC", text.lower())
     if strip_punctuation:
-        text = "".join(APOSTROPHES.get(c, c) for c in text)
-        text = "".join(" " if c != "'" and unicodedata.category(c)[0] in "PS" else c for c in text)
+        text = text.translate(_PUNCTUATION)
     return " ".join(text.split())
 
 

@@ -136,6 +136,7 @@ class Entry:
     audio: str  # the resolved path
     text: str  # as written
     speaker: str = ""
+    normalized: str = ""  # text.normalize'd with the build's options (read_manifests)
 
 
 @dataclasses.dataclass
@@ -295,6 +296,8 @@ def read_manifests(manual_dir: str, options: Options) -> dict[str, Manifest]:
         elif not m.entries and not m.bad_lines:
             logging.warning("manifest: %s lists no utterances (a header at most): split %r not built", path, split)
         else:
+            for e in m.entries:
+                e.normalized = options.normalize(e.text)
             out[split] = m
     return out
 
@@ -316,8 +319,7 @@ def make_alphabet(manifests: dict[str, Manifest], options: Options) -> tuple[tex
         raise ValueError(f"dataset.train_splits={options.train_splits!r} names no manifest to derive the alphabet "
                          f"from (the manifests are {sorted(manifests) or 'none'}): set dataset.train_splits to the "
                          "training split(s), or give dataset.vocabulary")
-    texts = (options.normalize(e.text) for s in present for e in manifests[s].entries)
-    alphabet = text.derive(t for t in texts if t)
+    alphabet = text.derive(e.normalized for s in present for e in manifests[s].entries if e.normalized)
     return alphabet, f"the transcripts of {'+'.join(present)}"
 
 
@@ -437,7 +439,7 @@ def generate(m: Manifest, alphabet: text.Alphabet, options: Options, report: Rep
             report.skip("duplicate_id", where, f"{e.id} (first on line {seen[e.id]})")
             continue
         seen[e.id] = e.line
-        normalized = options.normalize(e.text)
+        normalized = e.normalized
         if not normalized:
             report.skip("empty_transcript", where, e.id)
             continue
