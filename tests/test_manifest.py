@@ -111,6 +111,7 @@ def test_normalize_is_unicode_aware_and_settable():
     decomposed = unicodedata.normalize("NFD", "¿Dónde ESTÁ el Niño?")
     assert decomposed != "¿Dónde ESTÁ el Niño?"
     assert text.normalize(decomposed) == "dónde está el niño"  # NFC: one code point per letter
+    assert text.normalize(decomposed, lower_case=False) == "Dónde ESTÁ el Niño"  # NFC without case folding too
     assert text.normalize("¡Hola, señor!  ¿Qué\tpasa?") == "hola señor qué pasa"
     assert text.normalize("L’homme — don't") == "l'homme don't"  # apostrophes kept, typographic ones mapped
     assert text.normalize("¿Dónde?", lower_case=False) == "Dónde"
