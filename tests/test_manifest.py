@@ -374,3 +374,18 @@ def test_the_spanish_model_learns_on_held_out_speakers(tmp_path):
         result = json.load(f)
     assert result["utterances"] == 20
     assert result["cer"] < 0.35, result["cer"]
+
+
+def test_a_workdir_from_before_the_alphabet_setting_keeps_librispeechs_29_outputs(tmp_path):
+    from ds2_jax import model, workdir_config
+
+    old = settings.to_dict(settings.Settings())
+    del old["model"]["alphabet"]  # config.json as workdirs wrote it before model.alphabet existed
+    (tmp_path / "config.json").write_text(json.dumps(old))
+    config = workdir_config.load_config(str(tmp_path))
+    assert config.model.alphabet == "" and model.ModelConfig.of(config.model).vocab_size == 29
+    workdir_config.refuse_fixed_changes(settings.Settings(), str(tmp_path))  # a LibriSpeech run resumes it
+    spanish = settings.override(settings.Settings(), {"model.alphabet": " abcñ"})
+    assert model.ModelConfig.of(spanish.model).vocab_size == 6
+    with pytest.raises(ValueError, match=r"model.alphabet \(trained '', --config ' abcñ'\)"):
+        workdir_config.refuse_fixed_changes(spanish, str(tmp_path))
