@@ -2,7 +2,7 @@
 
     python -m benchmarks.manifest_build --manual_dir=data/tiny_es/common_voice --split=train \\
         --copies=8 --workers=0,1,2 --out=DIR
-    python -m benchmarks.manifest_build --librispeech=data/tiny_librispeech --join=10 --copies=40 --workers=0,1,2 \
+    python -m benchmarks.manifest_build --librispeech=data/tiny_librispeech --join=10 --copies=40 --workers=0,1,2 \\
         --out=DIR                                                   # ~13 s FLACs at 16 kHz, as LibriSpeech's
 
 Makes a manifest of `--copies` x the split's utterances (each copy a symlink to the same
