@@ -119,7 +119,8 @@ def measure(args) -> dict:
                          "build_workers_cpu_ms": round(1e3 * workers_cpu / kept, 3)})
             print(json.dumps(rows[-1]), flush=True)
             shutil.rmtree(data_dir)
-        return {"input": args.librispeech or f"{args.manual_dir}:{args.split}", "copies": args.copies, "join": args.join,
+        return {"input": args.librispeech or f"{args.manual_dir}:{args.split}", "copies": args.copies,
+                "join": args.join,
                 "utterances": len(jobs), "audio_s": round(audio_s, 1), "sample_rate": args.sample_rate,
                 "cpu_count": os.cpu_count(), "rows": rows}
     finally:

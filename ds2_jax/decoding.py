@@ -120,7 +120,8 @@ class BeamSearchDecoder:
             beam_size=cfg.beam_width, beam_size_token=self.num_tokens, beam_threshold=threshold,
             lm_weight=self.alpha * math.log(10), word_score=self.beta,  # KenLM scores are log10
             unk_score=cfg.unk_score_offset, sil_score=0.0, log_add=False, criterion_type=fl.CriterionType.CTC)
-        return fl.LexiconDecoder(opts, self._trie, self._lm, self.silence, text.BLANK, self._word_dict.get_index(UNK), [], False)
+        return fl.LexiconDecoder(opts, self._trie, self._lm, self.silence, text.BLANK, self._word_dict.get_index(UNK),
+                                 [], False)
 
     def set_weights(self, alpha: float, beta: float) -> None:
         """New LM weights without reloading the LM (alpha/beta tuning)."""

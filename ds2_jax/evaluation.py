@@ -147,7 +147,8 @@ def check_alphabet(config: settings.Settings, source: Source, workdir: str) -> N
     if trained != source.alphabet:
         raise ValueError(
             f"the model in {workdir} emits the alphabet {trained.describe()} (model.alphabet in its config.json), but "
-            f"dataset.name={config.dataset.name!r} ({config.dataset.manual_dir or config.dataset.data_dir or 'synthetic'})"
+            f"dataset.name={config.dataset.name!r} "
+            f"({config.dataset.manual_dir or config.dataset.data_dir or 'synthetic'})"
             f" holds the alphabet {source.alphabet.describe()}: evaluate on data prepared with the model's alphabet "
             "(dataset.vocabulary, or the data it was trained on)")
 

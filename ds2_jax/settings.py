@@ -97,7 +97,7 @@ class Dataset:
     # (tfds's official, already prepared build) or 'manifest' (your own data: every
     # <split>.tsv/.csv/.jsonl/.json of manual_dir is a split; ds2_jax/datasets/manifest.py).
     name: str = "synthetic"
-    manual_dir: str = ""  # librispeech_local: the LibriSpeech tree or *.tar.gz archives; manifest: the manifests' folder.
+    manual_dir: str = ""  # librispeech_local: LibriSpeech tree or *.tar.gz archives; manifest: the manifests' folder.
     data_dir: str = ""  # tfds data_dir; '' = tfds default (~/tensorflow_datasets).
     train_splits: str = "train-clean-100+train-clean-360+train-other-500"  # Training splits, '+'-separated.
     eval_split: str = "dev-clean"  # Split evaluated during training.

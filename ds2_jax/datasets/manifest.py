@@ -409,22 +409,23 @@ def _decoded(jobs: list[tuple[str, int, str]], workers: int) -> Iterator[np.ndar
     # spawn, not fork: a build may run inside a training process that runs jax's threads.
     ctx = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(min(workers, len(tasks)), mp_context=ctx) as pool:
-        pending: collections.deque = collections.deque()
+        pending: collections.deque = collections.deque()  # (future, its task), in order
         it = iter(tasks)
         for task in it:
-            pending.append(pool.submit(audio_lib.load_many, task))
+            pending.append((pool.submit(audio_lib.load_many, task), task))
             if len(pending) >= workers * INFLIGHT_PER_WORKER:
                 break
         while pending:
+            future, task = pending.popleft()
             try:
-                results = pending.popleft().result()
+                results = future.result()
             except concurrent.futures.process.BrokenProcessPool as e:
-                raise RuntimeError(f"a build worker process died (killed, out of memory, or a decoder crash on one of "
-                                   f"the files after {jobs[0][0]!r}); rerun with dataset.build_workers=0 (--workers=0) "
-                                   "to decode in one process and see which file") from e
+                raise RuntimeError(f"a build worker process died (killed, for lack of memory, or a decoder crash on "
+                                   f"one of {task[0][0]!r} ... {task[-1][0]!r}); rerun with dataset.build_workers=0 "
+                                   "(--workers=0) to decode in one process and see which file") from e
             nxt = next(it, None)
             if nxt is not None:
-                pending.append(pool.submit(audio_lib.load_many, nxt))
+                pending.append((pool.submit(audio_lib.load_many, nxt), nxt))
             yield from results
 
 

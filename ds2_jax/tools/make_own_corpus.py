@@ -148,7 +148,8 @@ def main(argv=None) -> int:
             gender = "female_feminine" if "+f" in voice else "male_masculine"
             cv_rows[split].append([client, name + ".mp3", hashlib.sha256(words.encode()).hexdigest(), words, "", "2",
                                    "0", "", gender, "", "", "es", ""])
-            nemo_rows[split].append({"audio_filepath": f"clips/{name}.wav", "duration": round(len(low) / args.nemo_rate, 3),
+            nemo_rows[split].append({"audio_filepath": f"clips/{name}.wav",
+                                     "duration": round(len(low) / args.nemo_rate, 3),
                                      "text": text.normalize(words)})
     for split in counts:
         with open(os.path.join(cv, f"{split}.tsv"), "w", encoding="utf-8") as f:
