@@ -389,3 +389,13 @@ def test_a_workdir_from_before_the_alphabet_setting_keeps_librispeechs_29_output
     assert model.ModelConfig.of(spanish.model).vocab_size == 6
     with pytest.raises(ValueError, match=r"model.alphabet \(trained '', --config ' abcñ'\)"):
         workdir_config.refuse_fixed_changes(spanish, str(tmp_path))
+
+
+def test_the_build_command_ends_with_the_characters_outside_the_alphabet(bad_dir, tmp_path):
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("".join(c + "\n" for c in "abcdefghijlmnopqrstuvxyzñ") + "<space>\n", encoding="utf-8")
+    proc = run_build(f"--manual_dir={bad_dir}", f"--data_dir={tmp_path / 'tfds'}", f"--vocabulary={vocab}")
+    assert proc.returncode == 0, proc.stderr
+    last = proc.stdout.strip().splitlines()[-1]
+    assert last.startswith("characters outside the alphabet skipped 1 utterances: 'ß' in 1"), proc.stdout
+    assert "manifest/train: kept 3 of 11 utterances" in proc.stdout

@@ -249,8 +249,11 @@ def _open_builder(data: DataSettings, sharding: Sharding):
                 )
             logging.info("building %s from dataset.manual_dir=%r", d.name, d.manual_dir)
             builder = build.build(d.manual_dir, d.data_dir, d.name, options)
-            for report in build.reports(builder).values():
+            split_reports = build.reports(builder)
+            for report in split_reports.values():
                 logging.info("%s", build.summary(report))
+            if unknown := build.unknown_line(split_reports):
+                logging.warning("%s", unknown)
         else:
             build.check_source(builder, d.manual_dir)  # the files it was built from, or a DatasetMismatch
         return builder

@@ -222,9 +222,6 @@ def build(manual_dir: str, data_dir: str = "", name: str = "librispeech_local",
         )
     record_source(builder, _source_of(builder, manual_dir))
     logging.getLogger("ds2_jax").info("%s: built %s from %s", name, builder.data_dir, manual_dir)
-    unknown = unknown_line(reports(builder))
-    if unknown:
-        logging.getLogger("ds2_jax").warning("%s", unknown)
     return builder
 
 
@@ -320,6 +317,9 @@ def main(argv=None) -> int:
     for split, report in sorted(split_reports.items()):
         print(f"  {summary(report)}")
         print(f"    report: {librispeech_local.report_path(os.fspath(builder.data_dir), split)}")
+    unknown = unknown_line(split_reports)
+    if unknown:  # the build's last line
+        print(unknown)
     return 0
 
 
