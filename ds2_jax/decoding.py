@@ -34,10 +34,6 @@ from ds2_jax import settings, text
 log = logging.getLogger("ds2_jax")
 
 INSTALL_HINT = "pip install -e '.[lm]'"
-# flashlight token names for our 29 outputs (index = label id): the blank, then text.SYMBOLS
-# with the space spelled '|', the silence (word boundary) token.
-TOKENS = ["<blank>", *("|" if c == " " else c for c in text.SYMBOLS)]
-SILENCE = TOKENS.index("|")
 UNK = "<unk>"
 PRUNED = np.float32(-1e9)  # a log-prob that no beam survives
 # Frames of log-probs per worker below which a split decodes in this process: starting a
@@ -45,11 +41,16 @@ PRUNED = np.float32(-1e9)  # a log-prob that no beam survives
 MIN_FRAMES_PER_WORKER = 20_000
 
 
-def greedy_texts(ids: np.ndarray, lengths: np.ndarray) -> list[str]:
-    """<int32>[B, T] argmax paths and <int32>[B] valid frames -> B texts."""
+def greedy_texts(ids: np.ndarray, lengths: np.ndarray, alphabet: text.Alphabet = text.LIBRISPEECH) -> list[str]:
+    """<int32>[B, T] argmax paths and <int32>[B] valid frames -> B texts in `alphabet`."""
     from ds2_jax import ctc  # jax: not needed by the decoding workers
 
-    return [text.decode(ctc.collapse(path, n)) for path, n in zip(np.asarray(ids), np.asarray(lengths))]
+    return [alphabet.decode(ctc.collapse(path, n)) for path, n in zip(np.asarray(ids), np.asarray(lengths))]
+
+
+def silence_id(alphabet: text.Alphabet) -> int:
+    """The word boundary token of flashlight's search: the space's label (the blank without one)."""
+    return alphabet.symbols.index(" ") + 1 if " " in alphabet.symbols else text.BLANK
 
 
 def _flashlight():
@@ -61,13 +62,16 @@ def _flashlight():
 
 
 class BeamSearchDecoder:
-    """flashlight-text CTC beam search; with cfg.lm_path a lexicon search with KenLM fusion."""
+    """flashlight-text CTC beam search over the labels of `alphabet` (the model's); with
+    cfg.lm_path a lexicon search with KenLM fusion."""
 
-    def __init__(self, cfg: settings.Decoding):
+    def __init__(self, cfg: settings.Decoding, alphabet: text.Alphabet = text.LIBRISPEECH):
         if not cfg.beam:
             raise ValueError("BeamSearchDecoder needs decoding.beam_width > 0")
         self._fl, dictionary = _flashlight()
         self.cfg = cfg
+        self.alphabet = alphabet
+        self.num_tokens, self.silence = alphabet.vocab_size, silence_id(alphabet)
         self.alpha, self.beta = cfg.alpha, cfg.beta
         if cfg.lm_path:
             with open(cfg.lm_path, "rb"):  # a clear FileNotFoundError naming the file
@@ -79,7 +83,7 @@ class BeamSearchDecoder:
             if not cfg.lexicon_path and not _is_arpa(cfg.lm_path):
                 raise ValueError(f"decoding.lm_path={cfg.lm_path!r} is a KenLM binary: set decoding.lexicon_path "
                                  "to its word list (one word per line), or use the ARPA file")
-            self.words = lexicon_words(cfg.lexicon_path or cfg.lm_path)
+            self.words = lexicon_words(cfg.lexicon_path or cfg.lm_path, alphabet)
             self._word_dict = dictionary.Dictionary([*self.words, UNK])
             from flashlight.lib.text.decoder.kenlm import KenLM
 
@@ -96,11 +100,11 @@ class BeamSearchDecoder:
         A spelling ends with the word boundary '|' (the space): a word is complete only once
         the search leaves its last letter, so that letter's repeated frames stay inside the
         word (decode appends one boundary frame for the utterance's last word)."""
-        trie = self._fl.Trie(len(TOKENS), SILENCE)
+        trie = self._fl.Trie(self.num_tokens, self.silence)
         start = self._lm.start(False)
         for i, word in enumerate(self.words):
             _, score = self._lm.score(start, i)
-            trie.insert([TOKENS.index(c) for c in word] + [SILENCE], i, score)
+            trie.insert(self.alphabet.encode(word).tolist() + [self.silence], i, score)
         trie.smear(self._fl.SmearingMode.MAX)
         return trie
 
@@ -109,14 +113,15 @@ class BeamSearchDecoder:
         threshold = -cfg.beam_prune_logp
         if not cfg.lm_path:
             opts = fl.LexiconFreeDecoderOptions(
-                beam_size=cfg.beam_width, beam_size_token=len(TOKENS), beam_threshold=threshold,
+                beam_size=cfg.beam_width, beam_size_token=self.num_tokens, beam_threshold=threshold,
                 lm_weight=0.0, sil_score=0.0, log_add=False, criterion_type=fl.CriterionType.CTC)
-            return fl.LexiconFreeDecoder(opts, self._lm, SILENCE, text.BLANK, [])
+            return fl.LexiconFreeDecoder(opts, self._lm, self.silence, text.BLANK, [])
         opts = fl.LexiconDecoderOptions(
-            beam_size=cfg.beam_width, beam_size_token=len(TOKENS), beam_threshold=threshold,
+            beam_size=cfg.beam_width, beam_size_token=self.num_tokens, beam_threshold=threshold,
             lm_weight=self.alpha * math.log(10), word_score=self.beta,  # KenLM scores are log10
             unk_score=cfg.unk_score_offset, sil_score=0.0, log_add=False, criterion_type=fl.CriterionType.CTC)
-        return fl.LexiconDecoder(opts, self._trie, self._lm, SILENCE, text.BLANK, self._word_dict.get_index(UNK), [], False)
+        return fl.LexiconDecoder(opts, self._trie, self._lm, self.silence, text.BLANK, self._word_dict.get_index(UNK),
+                                 [], False)
 
     def set_weights(self, alpha: float, beta: float) -> None:
         """New LM weights without reloading the LM (alpha/beta tuning)."""
@@ -124,12 +129,12 @@ class BeamSearchDecoder:
         self._decoder = self._build()
 
     def decode(self, log_probs: np.ndarray) -> str:
-        """<float32>[T, 29] log-probabilities of the valid frames -> text."""
+        """<float32>[T, vocab] log-probabilities of the valid frames -> text."""
         if len(log_probs) == 0:
             return ""
         lp = prune_tokens(np.asarray(log_probs, np.float32), self.cfg.token_min_logp)
         if self.cfg.lm_path:
-            lp = np.concatenate([lp, boundary_frame(lp.shape[1])])
+            lp = np.concatenate([lp, boundary_frame(lp.shape[1], self.silence)])
         lp = np.ascontiguousarray(lp)
         results = self._decoder.decode(lp.ctypes.data, lp.shape[0], lp.shape[1])
         if not results:  # every path pruned
@@ -138,14 +143,14 @@ class BeamSearchDecoder:
         if self.cfg.lm_path:
             return " ".join(self._word_dict.get_entry(w) for w in best.words if w >= 0)
         ids = [t for i, t in enumerate(best.tokens) if t != text.BLANK and (i == 0 or t != best.tokens[i - 1])]
-        return " ".join(text.decode(np.asarray(ids, np.int32)).split())
+        return " ".join(self.alphabet.decode(np.asarray(ids, np.int32)).split())
 
     def decode_batch(self, log_probs: np.ndarray, lengths: np.ndarray) -> list[str]:
-        """<float32>[B, T, 29] and <int32>[B] valid frames -> B texts."""
+        """<float32>[B, T, vocab] and <int32>[B] valid frames -> B texts."""
         return [self.decode(lp[: int(n)]) for lp, n in zip(np.asarray(log_probs), np.asarray(lengths))]
 
     def decode_all(self, log_probs: list[np.ndarray], workers: int | None = None) -> list[str]:
-        """Per-utterance <float32>[T_i, 29] -> texts, on `workers` processes (default: the
+        """Per-utterance <float32>[T_i, vocab] -> texts, on `workers` processes (default: the
         host's cores), each with its own decoder and LM; in this process for a short split
         (under MIN_FRAMES_PER_WORKER frames per worker)."""
         frames = sum(len(lp) for lp in log_probs)
@@ -156,7 +161,7 @@ class BeamSearchDecoder:
         ctx = multiprocessing.get_context("spawn")
         tuned = dataclasses.replace(self.cfg, alpha=self.alpha, beta=self.beta)
         with concurrent.futures.ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker,
-                                                    initargs=(tuned,)) as pool:
+                                                    initargs=(tuned, self.alphabet)) as pool:
             chunk = max(1, len(log_probs) // (4 * workers))
             return list(pool.map(_decode_in_worker, log_probs, chunksize=chunk))
 
@@ -167,18 +172,18 @@ class BeamSearchDecoder:
 _WORKER: BeamSearchDecoder | None = None
 
 
-def _init_worker(cfg: settings.Decoding) -> None:
+def _init_worker(cfg: settings.Decoding, alphabet: text.Alphabet) -> None:
     global _WORKER
-    _WORKER = BeamSearchDecoder(cfg)
+    _WORKER = BeamSearchDecoder(cfg, alphabet)
 
 
 def _decode_in_worker(log_probs: np.ndarray) -> str:
     return _WORKER.decode(log_probs)
 
 
-def make_beam_decoder(cfg: settings.Decoding) -> BeamSearchDecoder | None:
-    """A beam decoder when cfg.beam_width > 0, else None (greedy only)."""
-    return BeamSearchDecoder(cfg) if cfg.beam else None
+def make_beam_decoder(cfg: settings.Decoding, alphabet: text.Alphabet = text.LIBRISPEECH) -> BeamSearchDecoder | None:
+    """A beam decoder over `alphabet` (the model's) when cfg.beam_width > 0, else None (greedy only)."""
+    return BeamSearchDecoder(cfg, alphabet) if cfg.beam else None
 
 
 def prune_tokens(log_probs: np.ndarray, min_logp: float) -> np.ndarray:
@@ -188,25 +193,26 @@ def prune_tokens(log_probs: np.ndarray, min_logp: float) -> np.ndarray:
     return np.where(keep, log_probs, PRUNED)
 
 
-def boundary_frame(vocab: int) -> np.ndarray:
-    """<float32>[1, vocab]: a frame that is surely the word boundary (the space)."""
+def boundary_frame(vocab: int, silence: int) -> np.ndarray:
+    """<float32>[1, vocab]: a frame that is surely the word boundary `silence` (the space)."""
     frame = np.full((1, vocab), PRUNED, np.float32)
-    frame[0, SILENCE] = 0.0
+    frame[0, silence] = 0.0
     return frame
 
 
-def lexicon_words(path: str) -> list[str]:
+def lexicon_words(path: str, alphabet: text.Alphabet = text.LIBRISPEECH) -> list[str]:
     """The words beam search may output: an ARPA file's unigrams, or a lexicon file's first
-    field per line; <s>, </s> and <unk> excluded, each word checked against the alphabet."""
+    field per line; <s>, </s> and <unk> excluded, each word checked against `alphabet`."""
     if _is_arpa(path):
         words = arpa_unigrams(path)
     else:
         with open(path, encoding="utf-8") as f:
             words = [line.split()[0] for line in f if line.strip()]
     words = [w for w in dict.fromkeys(words) if w not in ("<s>", "</s>", UNK)]
-    bad = [w for w in words if text.unknown_chars(w) or " " in w]
+    bad = [w for w in words if alphabet.unknown_chars(w) or " " in w]
     if bad:
-        raise ValueError(f"{path}: words outside the alphabet {text.SYMBOLS!r}: {bad[:5]}")
+        raise ValueError(f"{path}: words outside the model's alphabet ({alphabet.describe()}): {bad[:5]} (build the "
+                         "LM with python -m ds2_jax.tools.build_lm --workdir=<the run> to keep only its words)")
     if not words:
         raise ValueError(f"{path}: no words for the lexicon")
     return words

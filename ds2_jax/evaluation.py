@@ -38,7 +38,7 @@ class SplitOutputs:
 
     references: list[str]
     greedy: list[str]
-    log_probs: list[np.ndarray] | None  # per utterance <float32>[T_i, 29]; None without beam
+    log_probs: list[np.ndarray] | None  # per utterance <float32>[T_i, vocab]; None without beam
     loss: float
 
 
@@ -54,8 +54,8 @@ def run_split(p_eval, state, source, split: str, max_utterances: int, par: paral
             out = par.get_rows(out)
             sums.append(par.get(s))
             rows = np.flatnonzero(batch["weights"] > 0)
-            refs += [text.decode(batch["labels"][i, : batch["label_lengths"][i]]) for i in rows]
-            hyps += decoding.greedy_texts(out["ids"][rows], out["lengths"][rows])
+            refs += [source.alphabet.decode(batch["labels"][i, : batch["label_lengths"][i]]) for i in rows]
+            hyps += decoding.greedy_texts(out["ids"][rows], out["lengths"][rows], source.alphabet)
             if "log_probs" in out:
                 lps += [out["log_probs"][i, : out["lengths"][i]] for i in rows]
             if on_batch is not None:
@@ -133,10 +133,24 @@ def prepare(config: settings.Settings, workdir: str, step: int | None = None, lo
     par = parallel.make(config)
     sharding = par.batch_sharding(config.per_device_batch_size)
     source = make_source(config, sharding)
+    check_alphabet(config, source, workdir)
     memory.check_host_memory(config, sharding.local_batch, source.shapes(), 3)  # 2 read ahead, 1 in the step
     state, step = restore_state(config, workdir, step)
     p_eval = eval_step.compile_eval_step(par, step_kwargs(config), log_probs)
     return EvalRun(p_eval, par.put_replicated(state), source, par, step)
+
+
+def check_alphabet(config: settings.Settings, source: Source, workdir: str) -> None:
+    """A ValueError naming both alphabets when the model's (config.model.alphabet, from the
+    workdir's config.json) is not the one of the data it is scored on."""
+    trained = text.Alphabet.of_setting(config.model.alphabet)
+    if trained != source.alphabet:
+        raise ValueError(
+            f"the model in {workdir} emits the alphabet {trained.describe()} (model.alphabet in its config.json), but "
+            f"dataset.name={config.dataset.name!r} "
+            f"({config.dataset.manual_dir or config.dataset.data_dir or 'synthetic'})"
+            f" holds the alphabet {source.alphabet.describe()}: evaluate on data prepared with the model's alphabet "
+            "(dataset.vocabulary, or the data it was trained on)")
 
 
 def split_list(spec: str) -> list[str]:
@@ -183,7 +197,7 @@ def evaluate_splits(config, workdir: str, split: str = "", step: int | None = No
     workdir/eval-<split>-<step>-<decoder>.json (result_path); returns {split: result}.
     An unwritable workdir is an error after every result has been logged."""
     config = workdir_config.config_for_eval(config, workdir)
-    beam = decoding.make_beam_decoder(config.decoding)  # before compiling: a missing LM fails fast
+    beam = decoding.make_beam_decoder(config.decoding, text.Alphabet.of_setting(config.model.alphabet))  # fails fast
     run = prepare(config, workdir, step, log_probs=beam is not None)
     step = run.step
     results, unwritten = {}, []

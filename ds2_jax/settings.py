@@ -27,9 +27,12 @@ import difflib
 import typing
 from typing import Any, ClassVar
 
-from ds2_jax import geometry, resilience
+from ds2_jax import geometry, resilience, text
 
-DATASETS = ("synthetic", "librispeech_local", "librispeech")
+DATASETS = ("synthetic", "librispeech_local", "librispeech", "manifest")
+LIBRISPEECH_DATASETS = ("librispeech_local", "librispeech")  # stored at 16 kHz, LibriSpeech's alphabet
+STEREO = ("downmix", "skip")  # dataset.stereo
+SAMPLE_RATES = (8_000, 48_000)  # features.sample_rate's range
 SCHEDULES = ("constant", "cosine", "exponential")
 PARALLELISMS = ("pmap", "jit")
 DTYPES = ("float32", "bfloat16")
@@ -90,10 +93,11 @@ class Dataset:
     KEY: ClassVar[str] = "dataset"
 
     # 'synthetic' (random audio and text, compute only), 'librispeech_local' (the
-    # project's tfds builder over a LibriSpeech-layout manual_dir) or 'librispeech'
-    # (tfds's official, already prepared build).
+    # project's tfds builder over a LibriSpeech-layout manual_dir), 'librispeech'
+    # (tfds's official, already prepared build) or 'manifest' (your own data: every
+    # <split>.tsv/.csv/.jsonl/.json of manual_dir is a split; ds2_jax/datasets/manifest.py).
     name: str = "synthetic"
-    manual_dir: str = ""  # LibriSpeech tree or *.tar.gz archives (librispeech_local).
+    manual_dir: str = ""  # librispeech_local: LibriSpeech tree or *.tar.gz archives; manifest: the manifests' folder.
     data_dir: str = ""  # tfds data_dir; '' = tfds default (~/tensorflow_datasets).
     train_splits: str = "train-clean-100+train-clean-360+train-other-500"  # Training splits, '+'-separated.
     eval_split: str = "dev-clean"  # Split evaluated during training.
@@ -114,9 +118,32 @@ class Dataset:
     synthetic_chars_per_second: float = 14.0
     synthetic_num_utterances: int = 15_552  # One "epoch" (the seed's 972 x 16).
     synthetic_pool_size: int = 512  # Distinct utterances; index i repeats i % this.
+    # Manifest datasets (name='manifest'), read at build time; the prepared data records them.
+    # The alphabet: a vocabulary file (one symbol a line, the space as '<space>'); '' = derived
+    # from the transcripts of the train_splits at build time.
+    vocabulary: str = ""
+    lower_case: bool = True  # Transcripts lower-cased (text.normalize).
+    strip_punctuation: bool = True  # Punctuation and symbols removed, apostrophes kept (text.normalize).
+    path_column: str = ""  # CSV/TSV/JSON column of the audio path; '' = a known name (path, audio_filepath, ...).
+    text_column: str = ""  # Column of the transcript; '' = a known name (sentence, text, transcript, ...).
+    stereo: str = "downmix"  # Audio of several channels: 'downmix' (their mean) or 'skip' (counted).
+    # Manifests built, '+'-separated; '' = every manifest of manual_dir but Common Voice's
+    # supersets and side files (validated, invalidated, other, reported, ...).
+    manifest_splits: str = ""
+    build_workers: int = -1  # Processes decoding audio at build; -1 = the cores present, 0 = inline.
 
     def __post_init__(self):
         _one_of("dataset.name", self.name, DATASETS)
+        _one_of("dataset.stereo", self.stereo, STEREO)
+        if self.build_workers < -1:
+            raise ValueError(f"dataset.build_workers={self.build_workers}: must be -1 (the cores), 0 (inline) or a "
+                             "count")
+        if self.name == "manifest" and not (self.manual_dir or self.data_dir):
+            raise ValueError("dataset.name='manifest' needs dataset.manual_dir (the folder of <split>.tsv/.csv/"
+                             ".jsonl/.json manifests)")
+        if self.vocabulary and self.name != "manifest":
+            raise ValueError(f"dataset.vocabulary={self.vocabulary!r} is read by dataset.name='manifest' builds only "
+                             f"(dataset.name={self.name!r} has its own alphabet)")
         if not 0 <= self.min_duration_s < self.max_duration_s:
             raise ValueError(f"dataset.min_duration_s={self.min_duration_s} must be >= 0 and < "
                              f"dataset.max_duration_s={self.max_duration_s}")
@@ -136,7 +163,7 @@ class Spectrogram:
 
     KEY: ClassVar[str] = "features"
 
-    sample_rate: int = 16_000  # Hz; the datasets are stored at 16 kHz.
+    sample_rate: int = 16_000  # Hz; manifest data is resampled to it at build; LibriSpeech is 16 kHz.
     window_ms: float = 20.0  # Hann window -> 161 linear bins at 16 kHz.
     hop_ms: float = 10.0  # One frame every hop_ms.
     eps: float = 1e-14  # log(power + eps).
@@ -180,9 +207,9 @@ class Features(SpecAugment, Spectrogram):
     (config.features holds both sets of fields, the spectrogram's first)."""
 
     def __post_init__(self):
-        if self.sample_rate != 16_000:
-            raise ValueError(f"features.sample_rate={self.sample_rate}: must be 16000 (the datasets are stored at "
-                             "16 kHz)")
+        if not SAMPLE_RATES[0] <= self.sample_rate <= SAMPLE_RATES[1]:
+            raise ValueError(f"features.sample_rate={self.sample_rate}: must be {SAMPLE_RATES[0]}..{SAMPLE_RATES[1]} "
+                             "Hz")
         _at_least("features.", self, 0, "freq_masks", "freq_mask_width", "time_masks")
         if not 0 <= self.time_mask_max_fraction <= 1:
             raise ValueError(f"features.time_mask_max_fraction={self.time_mask_max_fraction}: must be in [0, 1]")
@@ -230,9 +257,18 @@ class Model:
     # GRU/LSTM).
     rnn_impl: str = "auto"
     scan_unroll: int = 1  # lax.scan unroll factor.
+    # The characters the model emits (its output layer: one more, the blank); '' = LibriSpeech's
+    # 28 (text.LIBRISPEECH). Training sets it from the prepared data; a resume or eval on data
+    # of another alphabet is refused.
+    alphabet: str = ""
 
     def __post_init__(self):
         geometry.conv_specs(self.num_conv_layers)  # validates the range
+        if self.alphabet:
+            try:
+                text.Alphabet(self.alphabet)
+            except ValueError as e:
+                raise ValueError(f"model.alphabet: {e}") from None
         _one_of("model.rnn_cell", self.rnn_cell, sorted(RNN_CELLS))
         _one_of("model.dtype", self.dtype, DTYPES)
         _one_of("model.conv_impl", self.conv_impl, CONV_IMPLS)
@@ -374,6 +410,10 @@ class Settings:
                   "checkpoint_every_steps", "keep_checkpoints")
         _at_least("", self, 0, "eval_every_steps", "num_devices")  # devices present: parallel.make
         _one_of("parallelism", self.parallelism, PARALLELISMS)
+        if self.dataset.name in LIBRISPEECH_DATASETS and self.features.sample_rate != 16_000:
+            raise ValueError(f"features.sample_rate={self.features.sample_rate} with dataset.name="
+                             f"{self.dataset.name!r}: LibriSpeech is stored at 16000 Hz; other rates need "
+                             "dataset.name='manifest' (resampled at build)")
         if self.parallelism == "jit" and not self.model.sync_batch_norm:
             raise ValueError("model.sync_batch_norm=False with parallelism='jit': under jit batch norm always sees "
                              "the global batch; set model.sync_batch_norm=True, or parallelism='pmap' for "

@@ -1,40 +1,166 @@
-"""The 28-symbol alphabet, transcript normalization and label encoding.
+"""Alphabets, the one text normalization, and label encoding.
 
-Index 0 is the CTC blank; 1 is the apostrophe, 2 the space and 3..28 are a..z,
-so the model has 29 outputs.
+An `Alphabet` is a string of distinct characters (Unicode code points after NFC); label
+0 is the CTC blank and character i of the alphabet is label i + 1, so a model over it
+has len(alphabet) + 1 outputs. LibriSpeech's is `LIBRISPEECH` (the apostrophe, the
+space, a..z: 29 outputs); a model's is config.model.alphabet ('' = LibriSpeech's), set
+by training from the prepared data (ds2_jax.datasets.manifest derives or reads it).
+
+`normalize` is the one normalization of transcripts, used by the dataset builds, the
+LM build (tools.build_lm) and the lexicon check: NFC, lower case, punctuation removed
+(apostrophes kept: they are part of words), whitespace collapsed. Case folding and
+punctuation removal can be turned off (dataset.lower_case, dataset.strip_punctuation).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import string
+import unicodedata
 
 import numpy as np
 
 BLANK = 0
-SYMBOLS = "' " + string.ascii_lowercase
-VOCAB_SIZE = len(SYMBOLS) + 1  # + blank
-_CHAR_TO_ID = {c: i + 1 for i, c in enumerate(SYMBOLS)}
+APOSTROPHES = {"\u2019": "'", "\u02bc": "'"}  # typographic apostrophes -> "'"
 
 
-def normalize(text: str) -> str:
-    """Lower-cases, strips a byte-order mark and line ends, collapses whitespace."""
-    text = text.replace("\ufeff", "").replace("\r", " ").replace("\n", " ")
-    return " ".join(text.lower().split())
+class _PunctuationTable(dict):
+    """str.translate's table for strip_punctuation, filled per character on first sight: an
+    apostrophe -> "'", punctuation (Unicode category P*) and symbols (S*) -> ' ', the rest kept."""
+
+    def __missing__(self, code: int):
+        c = chr(code)
+        out = "'" if c == "'" or c in APOSTROPHES else (" " if unicodedata.category(c)[0] in "PS" else c)
+        self[code] = out
+        return out
+
+
+_PUNCTUATION = _PunctuationTable()
+
+
+def normalize(text: str, lower_case: bool = True, strip_punctuation: bool = True) -> str:
+    """NFC; lower case (str.lower: keeps 'ß' and a final 'ς'); punctuation (Unicode
+    category P*, and symbols S*) replaced by spaces, apostrophes kept; a byte-order mark
+    dropped; whitespace collapsed to single spaces."""
+    text = unicodedata.normalize("NFC", text.replace("\ufeff", ""))
+    if lower_case:
+        text = unicodedata.normalize("NFC", text.lower())
+    if strip_punctuation:
+        text = text.translate(_PUNCTUATION)
+    return " ".join(text.split())
+
+
+@dataclasses.dataclass(frozen=True)
+class Alphabet:
+    """The characters a model emits; character i is label i + 1 (0 is the blank)."""
+
+    symbols: str
+
+    def __post_init__(self):
+        if not self.symbols:
+            raise ValueError("an alphabet needs at least one symbol")
+        dup = sorted({c for c in self.symbols if self.symbols.count(c) > 1})
+        if dup:
+            raise ValueError(f"alphabet {self.symbols!r} repeats {dup!r}")
+        ws = [c for c in self.symbols if c.isspace() and c != " "]
+        if ws:
+            raise ValueError(f"alphabet {self.symbols!r} holds whitespace other than the space: {ws!r}")
+        object.__setattr__(self, "_ids", {c: i + 1 for i, c in enumerate(self.symbols)})
+
+    @classmethod
+    def of_setting(cls, value: str) -> "Alphabet":
+        """config.model.alphabet -> its Alphabet ('' = LibriSpeech's)."""
+        return cls(value) if value else LIBRISPEECH
+
+    @property
+    def setting(self) -> str:
+        """The config.model.alphabet value of this alphabet ('' for LibriSpeech's, so workdirs
+        trained before the setting existed compare equal)."""
+        return "" if self == LIBRISPEECH else self.symbols
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.symbols) + 1  # + blank
+
+    def unknown_chars(self, text: str) -> set[str]:
+        """Characters of an already normalized text that are outside the alphabet."""
+        return {c for c in text if c not in self._ids}
+
+    def encode(self, text: str) -> np.ndarray:
+        """Normalized text -> <int32> label ids in 1..len(symbols); raises on unknown characters."""
+        bad = self.unknown_chars(text)
+        if bad:
+            raise ValueError(f"characters outside the alphabet: {sorted(bad)!r} in {text!r}")
+        return np.array([self._ids[c] for c in text], dtype=np.int32)
+
+    def decode(self, ids) -> str:
+        """Label ids (no blanks expected; 0 is skipped) -> text."""
+        return "".join(self.symbols[i - 1] for i in np.asarray(ids).tolist() if i != BLANK)
+
+    def describe(self) -> str:
+        """'33 symbols: ' abc...' (the space shown as '␣'), for logs and errors."""
+        shown = self.symbols.replace(" ", "\u2423")
+        return f"{len(self.symbols)} symbols {shown!r}"
+
+    def to_lines(self) -> str:
+        """The vocabulary file format (read_vocabulary): one symbol a line, the space as a line '<space>'."""
+        return "".join(("<space>" if c == " " else c) + "\n" for c in self.symbols)
+
+
+SPACE_NAMES = ("<space>", "|")
+
+
+def read_vocabulary(path: str) -> Alphabet:
+    """A vocabulary file: one symbol a line; the space as a line holding one space, '<space>'
+    or '|'; blank lines and lines starting with '#' ignored ('\\#' is the '#' symbol: Mozilla
+    DeepSpeech's alphabet.txt reads as it is). Symbols are NFC-normalized. A ValueError names
+    the file and line of a bad entry."""
+    symbols = []
+    with open(path, encoding="utf-8-sig") as f:
+        for number, line in enumerate(f, 1):
+            entry = line.rstrip("\r\n")
+            if entry == " ":
+                symbols.append(" ")
+                continue
+            entry = entry.strip()
+            if not entry or entry.startswith("#"):
+                continue
+            entry = " " if entry in SPACE_NAMES else ("#" if entry == "\\#" else unicodedata.normalize("NFC", entry))
+            if len(entry) != 1:
+                raise ValueError(f"{path}:{number}: {entry!r} is not one character (a vocabulary file holds one "
+                                 "symbol a line; the space as '<space>')")
+            if entry in symbols:
+                raise ValueError(f"{path}:{number}: {entry!r} is listed twice")
+            symbols.append(entry)
+    if not symbols:
+        raise ValueError(f"{path}: no symbols (a vocabulary file holds one symbol a line)")
+    return Alphabet("".join(symbols))
+
+
+def derive(texts) -> Alphabet:
+    """The alphabet of normalized texts: their characters, the space first, then in code-point order."""
+    chars = set()
+    for t in texts:
+        chars.update(t)
+    ordered = sorted(chars - {" "})
+    return Alphabet((" " if " " in chars else "") + "".join(ordered))
+
+
+LIBRISPEECH = Alphabet("' " + string.ascii_lowercase)
+SYMBOLS = LIBRISPEECH.symbols
+VOCAB_SIZE = LIBRISPEECH.vocab_size
 
 
 def unknown_chars(text: str) -> set[str]:
-    """Characters of an already normalized text that are outside the alphabet."""
-    return {c for c in text if c not in _CHAR_TO_ID}
+    """LIBRISPEECH.unknown_chars."""
+    return LIBRISPEECH.unknown_chars(text)
 
 
 def encode(text: str) -> np.ndarray:
-    """Normalized text -> int32 label ids in 1..28; raises on unknown characters."""
-    bad = unknown_chars(text)
-    if bad:
-        raise ValueError(f"characters outside the alphabet: {sorted(bad)!r} in {text!r}")
-    return np.array([_CHAR_TO_ID[c] for c in text], dtype=np.int32)
+    """LIBRISPEECH.encode."""
+    return LIBRISPEECH.encode(text)
 
 
 def decode(ids) -> str:
-    """Label ids (no blanks expected; 0 is skipped) -> text."""
-    return "".join(SYMBOLS[i - 1] for i in np.asarray(ids).tolist() if i != BLANK)
+    """LIBRISPEECH.decode."""
+    return LIBRISPEECH.decode(ids)

@@ -27,7 +27,7 @@ import optax
 from ds2_jax import (checkpoint, ctc, determinism, errors, eval_step, evaluation, faults, features, memory,
                      model, parallel, reporting, resilience, settings, workdir_config)
 from ds2_jax.data import loader
-from ds2_jax.data.source import make_source
+from ds2_jax.data.source import make_source, with_data_alphabet
 from ds2_jax.batch_axis import psum
 from ds2_jax.state import TrainState, idle_steps_warning, initial_state, run_optimizer, step_kwargs
 
@@ -175,6 +175,7 @@ def _nothing_to_train(start: int, config: settings.Settings, workdir: str) -> bo
 def _train(config: settings.Settings, workdir: str, mgr) -> TrainState:
     """train_and_evaluate's loop, with the workdir locked and the checkpoint manager `mgr` open."""
     par, sharding, source = _devices_and_data(config)
+    config = with_data_alphabet(config, source)  # the output layer follows the data's alphabet
     init_rng, step_rng = jax.random.split(jax.random.PRNGKey(config.seed))
     state = _initial_or_restored(config, workdir, mgr, source, init_rng)
     start = int(state.step)

@@ -7,8 +7,9 @@
 Restores the latest (or --step) checkpoint of W with the config W was trained with
 (W/config.json) and the feature statistics stored in its state. Reads anything
 libsndfile reads (WAV, FLAC, OGG, ...) at any sample rate and channel count: channels
-are averaged, other rates resampled to 16 kHz with soxr (a lower rate with a warning:
-the model was trained on 16 kHz). A missing, empty or undecodable file gets
+are averaged, other rates resampled with soxr to the model's (features.sample_rate; a lower
+rate with a warning). The model's sample rate and alphabet (model.alphabet) come from
+W/config.json. A missing, empty or undecodable file gets
 an 'error: <path>: <reason>' line on stderr and the rest still run; the exit code is 1
 if any file failed. Long files run in overlapping windows (WINDOW_SECONDS), so memory is
 bounded by the window, not by the file.
@@ -99,7 +100,7 @@ def load_audio(path: str, sample_rate: int = 16_000) -> np.ndarray:
 
 
 class Transcriber:
-    """A restored model plus a decoder; `transcribe` maps int16 16 kHz waveforms to texts."""
+    """A restored model plus a decoder; `transcribe` maps int16 waveforms at the model's rate to texts."""
 
     def __init__(self, workdir: str, decoder_cfg: settings.Decoding | None = None, step: int | None = None,
                  batch_size: int = 8, config: settings.Settings | None = None):
@@ -109,7 +110,10 @@ class Transcriber:
         from ds2_jax import eval_step, state, workdir_config
 
         self.config = config if config is not None else workdir_config.load_config(workdir)
-        self.beam = decoding.make_beam_decoder(decoder_cfg or settings.Decoding())
+        from ds2_jax import text
+
+        self.alphabet = text.Alphabet.of_setting(self.config.model.alphabet)  # the model's outputs
+        self.beam = decoding.make_beam_decoder(decoder_cfg or settings.Decoding(), self.alphabet)
         self.state, self.step = state.restore_state(self.config, workdir, step)
         self.sample_rate = self.config.features.sample_rate
         self.batch_size = batch_size
@@ -135,7 +139,8 @@ class Transcriber:
         if self.beam is not None:
             decoded = self.beam.decode_all([outputs[i] for i in good])
         else:
-            decoded = [decoding.greedy_texts(outputs[i][None], np.array([len(outputs[i])]))[0] for i in good]
+            decoded = [decoding.greedy_texts(outputs[i][None], np.array([len(outputs[i])]), self.alphabet)[0]
+                       for i in good]
         for i, t in zip(good, decoded):
             texts[i] = t
         return texts

@@ -105,7 +105,7 @@ def _trained_vs_given(diff) -> str:
 # Settings a resumed run cannot change: the checkpoints' parameter shapes and the meaning
 # of their inputs (the feature statistics are per bin of this spectrogram).
 FIXED_ON_RESUME = (*(f"model.{k}" for k in ("num_conv_layers", "conv_channels", "num_rnn_layers", "rnn_size", "rnn_cell",
-                                            "share_rnn_weights", "bidirectional", "row_conv_context")),
+                                            "share_rnn_weights", "bidirectional", "row_conv_context", "alphabet")),
                    *(f"features.{f.name}" for f in dataclasses.fields(settings.Spectrogram)))
 # Settings that change how a run is driven or watched, not what it trains: never a "change".
 NOT_TRAINING = ("faults.", "eval.", "decoding.", "num_train_steps", "log_every_steps", "eval_every_steps",
@@ -175,9 +175,15 @@ EVAL_SETTINGS = ("eval", "decoding", "dataset", "per_device_batch_size", "num_de
                  "keep_checkpoints", "prefetch_batches")
 
 
+# Settings training derives from its data (model.alphabet: the prepared data's): a --config that
+# leaves them unset ('') differs in nothing.
+SET_BY_TRAINING = ("model.alphabet",)
+
+
 def differing_keys(trained: dict, given: dict) -> list[tuple[str, object, object]]:
     """(dotted key, trained value, given value) of the training settings both have that differ."""
-    return [d for d in _differences(flat(trained), flat(given)) if d[0].split(".")[0] not in EVAL_SETTINGS]
+    return [d for d in _differences(flat(trained), flat(given)) if d[0].split(".")[0] not in EVAL_SETTINGS
+            and not (d[0] in SET_BY_TRAINING and d[2] == "")]
 
 
 def _overlay(base: dict, top: dict) -> dict:

@@ -210,7 +210,7 @@ MUTATIONS = [
              ("tests/test_loader.py::test_a_process_that_read_with_workers_leaves_no_shared_memory_behind",),
              "batches alive at exit leave their shared-memory segments behind (resource_tracker's leak warning)"),
     Mutation("last_word_never_ends", "ds2_jax/decoding.py",
-             "            lp = np.concatenate([lp, boundary_frame(lp.shape[1])])\n", "            pass\n",
+             "            lp = np.concatenate([lp, boundary_frame(lp.shape[1], self.silence)])\n", "            pass\n",
              ("tests/test_decoding.py::test_lm_corrects_an_acoustically_ambiguous_word",),
              "the LM search drops an utterance's last word (its spelling never reaches the boundary)"),
     Mutation("lm_weight_on_log10", "ds2_jax/decoding.py", "lm_weight=self.alpha * math.log(10)",
@@ -511,6 +511,22 @@ MUTATIONS = [
              "    log.info(\"%s\", memory.check(est, config.per_device_batch_size, memory.device_limit(par.devices[0])))\n",
              "", ("tests/test_memory.py::test_training_refuses_before_compiling",),
              "the loop never checks the estimate: an oversized batch is silent for minutes, then fails to allocate"),
+    # ---- issue 38: your own speech
+    Mutation("manifest_duplicates_kept", "ds2_jax/datasets/manifest.py", "        if e.id in seen:",
+             "        if False:", ("tests/test_manifest.py::test_every_bad_line_is_a_counted_skip_naming_its_file_and_line",),
+             "a duplicated id is written twice (tfds's duplicate-key error, or one utterance weighted double)"),
+    Mutation("normalize_without_nfc", "ds2_jax/text.py",
+             '    text = unicodedata.normalize("NFC", text.replace("\\ufeff", ""))',
+             '    text = text.replace("\\ufeff", "")',
+             ("tests/test_manifest.py::test_normalize_is_unicode_aware_and_settable",),
+             "decomposed accents (NFD) stay two code points: one letter, two labels, and an alphabet of combining marks"),
+    Mutation("alphabet_from_every_split", "ds2_jax/datasets/manifest.py",
+             "    present = [s for s in wanted if s in manifests]", "    present = list(manifests)",
+             ("tests/test_manifest.py::test_an_asked_split_without_a_manifest_is_one_error_line",),
+             "the alphabet is derived from every split, the test transcripts included"),
+    Mutation("eval_alphabet_unchecked", "ds2_jax/evaluation.py", "    check_alphabet(config, source, workdir)\n", "",
+             ("tests/test_manifest.py::test_train_eval_and_transcribe_on_common_voice_any_split_names",),
+             "an eval on data of another alphabet scores label ids spelled in the wrong symbols"),
 ]
 
 

@@ -181,7 +181,7 @@ def test_a_binary_lm_needs_a_lexicon_and_bad_words_are_named(tmp_path):
         decoding.BeamSearchDecoder(settings.Decoding(beam_width=4, lm_path=str(binary)))
     lexicon = tmp_path / "words.txt"
     lexicon.write_text("cat\nCaf\u00e9\n")
-    with pytest.raises(ValueError, match="words.txt: words outside the alphabet"):
+    with pytest.raises(ValueError, match="words.txt: words outside the model.s alphabet"):
         decoding.lexicon_words(str(lexicon))
 
 

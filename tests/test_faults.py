@@ -468,6 +468,7 @@ def test_missing_dataset_is_a_clear_error(tmp_path):
 
 def test_prepared_dataset_refuses_a_different_manual_dir_naming_both(tmp_path, caplog):
     from ds2_jax.data import tfds_source
+    from ds2_jax.data.source import DataSettings
     from ds2_jax.datasets import build
     from tests import librispeech_testdata as td
 
@@ -493,7 +494,7 @@ def test_prepared_dataset_refuses_a_different_manual_dir_naming_both(tmp_path, c
     config = tiny_settings(**{"dataset.name": "librispeech_local", "dataset.manual_dir": str(other),
                               "dataset.data_dir": data_dir})
     with pytest.raises(errors.DatasetMismatch, match="holds other files"):  # the training path too
-        tfds_source._open_builder(config.dataset, Sharding(16))
+        tfds_source._open_builder(DataSettings.of(config), Sharding(16))
 
 
 # ----------------------------------------------------------------------------- issue 29

@@ -14,7 +14,7 @@ from typing import Callable, Iterable, Iterator, Protocol
 
 import numpy as np
 
-from ds2_jax import settings
+from ds2_jax import settings, text
 from ds2_jax.data.batch import Sharding
 
 # dataset.name -> "module:class" of its source, imported on use (tfds is slow to import).
@@ -22,6 +22,7 @@ SOURCES = {
     "synthetic": "ds2_jax.data.synthetic:SyntheticSource",
     "librispeech_local": "ds2_jax.data.tfds_source:TfdsSource",
     "librispeech": "ds2_jax.data.tfds_source:TfdsSource",
+    "manifest": "ds2_jax.data.tfds_source:TfdsSource",
 }
 
 # (int16 waveforms, the spectrogram) -> per-bin <float32>[num_bins] (mean, std): features.spectrogram_stats.
@@ -48,6 +49,8 @@ class DataSettings:
 class Source(Protocol):
     """What the training loop needs from a dataset."""
 
+    alphabet: text.Alphabet  # what its labels spell (text.LIBRISPEECH, or the prepared data's)
+
     def train_batch(self, step: int, audio_zeros=np.zeros) -> dict[str, np.ndarray]:
         """This process's share of global batch `step`; deterministic in (seed, step).
 
@@ -68,6 +71,20 @@ class Source(Protocol):
 def make_source(config: settings.Settings, sharding: Sharding) -> Source:
     """The source named by dataset.name, for a run's Settings."""
     return open_source(DataSettings.of(config), sharding)
+
+
+def with_data_alphabet(config: settings.Settings, source: Source) -> settings.Settings:
+    """`config` with model.alphabet set to the alphabet of the source's labels (training
+    sets the model's outputs from the data). A model.alphabet given that differs is a
+    ValueError naming both."""
+    given = text.Alphabet.of_setting(config.model.alphabet)
+    if config.model.alphabet and given != source.alphabet:
+        raise ValueError(f"model.alphabet={config.model.alphabet!r} ({given.describe()}) is not the alphabet of the "
+                         f"prepared {config.dataset.name} data ({source.alphabet.describe()}): leave model.alphabet "
+                         "unset (training takes the data's), or prepare the data with dataset.vocabulary")
+    if source.alphabet.setting == config.model.alphabet:
+        return config
+    return settings.override(config, {"model.alphabet": source.alphabet.setting})
 
 
 def open_source(data: DataSettings, sharding: Sharding) -> Source:

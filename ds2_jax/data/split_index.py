@@ -4,8 +4,10 @@ labels, no audio), read once and cached as .npz beside the prepared dataset. No 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
+import re
 from typing import Callable, Iterable
 
 import numpy as np
@@ -14,8 +16,9 @@ from ds2_jax import text
 
 
 def split_names(spec: str) -> list[str]:
-    """'train-clean-100+dev_clean' -> tfds names ['train_clean_100', 'dev_clean']."""
-    names = [s.strip().replace("-", "_") for s in spec.split("+") if s.strip()]
+    """'train-clean-100+dev_clean' -> tfds names ['train_clean_100', 'dev_clean'] (every character
+    but letters, digits and '_' becomes '_', as the builders name splits)."""
+    names = [re.sub(r"[^A-Za-z0-9_]", "_", s.strip()) for s in spec.split("+") if s.strip()]
     if not names:
         raise ValueError(f"no split in {spec!r}")
     return names
@@ -49,24 +52,28 @@ def min_frames_of(flat: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     return lengths.astype(np.int64) + before[offsets[1:]] - before[offsets[:-1]]
 
 
-# (num_samples, all label ids as <int8>, offsets, bad_text): what the cache holds.
+# (num_samples, all label ids as <int8> (<int16> past 127 labels), offsets, bad_text): what the cache holds.
 FlatIndex = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
-def flat_index(examples: Iterable[tuple[int, str | bytes]], n: int) -> FlatIndex:
-    """The flat index of `n` (num_samples, transcript) pairs, in record order."""
+def flat_index(examples: Iterable[tuple[int, str | bytes]], n: int, alphabet: text.Alphabet = text.LIBRISPEECH,
+               normalize: Callable[[str], str] = functools.partial(text.normalize, strip_punctuation=False)
+               ) -> FlatIndex:
+    """The flat index of `n` (num_samples, transcript) pairs, in record order: each
+    transcript `normalize`d and spelled in `alphabet`."""
     num_samples = np.zeros(n, np.int64)
     labels, bad = [], np.zeros(n, bool)
     for i, (samples, transcript) in enumerate(examples):
         num_samples[i] = samples
-        t = text.normalize(transcript.decode("utf-8") if isinstance(transcript, bytes) else transcript)
-        if not t or text.unknown_chars(t):
+        t = normalize(transcript.decode("utf-8") if isinstance(transcript, bytes) else transcript)
+        if not t or alphabet.unknown_chars(t):
             bad[i] = True
             labels.append(np.zeros(0, np.int32))
         else:
-            labels.append(text.encode(t))
+            labels.append(alphabet.encode(t))
     lengths = np.array([len(x) for x in labels], np.int64)
-    flat = np.concatenate(labels + [np.zeros(0, np.int32)]).astype(np.int8)
+    dtype = np.int8 if alphabet.vocab_size <= 127 else np.int16
+    flat = np.concatenate(labels + [np.zeros(0, np.int32)]).astype(dtype)
     return num_samples, flat, np.concatenate([[0], np.cumsum(lengths)]), bad
 
 

@@ -31,6 +31,7 @@ class SyntheticSource:
         self.sharding = sharding
         self.spectrogram = data.spectrogram
         self.sample_rate = data.spectrogram.sample_rate
+        self.alphabet = text.LIBRISPEECH
         self.min_samples = int(d.synthetic_min_duration_s * self.sample_rate)
         self.max_samples = int(d.synthetic_max_duration_s * self.sample_rate)
         if not 0 < self.min_samples <= self.max_samples:
@@ -58,7 +59,7 @@ class SyntheticSource:
         audio = (rng.standard_normal(n) * 2000).clip(-32768, 32767).astype(np.int16)
         out_frames = self._output_frames(n)
         m = max(1, min(int(self.chars_per_second * n / self.sample_rate), out_frames // 2, self.max_label_len))
-        labels = rng.integers(1, text.VOCAB_SIZE, size=m).astype(np.int32)
+        labels = rng.integers(1, self.alphabet.vocab_size, size=m).astype(np.int32)
         return {"audio": audio, "labels": labels}
 
     def utterance(self, index: int) -> dict[str, np.ndarray]:

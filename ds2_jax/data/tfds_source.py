@@ -19,7 +19,7 @@ from typing import Iterator
 
 import numpy as np
 
-from ds2_jax import settings
+from ds2_jax import text
 from ds2_jax.data import plan as plan_lib
 from ds2_jax.data.batch import Sharding, pad_batch
 from ds2_jax.data.filters import Filter
@@ -45,7 +45,8 @@ class TfdsSource:
         self.filter = Filter(data)
         self.sortagrad = d.sortagrad
         self.num_stats_utterances = d.feature_stats_utterances
-        self.builder = _open_builder(d, sharding)
+        self.builder = _open_builder(data, sharding)
+        self.alphabet = _alphabet(self.builder)
         self.audio_key = "speech" if "speech" in self.builder.info.features else "audio"
         self._sources: dict[str, object] = {}
         self._indexes: dict[str, SplitIndex] = {}
@@ -126,7 +127,8 @@ class TfdsSource:
                 else:  # official build: count the samples (slow path, cached)
                     yield len(self._source(split)[i][self.audio_key]), ex["text"]
 
-        return flat_index(examples(), n)
+        # Stored transcripts are normalized at build; tfds's own `librispeech` keeps capitals.
+        return flat_index(examples(), n, self.alphabet, lambda t: text.normalize(t, strip_punctuation=False))
 
     def _filtered(self, split: str) -> np.ndarray:
         return self.filter.kept(self._index(split), f"{self.builder.name}/{split}")
@@ -221,23 +223,37 @@ class TfdsSource:
         return mean, std
 
 
-def _open_builder(d: settings.Dataset, sharding: Sharding):
-    """The prepared tfds builder named by dataset.name (building librispeech_local)."""
-    if d.name == "librispeech_local":
-        from ds2_jax.datasets import build
+def _alphabet(builder) -> text.Alphabet:
+    """The alphabet of a prepared dataset's labels: LibriSpeech's, or the one stored with a manifest build."""
+    if builder.name == "manifest":
+        from ds2_jax.datasets import manifest
 
-        builder = build.get_builder(d.data_dir)
+        return manifest.read_alphabet(os.fspath(builder.data_dir))
+    return text.LIBRISPEECH
+
+
+def _open_builder(data: DataSettings, sharding: Sharding):
+    """The prepared tfds builder named by dataset.name (building librispeech_local or manifest)."""
+    d = data.dataset
+    if d.name in ("librispeech_local", "manifest"):
+        from ds2_jax.datasets import build, manifest
+
+        options = manifest.Options.of(data) if d.name == "manifest" else None
+        builder = build.get_builder(d.data_dir, d.name, options)
         if not builder.is_prepared():
             if sharding.process_count > 1:
                 raise RuntimeError(
-                    f"librispeech_local is not prepared in dataset.data_dir={d.data_dir!r}; with "
+                    f"{d.name} is not prepared in dataset.data_dir={d.data_dir!r}; with "
                     "several processes, build it first: python -m ds2_jax.datasets.build "
-                    f"--manual_dir={d.manual_dir or 'DIR'} --data_dir={d.data_dir or 'D'}"
+                    f"--name={d.name} --manual_dir={d.manual_dir or 'DIR'} --data_dir={d.data_dir or 'D'}"
                 )
-            logging.info("building librispeech_local from dataset.manual_dir=%r", d.manual_dir)
-            builder = build.build(d.manual_dir, d.data_dir)
-            for report in build.reports(builder).values():
+            logging.info("building %s from dataset.manual_dir=%r", d.name, d.manual_dir)
+            builder = build.build(d.manual_dir, d.data_dir, d.name, options)
+            split_reports = build.reports(builder)
+            for report in split_reports.values():
                 logging.info("%s", build.summary(report))
+            if unknown := build.unknown_line(split_reports):
+                logging.warning("%s", unknown)
         else:
             build.check_source(builder, d.manual_dir)  # the files it was built from, or a DatasetMismatch
         return builder
@@ -266,4 +282,4 @@ def _open_builder(d: settings.Dataset, sharding: Sharding):
                 "dataset.manual_dir=<LibriSpeech archives> (no TensorFlow needed)"
             )
         return builder
-    raise ValueError(f"TfdsSource reads 'librispeech_local' or 'librispeech', not {d.name!r}")
+    raise ValueError(f"TfdsSource reads 'librispeech_local', 'manifest' or 'librispeech', not {d.name!r}")

@@ -1,1 +1,1 @@
-"""tfds builders for the LibriSpeech layout (host side: no jax, no TensorFlow)."""
+"""tfds builders: the LibriSpeech layout, and manifests of your own speech (host side: no jax, no TensorFlow)."""

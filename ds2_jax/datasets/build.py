@@ -1,10 +1,13 @@
-"""Builds `librispeech_local` from a manual dir and prints what was kept and skipped.
+"""Builds `librispeech_local` or `manifest` from a manual dir and prints what was kept and skipped.
 
     python -m ds2_jax.datasets.build --manual_dir=DIR [--data_dir=D]
+    python -m ds2_jax.datasets.build --name=manifest --manual_dir=DIR [--data_dir=D] [--train_splits=train] \
+        [--vocabulary=V] [--sample_rate=16000] [--workers=-1] [--config.dataset.KEY=VALUE ...]
 
-DIR holds LibriSpeech/<split>/... or <split>.tar.gz (see librispeech_local.py); D is the
-tfds data dir ('' = tfds default, ~/tensorflow_datasets). Splits already built are kept:
-delete D/librispeech_local to rebuild.
+DIR holds LibriSpeech/<split>/... or <split>.tar.gz (see librispeech_local.py), or, with
+--name=manifest, <split>.tsv/.csv/.jsonl/.json manifests (see manifest.py); D is the tfds
+data dir ('' = tfds default, ~/tensorflow_datasets). Splits already built are kept:
+delete D/<name> to rebuild.
 
 The prepared dataset records the manual dir it was built from and a fingerprint of its
 file list (names and sizes; `SOURCE_RECORD`). Opening it with a manual dir whose files
@@ -15,6 +18,7 @@ deleting D/librispeech_local.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import hashlib
 import json
@@ -27,12 +31,18 @@ import types
 import tensorflow_datasets as tfds
 
 from ds2_jax import errors, files
-from ds2_jax.datasets import librispeech_local
+from ds2_jax.datasets import librispeech_local, manifest
 
 SOURCE_RECORD = "ds2_source.json"  # in the prepared dataset's dir: manual_dir and its fingerprint
 
 
-def get_builder(data_dir: str = "") -> librispeech_local.LibrispeechLocal:
+NAMES = ("librispeech_local", "manifest")  # the builders this module builds (dataset.name)
+
+
+def get_builder(data_dir: str = "", name: str = "librispeech_local", options: manifest.Options | None = None):
+    """The tfds builder of dataset.name `name` in `data_dir` (manifest: with its build options)."""
+    if name == "manifest":
+        return manifest.ManifestDataset(options=options, data_dir=data_dir or None)
     return librispeech_local.LibrispeechLocal(data_dir=data_dir or None)
 
 
@@ -122,6 +132,12 @@ def source_of(manual_dir: str) -> dict:
             "content_fingerprint": hashlib.sha256(sizes + texts.digest()).hexdigest()[:16]}
 
 
+def _source_of(builder, manual_dir: str) -> dict:
+    if builder.name == "manifest":
+        return manifest.source_of(manual_dir, builder.options)
+    return source_of(manual_dir)
+
+
 def _record_path(builder) -> str:
     return os.path.join(os.fspath(builder.data_dir), SOURCE_RECORD)
 
@@ -150,18 +166,26 @@ def check_source(builder, manual_dir: str) -> None:
         if manual_dir:
             logging.warning("%s has no record of the manual dir it was built from (prepared before ds2_jax "
                             "kept one); recording dataset.manual_dir=%r, unchecked", where, manual_dir)
-            record_source(builder, source_of(manual_dir))
+            record_source(builder, _source_of(builder, manual_dir))
         return
     built_from = (f"{recorded['manual_dir']} ({recorded['files']} files of {', '.join(recorded['splits'])}, "
                   f"fingerprint {recorded['fingerprint']})")
     if not manual_dir:
-        logging.info("librispeech_local in %s was built from %s", where, built_from)
+        logging.info("%s in %s was built from %s", builder.name, where, built_from)
         return
-    current = source_of(manual_dir)
+    current = _source_of(builder, manual_dir)
     key = "content_fingerprint" if "content_fingerprint" in recorded else "fingerprint"  # older records: sizes only
+    if current.get("options") != recorded.get("options"):
+        differ = {k: (v, current["options"].get(k)) for k, v in recorded["options"].items()
+                  if current["options"].get(k) != v}
+        raise errors.DatasetMismatch(
+            f"the prepared {builder.name} in {where} was built with other settings: "
+            + ", ".join(f"{k} {a!r} (built) vs {b!r} (now)" for k, (a, b) in differ.items())
+            + f". Set dataset.data_dir to a fresh directory to build with these, set them back, or delete "
+            f"{os.path.dirname(where)} to rebuild it there")
     if current[key] == recorded[key]:
-        logging.info("librispeech_local in %s was built from %s; dataset.manual_dir=%r holds the same files",
-                     where, built_from, manual_dir)
+        logging.info("%s in %s was built from %s; dataset.manual_dir=%r holds the same files",
+                     builder.name, where, built_from, manual_dir)
         if key == "fingerprint":
             logging.warning("%s recorded its manual dir's file sizes only (prepared before ds2_jax hashed the "
                             "transcripts): recording them as they are now, unchecked", where)
@@ -169,42 +193,56 @@ def check_source(builder, manual_dir: str) -> None:
         return
     has = (f"{current['files']} files of {', '.join(current['splits'])}, fingerprint {current['fingerprint']}"
            + (", the same sizes but other transcript text" if current["fingerprint"] == recorded["fingerprint"] else "")
-           if current["files"] else "no LibriSpeech split")
+           if current["files"] else f"no {'manifest' if builder.name == 'manifest' else 'LibriSpeech split'}")
     raise errors.DatasetMismatch(
-        f"the prepared librispeech_local in {where} was built from {built_from}, but dataset.manual_dir="
+        f"the prepared {builder.name} in {where} was built from {built_from}, but dataset.manual_dir="
         f"{manual_dir!r} holds other files ({has}). Set dataset.data_dir to a fresh directory to build from "
         f"{manual_dir!r}, set dataset.manual_dir back to {recorded['manual_dir']!r}, or delete "
         f"{os.path.dirname(where)} to rebuild it there"
     )
 
 
-def build(manual_dir: str, data_dir: str = "") -> librispeech_local.LibrispeechLocal:
-    """Prepares the dataset (only checks check_source if already prepared); returns its builder."""
+def build(manual_dir: str, data_dir: str = "", name: str = "librispeech_local",
+          options: manifest.Options | None = None):
+    """Prepares the dataset `name` (only checks check_source if already prepared); returns its builder."""
     with librispeech_local.quiet_tfds():
-        builder = get_builder(data_dir)
+        builder = get_builder(data_dir, name, options)
         prepared = builder.is_prepared()
     if prepared:
         check_source(builder, manual_dir)
         return builder
     if not manual_dir or not os.path.isdir(manual_dir) or not os.listdir(manual_dir):
-        raise FileNotFoundError(
-            f"dataset.manual_dir={manual_dir!r} is missing or empty: point it at a directory "
-            "holding LibriSpeech/<split>/... or <split>.tar.gz archives"
-        )
+        holding = ("<split>.tsv/.csv/.jsonl/.json manifests" if name == "manifest" else
+                   "LibriSpeech/<split>/... or <split>.tar.gz archives")
+        raise FileNotFoundError(f"dataset.manual_dir={manual_dir!r} is missing or empty: point it at a directory "
+                                f"holding {holding}")
     with librispeech_local.quiet_tfds(), _local_shuffle_files(data_dir), _uncompressed_records():
         builder.download_and_prepare(
             download_config=tfds.download.DownloadConfig(manual_dir=os.path.abspath(manual_dir))
         )
-    record_source(builder, source_of(manual_dir))
-    logging.getLogger("ds2_jax").info("librispeech_local: built %s from %s", builder.data_dir, manual_dir)
+    record_source(builder, _source_of(builder, manual_dir))
+    logging.getLogger("ds2_jax").info("%s: built %s from %s", name, builder.data_dir, manual_dir)
     return builder
+
+
+def unknown_line(split_reports: dict[str, dict]) -> str:
+    """The build's one-line summary of the characters outside the alphabet ('' if none)."""
+    counts: collections.Counter = collections.Counter()
+    for report in split_reports.values():
+        counts.update(report.get("unknown_chars", {}))
+    if not counts:
+        return ""
+    skipped = sum(r["skipped"].get("unknown_chars", 0) for r in split_reports.values())
+    return (f"characters outside the alphabet skipped {skipped} utterances: {manifest.unknown_summary(dict(counts))} "
+            "(build reports: unknown_chars; add them to dataset.vocabulary, or derive the alphabet from the train "
+            "splits)")
 
 
 def reports(builder) -> dict[str, dict]:
     """tfds split -> its build report (see librispeech_local.SplitReport.to_json)."""
     out = {}
     for split in builder.info.splits:
-        path = librispeech_local.report_path(os.fspath(builder.data_dir), split)
+        path = librispeech_local.report_path(os.fspath(builder.data_dir), split)  # the same name for both builders
         if os.path.exists(path):
             with open(path) as f:
                 out[split] = json.load(f)
@@ -212,6 +250,8 @@ def reports(builder) -> dict[str, dict]:
 
 
 def summary(report: dict) -> str:
+    if "manifest" in report:
+        return manifest.summary(report)
     counts = {**report["skipped"], "missing_audio": report.get("transcripts_without_audio", 0)}
     skipped = ", ".join(f"{r}={n}" for r, n in counts.items() if n) or "none"
     total = report["kept"] + sum(counts.values())
@@ -224,8 +264,42 @@ def summary(report: dict) -> str:
 def define_flags(fv) -> None:
     from absl import flags
 
-    flags.DEFINE_string("manual_dir", None, "LibriSpeech tree or *.tar.gz archives.", required=True, flag_values=fv)
+    flags.DEFINE_string("manual_dir", None, "LibriSpeech tree or *.tar.gz archives; with --name=manifest the "
+                        "manifests' folder.", required=True, flag_values=fv)
     flags.DEFINE_string("data_dir", "", "tfds data dir ('' = tfds default).", flag_values=fv)
+    flags.DEFINE_enum("name", "librispeech_local", list(NAMES), "The dataset (dataset.name).", flag_values=fv)
+    # manifest builds: the dataset.* and features.sample_rate settings a training run passes.
+    flags.DEFINE_string("train_splits", "train", "manifest: the splits the alphabet is derived from, '+'-separated "
+                        "(dataset.train_splits).", flag_values=fv)
+    flags.DEFINE_string("vocabulary", "", "manifest: a vocabulary file, one symbol a line (dataset.vocabulary).",
+                        flag_values=fv)
+    flags.DEFINE_integer("sample_rate", 16_000, "manifest: audio resampled to this (features.sample_rate).",
+                         flag_values=fv)
+    flags.DEFINE_integer("workers", -1, "manifest: decoding processes; -1 = the cores, 0 = inline "
+                         "(dataset.build_workers).", flag_values=fv)
+    flags.DEFINE_bool("lower_case", True, "manifest: lower-case transcripts (dataset.lower_case).", flag_values=fv)
+    flags.DEFINE_bool("strip_punctuation", True, "manifest: remove punctuation (dataset.strip_punctuation).",
+                      flag_values=fv)
+    flags.DEFINE_string("path_column", "", "manifest: the audio path column (dataset.path_column).", flag_values=fv)
+    flags.DEFINE_string("text_column", "", "manifest: the transcript column (dataset.text_column).", flag_values=fv)
+    flags.DEFINE_string("stereo", "downmix", "manifest: 'downmix' or 'skip' (dataset.stereo).", flag_values=fv)
+    flags.DEFINE_string("manifest_splits", "", "manifest: the manifests to build, '+'-separated; '' = all "
+                        "(dataset.manifest_splits).", flag_values=fv)
+
+
+def options_of_flags(args) -> manifest.Options:
+    """The manifest build options of the command line, checked as the settings they mirror."""
+    from ds2_jax import settings
+    from ds2_jax.data.source import DataSettings
+
+    config = settings.override(settings.Settings(), {
+        "dataset.name": "manifest", "dataset.manual_dir": args.manual_dir, "dataset.train_splits": args.train_splits,
+        "dataset.vocabulary": args.vocabulary, "features.sample_rate": args.sample_rate,
+        "dataset.build_workers": args.workers, "dataset.lower_case": args.lower_case,
+        "dataset.strip_punctuation": args.strip_punctuation, "dataset.path_column": args.path_column,
+        "dataset.text_column": args.text_column, "dataset.stereo": args.stereo,
+        "dataset.manifest_splits": args.manifest_splits})
+    return manifest.Options.of(DataSettings.of(config))
 
 
 def main(argv=None) -> int:
@@ -233,11 +307,19 @@ def main(argv=None) -> int:
 
     args, _ = cli.parse_args(argv, define_flags, __doc__)
     logging.basicConfig(level=logging.INFO, format="%(message)s")  # plain lines, as every command prints
-    builder = build(args.manual_dir, args.data_dir)
-    print(f"librispeech_local prepared in {builder.data_dir}")
-    for split, report in sorted(reports(builder).items()):
+    options = options_of_flags(args) if args.name == "manifest" else None
+    builder = build(args.manual_dir, args.data_dir, args.name, options)
+    print(f"{args.name} prepared in {builder.data_dir}")
+    if args.name == "manifest":
+        print(f"  alphabet: {manifest.read_alphabet(os.fspath(builder.data_dir)).describe()} "
+              f"({os.path.join(os.fspath(builder.data_dir), manifest.ALPHABET_FILE)})")
+    split_reports = reports(builder)
+    for split, report in sorted(split_reports.items()):
         print(f"  {summary(report)}")
         print(f"    report: {librispeech_local.report_path(os.fspath(builder.data_dir), split)}")
+    unknown = unknown_line(split_reports)
+    if unknown:  # the build's last line
+        print(unknown)
     return 0
 
 

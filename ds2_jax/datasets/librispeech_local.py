@@ -129,7 +129,7 @@ def make_example(utt_id: str, flac: bytes, transcript: str | None, report: Split
     """(key, example) for one utterance, or None after counting why it was skipped."""
     if transcript is None:
         return report.skip("missing_transcript", utt_id)
-    normalized = text.normalize(transcript)
+    normalized = text.normalize(transcript, strip_punctuation=False)  # LibriSpeech's: characters kept, then checked
     if not normalized:
         return report.skip("empty_transcript", utt_id)
     bad = text.unknown_chars(normalized)

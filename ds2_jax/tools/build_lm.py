@@ -3,6 +3,8 @@
     python -m ds2_jax.tools.build_lm --manual_dir=data/tiny_librispeech \\
         --splits=train-clean-100 --order 3 --out lm.arpa
     python -m ds2_jax.tools.build_lm --transcripts corpus.txt more/ --order 3 --out lm.arpa
+    python -m ds2_jax.tools.build_lm --manual_dir=data/tiny_es/common_voice --splits=train \
+        --workdir=runs/es --order 3 --out es.arpa                      # manifests, the run's alphabet
 
 Smoothing is interpolated modified Kneser-Ney (Chen & Goodman 1998), as KenLM's `lmplz`
 estimates it (no pip package ships lmplz: not `kenlm`, not flashlight-text, whose KenLM
@@ -16,13 +18,18 @@ the interpolated model exactly and every P(. | h) sums to 1. Counts stay in memo
 for LibriSpeech's training transcripts (~10 M words); for the 800 M-word LibriSpeech LM
 corpus use KenLM's lmplz.
 
-Text is normalized as the acoustic model's labels are (text.normalize: lower case,
-collapsed spaces), so LM words and decoded words match.
+Text is normalized as the acoustic model's labels are (text.normalize: NFC, lower case,
+punctuation removed, collapsed spaces; with --workdir its dataset.lower_case and
+dataset.strip_punctuation), so LM words and decoded words match. With --workdir, sentences
+holding a character outside the run's alphabet (model.alphabet) are left out and counted, as
+the dataset build skips them. --manual_dir reads LibriSpeech splits or, where DIR holds
+<split>.tsv/.csv/.jsonl/.json, the manifests' transcripts (ds2_jax.datasets.manifest).
 """
 
 from __future__ import annotations
 
 import collections
+import itertools
 import math
 import os
 import sys
@@ -93,10 +100,31 @@ def split_paths(manual_dir: str, splits: list[str]) -> list[str]:
     return paths
 
 
-def sentences(lines: Iterable[str]) -> Iterator[list[str]]:
-    """Normalized, non-empty word lists."""
+def manifest_transcripts(manual_dir: str, splits: list[str], dataset=None) -> list[str] | None:
+    """The transcripts of the manifests of `splits` in `manual_dir` (their columns as `dataset`,
+    a settings.Dataset, names them), or None where manual_dir holds no manifest of the first split."""
+    from ds2_jax.datasets import manifest
+
+    if not os.path.isdir(manual_dir) or manifest.tfds_split(splits[0]) not in manifest.find_manifests(manual_dir):
+        return None
+    options = manifest.Options(path_column=dataset.path_column if dataset else "",
+                               text_column=dataset.text_column if dataset else "", manifest_splits="+".join(splits))
+    found = manifest.find_manifests(manual_dir, options.manifest_splits)
+    return [e.text for path in found.values() for e in (manifest.read_manifest(path, options) or
+                                                        manifest.Manifest("", path, [], [])).entries]
+
+
+def sentences(lines: Iterable[str], normalize=text.normalize, alphabet: text.Alphabet | None = None,
+              dropped: list | None = None) -> Iterator[list[str]]:
+    """Normalized, non-empty word lists; with `alphabet`, a sentence holding a character
+    outside it is left out (appended to `dropped`)."""
     for line in lines:
-        words = text.normalize(line).split()
+        normalized = normalize(line)
+        if alphabet is not None and alphabet.unknown_chars(normalized):
+            if dropped is not None:
+                dropped.append(normalized)
+            continue
+        words = normalized.split()
         if words:
             yield words
 
@@ -218,9 +246,12 @@ def define_flags(fv) -> None:
 
     flags.DEFINE_list("transcripts", [], "Comma-separated text files (one sentence a line), *.trans.txt files, "
                       "directories (every *.trans.txt below) or LibriSpeech .tar.gz archives.", flag_values=fv)
-    flags.DEFINE_string("manual_dir", "", "A LibriSpeech-layout directory (as dataset.manual_dir).", flag_values=fv)
+    flags.DEFINE_string("manual_dir", "", "A LibriSpeech-layout directory or a folder of manifests (as "
+                        "dataset.manual_dir).", flag_values=fv)
     flags.DEFINE_string("splits", "", "With --manual_dir: comma or '+' separated splits, e.g. "
                         "train-clean-100+train-clean-360.", flag_values=fv)
+    flags.DEFINE_string("workdir", "", "A training workdir: its alphabet (model.alphabet) and normalization "
+                        "(dataset.lower_case, dataset.strip_punctuation).", flag_values=fv)
     flags.DEFINE_integer("order", 3, "n-gram order.", flag_values=fv)
     flags.DEFINE_string("out", None, "Output ARPA file.", required=True, flag_values=fv)
 
@@ -229,15 +260,33 @@ def main(argv: list[str] | None = None) -> int:
     from ds2_jax import cli
 
     args, _ = cli.parse_args(argv, define_flags, __doc__)
-    paths = list(args.transcripts)
+    config = None
+    if args.workdir:
+        from ds2_jax import workdir_config
+
+        config = workdir_config.load_config(args.workdir)
+    paths, lines = list(args.transcripts), []
     if args.manual_dir:
         splits = [s.strip() for s in args.splits.replace("+", ",").split(",") if s.strip()]
         if not splits:
             cli.usage_error("--manual_dir needs --splits (e.g. train-clean-100)")
-        paths += split_paths(args.manual_dir, splits)
-    if not paths:
+        from_manifests = manifest_transcripts(args.manual_dir, splits, config.dataset if config else None)
+        if from_manifests is None:
+            paths += split_paths(args.manual_dir, splits)
+        else:
+            lines = from_manifests
+    if not paths and not lines:
         cli.usage_error("give --transcripts and/or --manual_dir with --splits")
-    sents = list(sentences(read_paths(paths)))
+    normalize, alphabet, dropped = text.normalize, None, []
+    if config is not None:
+        d = config.dataset
+        normalize = lambda t: text.normalize(t, d.lower_case, d.strip_punctuation)  # noqa: E731
+        alphabet = text.Alphabet.of_setting(config.model.alphabet)
+    sents = list(sentences(itertools.chain(lines, read_paths(paths)), normalize, alphabet, dropped))
+    if dropped:
+        bad = collections.Counter(c for t in dropped for c in alphabet.unknown_chars(t))
+        print(f"left out {len(dropped)} sentences with characters outside the alphabet of {args.workdir}: "
+              + ", ".join(f"{c!r} in {n}" for c, n in bad.most_common(10)), file=sys.stderr)
     probs, backoffs = estimate(sents, args.order)
     sizes = write_arpa(probs, backoffs, args.out)
     words = sum(len(s) for s in sents)

@@ -60,7 +60,10 @@ def tune(config: settings.Settings, workdir: str, lm: str, split: str, alphas, b
     """Runs the grid; returns {'best': {...}, 'greedy': {...}, 'grid': [...], ...} and writes the json."""
     from ds2_jax import decoding, evaluation, files, metrics
 
-    beam = decoding.BeamSearchDecoder(settings.Decoding(beam_width=beam_width, lm_path=lm))
+    from ds2_jax import text
+
+    beam = decoding.BeamSearchDecoder(settings.Decoding(beam_width=beam_width, lm_path=lm),
+                                      text.Alphabet.of_setting(config.model.alphabet))
     run = evaluation.prepare(config, workdir, step, log_probs=True)
     step = run.step
     split = split or config.eval.split or config.dataset.eval_split

@@ -1,0 +1,543 @@
+"""`manifest`: a tfds builder over your own speech, read from the manifests you have.
+
+Every `<split>.tsv`, `.csv`, `.jsonl` or `.json` (JSON lines) file of the manual directory
+is a split named `<split>` (characters other than letters, digits and '_' become '_'):
+
+- Common Voice: TSV with `path` and `sentence` columns, audio under `clips/`;
+- NeMo: JSON lines with `audio_filepath`, `text` (and `duration`, unused: the audio counts);
+- any CSV/TSV with a header (Mozilla DeepSpeech's `wav_filename,wav_filesize,transcript` too):
+  the audio and text columns are known names (`PATH_COLUMNS`, `TEXT_COLUMNS`) or
+  dataset.path_column / dataset.text_column.
+
+Relative audio paths resolve against the manifest's folder, then its `clips/`. An
+utterance's id is its audio path relative to that folder without the extension
+(`clips/common_voice_es_1`), so the same clips listed by two layouts get the same ids.
+Common Voice's supersets and side files (`CV_SIDE_FILES`: validated, invalidated, ...) are
+built only when dataset.manifest_splits names them.
+
+Audio (FLAC, WAV, OGG/Opus, MP3) is decoded and resampled once to features.sample_rate in
+worker processes (datasets.audio; dataset.build_workers). Transcripts go through
+text.normalize (dataset.lower_case, dataset.strip_punctuation); the alphabet is
+dataset.vocabulary's or the characters of the train splits' transcripts, written to
+`alphabet.txt` beside the prepared data. Every utterance is kept or skipped with a counted
+reason (`REASONS`, with its file and line); characters outside the alphabet are counted
+too (`build_report_<split>.json`). A manifest that cannot be read as one (no text column,
+an asked split without a file) is a ValueError naming the file and line.
+Host code: no jax, no TensorFlow.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import csv
+import dataclasses
+import hashlib
+import json
+import logging
+import multiprocessing
+import os
+import re
+from typing import Iterator
+
+import numpy as np
+import tensorflow_datasets as tfds
+
+from ds2_jax import geometry, text
+from ds2_jax.datasets import audio as audio_lib
+
+SUFFIXES = (".tsv", ".csv", ".jsonl", ".json")
+PATH_COLUMNS = ("path", "audio_filepath", "audio_path", "wav_filename", "audio", "file", "filename", "wav")
+TEXT_COLUMNS = ("sentence", "text", "transcript", "transcription", "normalized_text")
+SPEAKER_COLUMNS = ("client_id", "speaker", "speaker_id")
+# Common Voice files that are no split of their own (supersets of train/dev/test, or side lists).
+CV_SIDE_FILES = ("validated", "invalidated", "other", "reported", "clip_durations", "validated_sentences",
+                 "unvalidated_sentences")
+ALPHABET_FILE = "alphabet.txt"  # beside the prepared data: the labels' alphabet (text.read_vocabulary)
+BUILD_NUM_CONV_LAYERS = 2  # the conv stack the build's CTC feasibility check assumes (the default model's)
+# Why an utterance was skipped; the build report counts each one.
+REASONS = (
+    "bad_line",  # a manifest line that does not parse, or lacks the audio path or text
+    "duplicate_id",  # an id (audio path) listed before in the same manifest
+    "missing_audio",  # the audio file is not there
+    "corrupt_audio",  # soundfile could not decode it
+    "empty_audio",  # zero samples
+    "not_mono",  # several channels with dataset.stereo='skip'
+    "empty_transcript",  # nothing left after normalization
+    "unknown_chars",  # characters outside the alphabet (a given dataset.vocabulary)
+    "ctc_infeasible",  # more labels than the 2-conv model emits frames for the audio
+)
+REPORT_EXAMPLES = 5  # Utterances named per skip reason in the report.
+TOP_UNKNOWN = 10  # Characters outside the alphabet named in a summary.
+INFLIGHT_PER_WORKER = 4  # Tasks queued per build worker: bounds the decoded audio held in memory.
+TASK_SIZE = 8  # Utterances per worker task.
+
+
+def tfds_split(name: str) -> str:
+    """A manifest's split name as tfds spells it: 'train-clean' -> 'train_clean'."""
+    return re.sub(r"[^A-Za-z0-9_]", "_", name)
+
+
+# ----------------------------------------------------------------------------- options
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """What a manifest build reads (from dataset.* and features.*: `of`)."""
+
+    sample_rate: int = 16_000
+    window: int = 320  # samples (the CTC feasibility check)
+    hop: int = 160
+    vocabulary: str = ""
+    lower_case: bool = True
+    strip_punctuation: bool = True
+    path_column: str = ""
+    text_column: str = ""
+    stereo: str = "downmix"
+    train_splits: str = "train"
+    manifest_splits: str = ""
+    workers: int = -1
+
+    @classmethod
+    def of(cls, data) -> "Options":
+        """From a data.source.DataSettings."""
+        d, spec = data.dataset, data.spectrogram
+        return cls(sample_rate=spec.sample_rate, window=spec.window, hop=spec.hop, vocabulary=d.vocabulary,
+                   lower_case=d.lower_case, strip_punctuation=d.strip_punctuation, path_column=d.path_column,
+                   text_column=d.text_column, stereo=d.stereo, train_splits=d.train_splits,
+                   manifest_splits=d.manifest_splits, workers=d.build_workers)
+
+    def normalize(self, transcript: str) -> str:
+        return text.normalize(transcript, self.lower_case, self.strip_punctuation)
+
+    def record(self) -> dict:
+        """The options that shape the prepared data (compared when it is opened again)."""
+        vocab = ""
+        if self.vocabulary:
+            with open(self.vocabulary, "rb") as f:
+                vocab = hashlib.sha256(f.read()).hexdigest()[:16]
+        return {"sample_rate": self.sample_rate, "vocabulary": vocab, "lower_case": self.lower_case,
+                "strip_punctuation": self.strip_punctuation, "path_column": self.path_column,
+                "text_column": self.text_column, "stereo": self.stereo}
+
+    def num_workers(self) -> int:
+        return (os.cpu_count() or 1) if self.workers < 0 else self.workers
+
+
+# ----------------------------------------------------------------------------- reading manifests
+
+
+@dataclasses.dataclass
+class Entry:
+    """One utterance line of a manifest."""
+
+    line: int
+    id: str
+    audio: str  # the resolved path
+    text: str  # as written
+    speaker: str = ""
+    normalized: str = ""  # text.normalize'd with the build's options (read_manifests)
+
+
+@dataclasses.dataclass
+class Manifest:
+    """A manifest file read: its utterances and the lines that gave none."""
+
+    split: str
+    path: str
+    entries: list[Entry]
+    bad_lines: list[tuple[int, str]]  # (line, why)
+
+    @property
+    def where(self) -> str:
+        return self.path
+
+
+def split_of(path: str) -> str:
+    return tfds_split(os.path.basename(path).rsplit(".", 1)[0])
+
+
+def find_manifests(manual_dir: str, wanted: str = "") -> dict[str, str]:
+    """tfds split -> manifest path of every manifest in `manual_dir` (or the '+'-separated
+    `wanted` ones: a name without a file is a ValueError naming the files there)."""
+    found: dict[str, str] = {}
+    for name in sorted(os.listdir(manual_dir)):
+        full = os.path.join(manual_dir, name)
+        if name.lower().endswith(SUFFIXES) and os.path.isfile(full):
+            split = split_of(name)
+            if split in found:
+                raise ValueError(f"{full}: split {split!r} has two manifests ({os.path.basename(found[split])} and "
+                                 f"{name}) in {manual_dir}: keep one")
+            found[split] = full
+    if wanted:
+        names = [tfds_split(s.strip()) for s in wanted.split("+") if s.strip()]
+        missing = [s for s in names if s not in found]
+        if missing:
+            raise ValueError(f"dataset.manifest_splits={wanted!r}: no manifest for {missing} in {manual_dir} (it has "
+                             f"{sorted(found) or 'none'}: <split>.tsv, .csv, .jsonl or .json)")
+        return {s: found[s] for s in names}
+    return {s: p for s, p in found.items() if s not in CV_SIDE_FILES}
+
+
+def _column(columns: list[str], setting: str, known: tuple[str, ...]) -> str | None:
+    if setting:
+        return setting if setting in columns else None
+    lower = {c.lower(): c for c in columns}
+    return next((lower[k] for k in known if k in lower), None)
+
+
+def _no_column(path: str, line: int, kind: str, setting: str, known, columns) -> ValueError:
+    if setting:
+        return ValueError(f"{path}:{line}: no {kind} column {setting!r} (dataset.{kind}_column); its columns are "
+                          f"{columns}")
+    return ValueError(f"{path}:{line}: no {kind} column (none of {list(known)}; its columns are {columns}): set "
+                      f"dataset.{kind}_column to the column holding the {kind}")
+
+
+def _resolve(folder: str, audio_path: str) -> str:
+    """The audio file a manifest names: absolute, or relative to its folder, then folder/clips/."""
+    if os.path.isabs(audio_path):
+        return audio_path
+    first = os.path.normpath(os.path.join(folder, audio_path))
+    if os.path.exists(first):
+        return first
+    clips = os.path.normpath(os.path.join(folder, "clips", audio_path))
+    return clips if os.path.exists(clips) else first
+
+
+def _utterance_id(folder: str, resolved: str) -> str:
+    rel = os.path.relpath(resolved, folder)
+    if rel.startswith(".."):
+        rel = resolved
+    return os.path.splitext(rel)[0].replace(os.sep, "/")
+
+
+def read_manifest(path: str, options: Options) -> Manifest | None:
+    """The utterances of one manifest; None for a table with no audio column but a text one
+    (a list of sentences, e.g. Common Voice's reported.tsv), which is no split."""
+    folder = os.path.dirname(os.path.abspath(path))
+    entries: list[Entry] = []
+    bad: list[tuple[int, str]] = []
+
+    def add(line: int, audio_path, transcript, speaker="") -> None:
+        if not isinstance(audio_path, str) or not audio_path.strip():
+            bad.append((line, "no audio path"))
+        elif not isinstance(transcript, str):
+            bad.append((line, "no text"))
+        else:
+            resolved = _resolve(folder, audio_path.strip())
+            entries.append(Entry(line, _utterance_id(folder, resolved), resolved, transcript, str(speaker or "")))
+
+    with open(path, encoding="utf-8-sig", errors="replace", newline="") as f:
+        if path.lower().endswith((".jsonl", ".json")):
+            path_key = text_key = None
+            for number, line in enumerate(f, 1):
+                if not line.strip():
+                    continue  # a blank line is no utterance
+                try:
+                    obj = json.loads(line)
+                except ValueError as e:
+                    bad.append((number, f"not JSON ({e.msg})"))
+                    continue
+                if not isinstance(obj, dict):
+                    bad.append((number, f"a JSON {type(obj).__name__}, not an object"))
+                    continue
+                if path_key is None:  # the first object names the columns
+                    columns = list(obj)
+                    path_key = _column(columns, options.path_column, PATH_COLUMNS)
+                    text_key = _column(columns, options.text_column, TEXT_COLUMNS)
+                    if text_key is None:
+                        raise _no_column(path, number, "text", options.text_column, TEXT_COLUMNS, columns)
+                    if path_key is None:
+                        raise _no_column(path, number, "path", options.path_column, PATH_COLUMNS, columns)
+                speaker_key = next((k for k in SPEAKER_COLUMNS if k in obj), None)
+                add(number, obj.get(path_key), obj.get(text_key), obj.get(speaker_key, "") if speaker_key else "")
+        else:
+            tsv = path.lower().endswith(".tsv")
+            reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE) if tsv else csv.reader(f)
+            header = next(reader, None)
+            if header is None:
+                return Manifest(split_of(path), path, [], [])
+            path_col = _column(header, options.path_column, PATH_COLUMNS)
+            text_col = _column(header, options.text_column, TEXT_COLUMNS)
+            if path_col is None and text_col is not None and not options.path_column:
+                return None
+            if text_col is None:
+                raise _no_column(path, 1, "text", options.text_column, TEXT_COLUMNS, header)
+            if path_col is None:
+                raise _no_column(path, 1, "path", options.path_column, PATH_COLUMNS, header)
+            p, t = header.index(path_col), header.index(text_col)
+            s = next((header.index(c) for c in header if c.lower() in SPEAKER_COLUMNS), None)
+            while True:
+                try:
+                    row = next(reader)
+                except StopIteration:
+                    break
+                except csv.Error as e:
+                    bad.append((reader.line_num, f"not {'TSV' if tsv else 'CSV'} ({e})"))
+                    continue
+                if not any(cell.strip() for cell in row):
+                    continue  # a blank line is no utterance
+                if len(row) != len(header):
+                    bad.append((reader.line_num, f"{len(row)} fields, the header has {len(header)}"))
+                    continue
+                add(reader.line_num, row[p], row[t], row[s] if s is not None else "")
+    return Manifest(split_of(path), path, entries, bad)
+
+
+def read_manifests(manual_dir: str, options: Options) -> dict[str, Manifest]:
+    """split -> Manifest of every manifest to build (find_manifests); tables of sentences
+    without audio and manifests without utterances are left out with a warning."""
+    out = {}
+    for split, path in find_manifests(manual_dir, options.manifest_splits).items():
+        m = read_manifest(path, options)
+        if m is None:
+            logging.warning("manifest: ignoring %s: no audio path column (a list of sentences, not a split)", path)
+        elif not m.entries and not m.bad_lines:
+            logging.warning("manifest: %s lists no utterances (a header at most): split %r not built", path, split)
+        else:
+            for e in m.entries:
+                e.normalized = options.normalize(e.text)
+            out[split] = m
+    return out
+
+
+# ----------------------------------------------------------------------------- the alphabet
+
+
+def make_alphabet(manifests: dict[str, Manifest], options: Options) -> tuple[text.Alphabet, str]:
+    """(alphabet, where it came from): dataset.vocabulary's, else the characters of the
+    normalized transcripts of the train splits (dataset.train_splits) present."""
+    if options.vocabulary:
+        try:
+            return text.read_vocabulary(options.vocabulary), f"dataset.vocabulary={options.vocabulary}"
+        except OSError as e:
+            raise FileNotFoundError(f"dataset.vocabulary={options.vocabulary!r}: {e.strerror or e}") from e
+    wanted = [tfds_split(s.strip()) for s in options.train_splits.split("+") if s.strip()]
+    present = [s for s in wanted if s in manifests]
+    if not present:
+        raise ValueError(f"dataset.train_splits={options.train_splits!r} names no manifest to derive the alphabet "
+                         f"from (the manifests are {sorted(manifests) or 'none'}): set dataset.train_splits to the "
+                         "training split(s), or give dataset.vocabulary")
+    alphabet = text.derive(e.normalized for s in present for e in manifests[s].entries if e.normalized)
+    return alphabet, f"the transcripts of {'+'.join(present)}"
+
+
+def read_alphabet(data_dir: str) -> text.Alphabet:
+    """The alphabet stored with a prepared manifest dataset."""
+    path = os.path.join(data_dir, ALPHABET_FILE)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path} is missing: the prepared manifest data in {data_dir} is incomplete; delete "
+                                f"{os.path.dirname(data_dir)} to rebuild it")
+    return text.read_vocabulary(path)
+
+
+# ----------------------------------------------------------------------------- the build report
+
+
+@dataclasses.dataclass
+class Report:
+    """What happened to every line of one manifest."""
+
+    split: str
+    manifest: str
+    sample_rate: int
+    kept: int = 0
+    kept_samples: int = 0
+    skipped: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    examples: dict = dataclasses.field(default_factory=lambda: collections.defaultdict(list))
+    unknown: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # char -> utterances
+
+    def skip(self, reason: str, where: str, detail: str = "") -> None:
+        assert reason in REASONS, reason
+        self.skipped[reason] += 1
+        if len(self.examples[reason]) < REPORT_EXAMPLES:
+            self.examples[reason].append(f"{where}: {detail}" if detail else where)
+
+    def to_json(self) -> dict:
+        return {
+            "split": self.split,
+            "manifest": self.manifest,
+            "kept": self.kept,
+            "kept_hours": round(self.kept_samples / self.sample_rate / 3600, 4),
+            "sample_rate": self.sample_rate,
+            "skipped": {r: self.skipped[r] for r in REASONS},
+            "skipped_total": sum(self.skipped.values()),
+            "examples": dict(self.examples),
+            "unknown_chars": dict(self.unknown.most_common()),
+            "transcripts_without_audio": 0,
+        }
+
+    def summary(self) -> str:
+        return summary(self.to_json())
+
+
+def unknown_summary(counts: dict) -> str:
+    """"'ß' in 3 utterances, 'ø' in 1" of the most frequent characters outside the alphabet."""
+    top = sorted(counts.items(), key=lambda kv: -kv[1])[:TOP_UNKNOWN]
+    more = f" and {len(counts) - TOP_UNKNOWN} more" if len(counts) > TOP_UNKNOWN else ""
+    return ", ".join(f"{c!r} in {n}" for c, n in top) + more
+
+
+def summary(report: dict) -> str:
+    """One line: kept, skipped by reason, the characters outside the alphabet."""
+    skipped = ", ".join(f"{r}={n}" for r, n in report["skipped"].items() if n) or "none"
+    total = report["kept"] + report["skipped_total"]
+    line = (f"manifest/{report['split']}: kept {report['kept']} of {total} utterances ({report['kept_hours']:.2f} h)"
+            f"; skipped: {skipped}")
+    if report.get("unknown_chars"):
+        line += f"; outside the alphabet: {unknown_summary(report['unknown_chars'])}"
+    return line
+
+
+def report_path(data_dir: str, split: str) -> str:
+    return os.path.join(data_dir, f"build_report_{tfds_split(split)}.json")
+
+
+# ----------------------------------------------------------------------------- building
+
+
+def _decoded(jobs: list[tuple[str, int, str]], workers: int) -> Iterator[np.ndarray | audio_lib.Skip]:
+    """audio.load of every job, in order: inline (workers=0) or on `workers` spawned processes
+    with at most INFLIGHT_PER_WORKER tasks of TASK_SIZE each queued per worker (memory stays
+    bounded however slowly the records are written)."""
+    tasks = [jobs[i : i + TASK_SIZE] for i in range(0, len(jobs), TASK_SIZE)]
+    if workers <= 0 or len(tasks) <= 1:
+        for task in tasks:
+            yield from audio_lib.load_many(task)
+        return
+    # spawn, not fork: a build may run inside a training process that runs jax's threads.
+    ctx = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(min(workers, len(tasks)), mp_context=ctx) as pool:
+        pending: collections.deque = collections.deque()  # (future, its task), in order
+        it = iter(tasks)
+        for task in it:
+            pending.append((pool.submit(audio_lib.load_many, task), task))
+            if len(pending) >= workers * INFLIGHT_PER_WORKER:
+                break
+        while pending:
+            future, task = pending.popleft()
+            try:
+                results = future.result()
+            except concurrent.futures.process.BrokenProcessPool as e:
+                raise RuntimeError(f"a build worker process died (killed, for lack of memory, or a decoder crash on "
+                                   f"one of {task[0][0]!r} ... {task[-1][0]!r}); rerun with dataset.build_workers=0 "
+                                   "(--workers=0) to decode in one process and see which file") from e
+            nxt = next(it, None)
+            if nxt is not None:
+                pending.append((pool.submit(audio_lib.load_many, nxt), nxt))
+            yield from results
+
+
+def generate(m: Manifest, alphabet: text.Alphabet, options: Options, report: Report, fixed_alphabet: bool) -> Iterator:
+    """(key, example) of every kept utterance of a manifest, counting each skip in `report`."""
+    for number, why in m.bad_lines:
+        report.skip("bad_line", f"{m.path}:{number}", why)
+    todo, seen = [], {}
+    for e in m.entries:
+        where = f"{m.path}:{e.line}"
+        if e.id in seen:
+            report.skip("duplicate_id", where, f"{e.id} (first on line {seen[e.id]})")
+            continue
+        seen[e.id] = e.line
+        normalized = e.normalized
+        if not normalized:
+            report.skip("empty_transcript", where, e.id)
+            continue
+        bad = alphabet.unknown_chars(normalized)
+        if bad:
+            report.unknown.update(bad)
+            report.skip("unknown_chars", where, "".join(sorted(bad)) + ("" if fixed_alphabet else " (not in the train "
+                                                                                                  "splits)"))
+            continue
+        todo.append((e, normalized))
+    jobs = [(e.audio, options.sample_rate, options.stereo) for e, _ in todo]
+    for (e, normalized), wav in zip(todo, _decoded(jobs, options.num_workers())):
+        where = f"{m.path}:{e.line}"
+        if isinstance(wav, audio_lib.Skip):
+            report.skip(wav.reason, where, f"{e.audio}: {wav.detail}")
+            continue
+        labels = alphabet.encode(normalized)
+        frames = geometry.output_frames(geometry.num_frames(len(wav), options.window, options.hop),
+                                        BUILD_NUM_CONV_LAYERS)
+        if frames < geometry.ctc_min_frames(labels):
+            report.skip("ctc_infeasible", where, f"{len(labels)} labels, {frames} frames")
+            continue
+        report.kept += 1
+        report.kept_samples += len(wav)
+        yield e.id, {"audio": wav, "text": normalized, "id": e.id, "speaker": e.speaker, "num_samples": len(wav)}
+
+
+class ManifestDataset(tfds.core.GeneratorBasedBuilder):
+    """Your own speech from manifests (Common Voice, NeMo, CSV/TSV): int16 at one rate, no TF."""
+
+    name = "manifest"
+    VERSION = tfds.core.Version("1.0.0")
+    RELEASE_NOTES = {"1.0.0": "Manifests of any layout, resampled int16 audio, the alphabet stored beside."}
+    MANUAL_DOWNLOAD_INSTRUCTIONS = "Put <split>.tsv/.csv/.jsonl/.json manifests in the manual dir (dataset.manual_dir)."
+
+    def __init__(self, options: Options | None = None, **kwargs):
+        self.options = options or Options()
+        kwargs.setdefault("file_format", "array_record")  # random access without TF
+        super().__init__(**kwargs)
+
+    def is_prepared(self) -> bool:
+        from ds2_jax.datasets.librispeech_local import quiet_tfds
+
+        with quiet_tfds():
+            return super().is_prepared()
+
+    def _info(self) -> tfds.core.DatasetInfo:
+        return self.dataset_info_from_configs(
+            features=tfds.features.FeaturesDict({
+                "audio": tfds.features.Tensor(shape=(None,), dtype=np.int16, encoding=tfds.features.Encoding.BYTES),
+                "text": tfds.features.Text(),
+                "id": tfds.features.Text(),
+                "speaker": tfds.features.Text(),
+                "num_samples": np.int64,
+            }),
+            supervised_keys=("audio", "text"),
+        )
+
+    def _split_generators(self, dl_manager):
+        manual_dir = os.fspath(dl_manager.manual_dir)
+        manifests = read_manifests(manual_dir, self.options)
+        if not manifests:
+            raise FileNotFoundError(f"no manifest with utterances in {manual_dir} (<split>.tsv, .csv, .jsonl or .json "
+                                    "with an audio path and a text column)")
+        alphabet, source = make_alphabet(manifests, self.options)
+        logging.info("manifest: alphabet of %s from %s", alphabet.describe(), source)
+        with open(os.path.join(os.fspath(self.data_dir), ALPHABET_FILE), "w", encoding="utf-8") as f:
+            f.write(f"# the alphabet of these labels ({source})\n" + alphabet.to_lines())
+        fixed = bool(self.options.vocabulary)
+        return {split: self._generate_examples(m, alphabet, fixed) for split, m in manifests.items()}
+
+    def _generate_examples(self, m: Manifest, alphabet: text.Alphabet, fixed: bool):
+        report = Report(m.split, m.path, self.options.sample_rate)
+        yield from generate(m, alphabet, self.options, report, fixed)
+        # Runs once the writer has drained the generator; data_dir is the build's temporary dir.
+        with open(report_path(os.fspath(self.data_dir), m.split), "w") as f:
+            json.dump(report.to_json(), f, indent=1, ensure_ascii=False)
+        dropped = sum(report.skipped.values())
+        logging.log(logging.WARNING if dropped else logging.INFO, "%s", report.summary())
+        if not report.kept:  # tfds would fail with "No examples were yielded"
+            examples = [e for r in REASONS for e in report.examples.get(r, [])][:REPORT_EXAMPLES]
+            raise ValueError(f"{report.summary()}: every utterance of {m.path} was skipped, nothing to build (e.g. "
+                             f"{'; '.join(examples)}). Fix that manifest or leave it out (dataset.manifest_splits)")
+
+
+def source_of(manual_dir: str, options: Options) -> dict:
+    """{manual_dir, splits, files, fingerprint, content_fingerprint, options} of the manifests a
+    manual dir holds: their names, sizes and text (the audio is not hashed: listing a million
+    clips each start is too slow) and the options that shape the build."""
+    found = find_manifests(manual_dir, options.manifest_splits) if manual_dir and os.path.isdir(manual_dir) else {}
+    entries, texts = [], hashlib.sha256()
+    for split, path in sorted(found.items()):
+        entries.append((split, os.path.basename(path), os.path.getsize(path)))
+        with open(path, "rb") as f:
+            texts.update(f.read() + b"\0")
+    sizes = json.dumps(entries).encode()
+    record = options.record()
+    return {"manual_dir": os.path.abspath(manual_dir) if manual_dir else "", "splits": sorted(found),
+            "files": len(entries), "fingerprint": hashlib.sha256(sizes).hexdigest()[:16],
+            "content_fingerprint": hashlib.sha256(sizes + texts.digest()).hexdigest()[:16], "options": record}

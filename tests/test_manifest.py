@@ -1,0 +1,401 @@
+"""Your own speech (datasets.manifest): Common Voice and NeMo layouts of the bundled Spanish corpus
+build to the same examples, the alphabet is derived and stored, every bad input is a counted
+skip or one `error:` line naming the file and line, and a model trains, evaluates and
+transcribes on it end to end."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import unicodedata
+
+import numpy as np
+import pytest
+import soundfile
+
+from ds2_jax import settings, text
+from ds2_jax.data.source import DataSettings
+from ds2_jax.datasets import audio, build, manifest
+from tests.helpers import ROOT, launch, repo_env
+
+CV = os.path.join(ROOT, "data", "tiny_es", "common_voice")
+NEMO = os.path.join(ROOT, "data", "tiny_es", "nemo")
+SPLITS = ("dev", "test", "train")
+
+
+def options(**dataset) -> manifest.Options:
+    """The build options of dataset.* keys (dataset.name='manifest'), as a run makes them."""
+    changes = {"dataset.name": "manifest", "dataset.manual_dir": "x", "dataset.train_splits": "train",
+               **{f"dataset.{k}": v for k, v in dataset.items() if k != "sample_rate"}}
+    if "sample_rate" in dataset:
+        changes["features.sample_rate"] = dataset["sample_rate"]
+    return manifest.Options.of(DataSettings.of(settings.override(settings.Settings(), changes)))
+
+
+def examples(builder, split: str) -> dict[str, dict]:
+    ds = builder.as_data_source(split)
+    return {ex["id"].decode(): ex for ex in (ds[i] for i in range(len(ds)))}
+
+
+def report_of(builder, split: str) -> dict:
+    with open(manifest.report_path(os.fspath(builder.data_dir), split)) as f:
+        return json.load(f)
+
+
+@pytest.fixture(scope="module")
+def both(tmp_path_factory):
+    """The Common Voice folder built inline, the NeMo folder on 2 worker processes."""
+    root = tmp_path_factory.mktemp("es")
+    cv = build.build(CV, str(root / "cv"), "manifest", options(build_workers=0))
+    nemo = build.build(NEMO, str(root / "nemo"), "manifest", options(build_workers=2))
+    return cv, nemo
+
+
+# ----------------------------------------------------------------------------- layouts
+
+
+def test_both_layouts_build_to_the_same_examples(both):
+    """MP3 at 48 kHz (Common Voice, capitals and ¿?¡!) and 8 kHz mu-law WAV (NeMo, lower case):
+    the same ids, texts and lengths at 16 kHz, the same waveform up to the codecs."""
+    cv, nemo = both
+    assert sorted(cv.info.splits) == sorted(nemo.info.splits) == list(SPLITS)
+    for split in SPLITS:
+        a, b = examples(cv, split), examples(nemo, split)
+        assert len(a) == {"train": 80, "dev": 20, "test": 20}[split]
+        assert a.keys() == b.keys()
+        for key in a:
+            assert a[key]["text"] == b[key]["text"]
+            assert abs(int(a[key]["num_samples"]) - int(b[key]["num_samples"])) <= 2
+            x, y = a[key]["audio"].astype(np.float64), b[key]["audio"].astype(np.float64)
+            n = min(len(x), len(y))
+            assert np.corrcoef(x[:n], y[:n])[0, 1] > 0.8, key  # 4 kHz of bandwidth less, mu-law
+        assert report_of(cv, split)["kept"] == report_of(nemo, split)["kept"] == len(a)
+    with open(os.path.join(CV, "train.tsv"), encoding="utf-8") as f:
+        first = f.read().splitlines()[1].split("\t")
+    got = examples(cv, "train")["clips/" + first[1][: -len(".mp3")]]
+    assert got["text"].decode() == text.normalize(first[3]) != first[3]  # normalized: capitals, '.', '¿' gone
+
+
+def test_the_alphabet_is_derived_from_the_train_split_and_stored(both):
+    cv, _ = both
+    with open(os.path.join(CV, "train.tsv"), encoding="utf-8") as f:
+        sentences = [line.split("\t")[3] for line in f.read().splitlines()[1:]]
+    want = set("".join(text.normalize(s) for s in sentences))
+    stored = manifest.read_alphabet(os.fspath(cv.data_dir))
+    assert set(stored.symbols) == want and stored.symbols[0] == " "
+    assert {"ñ", "á", "ó"} <= want and not want & set("¿?¡!.,ABCDEFGHIJKLMNOPQRSTUVWXYZ'")
+    for ex in examples(cv, "dev").values():  # dev and test are spelled in it
+        assert stored.decode(stored.encode(ex["text"].decode())) == ex["text"].decode()
+
+
+def test_the_nemo_folder_builds_for_an_8_khz_model(tmp_path):
+    """Window and hop stay in ms: 8 kHz audio of 160-sample windows, 81 bins."""
+    builder = build.build(NEMO, str(tmp_path), "manifest", options(sample_rate=8000, manifest_splits="dev",
+                                                                     train_splits="dev"))
+    spec = settings.Spectrogram(sample_rate=8000)
+    assert (spec.window, spec.hop, spec.num_bins) == (160, 80, 81)
+    got = examples(builder, "dev")
+    with open(os.path.join(NEMO, "dev.json"), encoding="utf-8") as f:
+        first = json.loads(f.readline())["audio_filepath"]
+    wav, rate = soundfile.read(os.path.join(NEMO, first), dtype="int16")
+    assert rate == 8000
+    np.testing.assert_array_equal(got[first[: -len(".wav")]]["audio"], wav)  # no resampling at its rate
+    assert report_of(builder, "dev")["sample_rate"] == 8000
+
+
+# ----------------------------------------------------------------------------- text
+
+
+def test_normalize_is_unicode_aware_and_settable():
+    decomposed = unicodedata.normalize("NFD", "¿Dónde ESTÁ el Niño?")
+    assert decomposed != "¿Dónde ESTÁ el Niño?"
+    assert text.normalize(decomposed) == "dónde está el niño"  # NFC: one code point per letter
+    assert text.normalize(decomposed, lower_case=False) == "Dónde ESTÁ el Niño"  # NFC without case folding too
+    assert text.normalize("¡Hola, señor!  ¿Qué\tpasa?") == "hola señor qué pasa"
+    assert text.normalize("L’homme — don't") == "l'homme don't"  # apostrophes kept, typographic ones mapped
+    assert text.normalize("¿Dónde?", lower_case=False) == "Dónde"
+    assert text.normalize("¿Dónde?", strip_punctuation=False) == "¿dónde?"
+    assert text.normalize("HELLO WORLD", strip_punctuation=False) == "hello world"  # LibriSpeech's, as before
+
+
+def test_a_vocabulary_file_reads_space_names_comments_and_names_a_bad_line(tmp_path):
+    path = tmp_path / "vocab.txt"
+    path.write_text("# Mozilla's alphabet.txt style\n \na\n\\#\nñ\n\n", encoding="utf-8")
+    assert text.read_vocabulary(str(path)).symbols == " a#ñ"
+    path.write_text("<space>\nb\nab\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"vocab.txt:3: 'ab' is not one character"):
+        text.read_vocabulary(str(path))
+    path.write_text("|\nb\nb\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"vocab.txt:3: 'b' is listed twice"):
+        text.read_vocabulary(str(path))
+    alphabet = text.Alphabet(" añ")
+    path.write_text(alphabet.to_lines(), encoding="utf-8")
+    assert text.read_vocabulary(str(path)) == alphabet
+    assert text.LIBRISPEECH.vocab_size == 29 and text.LIBRISPEECH.setting == ""
+
+
+# ----------------------------------------------------------------------------- bad inputs
+
+
+def clip(name: str = "common_voice_es_101") -> str:
+    return os.path.join(NEMO, "clips", name + ".wav")
+
+
+@pytest.fixture()
+def bad_dir(tmp_path):
+    """A folder of manifests with a few good WAVs and every kind of bad line."""
+    d = tmp_path / "manual"
+    (d / "clips").mkdir(parents=True)
+    for i in range(101, 105):
+        shutil.copy(clip(f"common_voice_es_{i}"), d / "clips" / f"u{i}.wav")
+    (d / "clips" / "broken.wav").write_bytes(b"RIFF\x00\x00not really a wav file" * 10)
+    stereo, rate = soundfile.read(clip("common_voice_es_105"), dtype="int16")
+    soundfile.write(str(d / "clips" / "stereo.wav"), np.stack([stereo, stereo], 1), rate)
+    lines = [
+        json.dumps({"audio_filepath": "clips/u101.wav", "duration": 1.0, "text": "el perro"}),
+        "",  # a blank line: no utterance
+        '{"audio_filepath": "clips/u102.wav", "text": ',  # line 3: not JSON
+        json.dumps({"audio_filepath": "clips/nowhere.wav", "text": "el gato"}),  # 4: missing audio
+        json.dumps({"audio_filepath": "clips/u101.wav", "text": "otra vez"}),  # 5: duplicated id
+        json.dumps({"audio_filepath": "clips/broken.wav", "text": "el gato"}),  # 6: corrupt
+        json.dumps({"audio_filepath": "clips/u102.wav", "text": "straße"}),  # 7: ß, ' ' outside a fixed vocabulary
+        json.dumps({"audio_filepath": "clips/u103.wav", "text": "¿?"}),  # 8: nothing left after normalizing
+        json.dumps({"audio_filepath": "clips/stereo.wav", "text": "el niño"}),  # 9: two channels
+        json.dumps({"text": "sin audio"}),  # 10: no audio path
+        json.dumps(["a", "list"]),  # 11: not an object
+        json.dumps({"audio_filepath": "clips/u104.wav", "text": "la casa"}),  # 12: good
+    ]
+    (d / "train.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return d
+
+
+def test_every_bad_line_is_a_counted_skip_naming_its_file_and_line(bad_dir, tmp_path):
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("".join(c + "\n" for c in "abcdefghijlmnopqrstuvxyzñ") + "<space>\n", encoding="utf-8")
+    builder = build.build(str(bad_dir), str(tmp_path / "tfds"), "manifest", options(vocabulary=str(vocab)))
+    report = report_of(builder, "train")
+    assert report["kept"] == 3  # u101, stereo (downmixed), u104
+    assert {r: n for r, n in report["skipped"].items() if n} == {
+        "bad_line": 3, "missing_audio": 1, "duplicate_id": 1, "corrupt_audio": 1, "unknown_chars": 1,
+        "empty_transcript": 1}
+    where = str(bad_dir / "train.jsonl")
+    assert report["examples"]["bad_line"][0].startswith(f"{where}:3: not JSON")
+    assert report["examples"]["missing_audio"][0].startswith(f"{where}:4: ")
+    assert report["examples"]["duplicate_id"] == [f"{where}:5: clips/u101 (first on line 1)"]
+    assert report["examples"]["corrupt_audio"][0].startswith(f"{where}:6: ")
+    assert report["examples"]["unknown_chars"] == [f"{where}:7: ß"]
+    assert report["unknown_chars"] == {"ß": 1}
+    assert sorted(examples(builder, "train")) == ["clips/stereo", "clips/u101", "clips/u104"]
+    assert "outside the alphabet: 'ß' in 1" in build.summary(report)
+    assert "'ß' in 1" in build.unknown_line(build.reports(builder))
+
+
+def test_stereo_is_skipped_when_asked(bad_dir, tmp_path):
+    builder = build.build(str(bad_dir), str(tmp_path / "tfds"), "manifest", options(stereo="skip"))
+    report = report_of(builder, "train")
+    assert report["skipped"]["not_mono"] == 1 and "clips/stereo" not in examples(builder, "train")
+    assert report["skipped"]["unknown_chars"] == 0  # a derived alphabet holds ß
+
+
+def run_build(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ds2_jax.datasets.build", "--name=manifest", *args], cwd=ROOT,
+                          env=repo_env(), capture_output=True, text=True, timeout=300)
+
+
+def one_error_line(proc: subprocess.CompletedProcess) -> str:
+    """The one `error:` line a failed command printed (no traceback)."""
+    assert proc.returncode != 0, proc.stdout
+    assert "Traceback" not in proc.stderr, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, proc.stderr
+    return errors[0]
+
+
+def test_a_manifest_without_a_text_column_is_one_error_line(tmp_path):
+    d = tmp_path / "manual"
+    d.mkdir()
+    (d / "train.csv").write_text("wav_filename,wav_filesize,words\nclips/a.wav,100,hola\n")
+    line = one_error_line(run_build(f"--manual_dir={d}", f"--data_dir={tmp_path / 'tfds'}"))
+    assert f"{d / 'train.csv'}:1: no text column" in line and "dataset.text_column" in line
+    assert "'words'" in line  # names the columns it has
+    (d / "train.csv").write_text("wav_filename,wav_filesize,words\n" + f"{clip()},100,hola\n")
+    proc = run_build(f"--manual_dir={d}", f"--data_dir={tmp_path / 'tfds'}", "--text_column=words")
+    assert proc.returncode == 0, proc.stderr
+    assert "manifest/train: kept 1 of 1 utterances" in proc.stdout
+
+
+def test_a_header_only_manifest_is_not_a_split_and_nothing_else_is_lost(tmp_path):
+    d = tmp_path / "manual"
+    (d / "clips").mkdir(parents=True)
+    shutil.copy(clip(), d / "clips" / "a.wav")
+    (d / "train.tsv").write_text("client_id\tpath\tsentence\nx\ta.wav\tHola.\n", encoding="utf-8")
+    (d / "dev.tsv").write_text("client_id\tpath\tsentence\n", encoding="utf-8")
+    (d / "reported.tsv").write_text("sentence_id\tsentence\treason\n1\tHola\tgrammar\n", encoding="utf-8")
+    proc = run_build(f"--manual_dir={d}", f"--data_dir={tmp_path / 'tfds'}")
+    assert proc.returncode == 0, proc.stderr
+    assert f"{d / 'dev.tsv'} lists no utterances" in proc.stderr
+    builder = build.get_builder(str(tmp_path / "tfds"), "manifest")
+    assert list(builder.info.splits) == ["train"]  # CV's side file reported.tsv: no split either
+    assert examples(builder, "train")["clips/a"]["text"] == b"hola"  # CV's clips/ folder
+
+
+def test_an_asked_split_without_a_manifest_is_one_error_line(tmp_path):
+    line = one_error_line(run_build(f"--manual_dir={CV}", f"--data_dir={tmp_path}", "--manifest_splits=train+valid"))
+    assert "dataset.manifest_splits='train+valid': no manifest for ['valid']" in line
+    assert "'dev', 'test', 'train'" in line
+    line = one_error_line(run_build(f"--manual_dir={CV}", f"--data_dir={tmp_path}", "--train_splits=training"))
+    assert "dataset.train_splits='training' names no manifest to derive the alphabet from" in line
+
+
+def test_build_options_that_differ_from_the_prepared_data_are_refused(both):
+    from ds2_jax import errors
+
+    cv, _ = both
+    data_dir = os.path.dirname(os.path.dirname(os.fspath(cv.data_dir)))
+    with pytest.raises(errors.DatasetMismatch, match=r"sample_rate 16000 \(built\) vs 8000 \(now\)"):
+        build.build(CV, data_dir, "manifest", options(sample_rate=8000))
+    with pytest.raises(errors.DatasetMismatch, match="holds other files"):
+        build.build(NEMO, data_dir, "manifest", options())
+
+
+def test_a_corrupt_file_is_a_skip_in_a_worker_too(tmp_path):
+    bad = tmp_path / "x.mp3"
+    bad.write_bytes(b"\xff\xfb" + bytes(300))
+    got = audio.load_many([(str(bad), 16000, "downmix"), (clip(), 16000, "downmix"), (str(tmp_path / "no"), 16000,
+                                                                                     "downmix")])
+    assert isinstance(got[0], audio.Skip) and got[0].reason in ("corrupt_audio", "empty_audio")
+    assert got[1].dtype == np.int16 and len(got[1]) > 8000
+    assert got[2].reason == "missing_audio"
+
+
+# ----------------------------------------------------------------------------- end to end
+
+
+@pytest.mark.e2e
+def test_train_eval_and_transcribe_on_common_voice_any_split_names(tmp_path):
+    workdir, data = tmp_path / "w", tmp_path / "tfds"
+    common = [f"--workdir={workdir}", "--config.dataset.name=manifest", f"--config.dataset.manual_dir={CV}",
+              f"--config.dataset.data_dir={data}", "--config.dataset.train_splits=train",
+              "--config.dataset.eval_split=dev", "--config.dataset.num_workers=0"]
+    proc = launch(*common, "--config.num_train_steps=10",
+                  "--config.eval_every_steps=10", devices=2)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    alphabet = manifest.read_alphabet(os.path.join(data, "manifest", "1.0.0"))
+    with open(workdir / "config.json") as f:
+        assert json.load(f)["model"]["alphabet"] == alphabet.symbols
+    with open(workdir / "metrics.jsonl") as f:
+        evals = [json.loads(line) for line in f if '"eval_cer"' in line]
+    assert evals and 0 < evals[-1]["eval_cer"] <= 1.5
+    proc = launch(*common, "--mode=eval", "--config.eval.split=test,dev", devices=2)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "model.alphabet" not in proc.stderr  # an unset model.alphabet is no difference
+    for split in ("test", "dev"):
+        with open(workdir / f"eval-{split}-10-greedy.json") as f:
+            result = json.load(f)
+        assert result["utterances"] > 0 and set(result["examples"][0]["reference"]) <= set(alphabet.symbols)
+    proc = subprocess.run([sys.executable, "-m", "ds2_jax.transcribe", f"--workdir={workdir}",
+                           os.path.join(CV, "clips", "common_voice_es_1.mp3")], cwd=ROOT, env=repo_env(),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    path, hyp = proc.stdout.strip().split("\t")
+    assert path.endswith("common_voice_es_1.mp3") and set(hyp) <= set(alphabet.symbols)
+
+    # The same workdir on data of another alphabet: refused, naming both.
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text(alphabet.to_lines() + "ü\n", encoding="utf-8")
+    other = [a for a in common if "data_dir" not in a] + [f"--config.dataset.data_dir={tmp_path / 'other'}",
+                                                          f"--config.dataset.vocabulary={vocab}"]
+    proc = launch(*other, "--config.num_train_steps=12", devices=2)
+    assert proc.returncode != 0
+    (line,) = [x for x in proc.stderr.splitlines() if x.startswith("error:")]
+    assert "model.alphabet" in line and repr(alphabet.symbols) in line and "ü" in line
+    proc = launch(*other, "--mode=eval", "--config.eval.split=dev", devices=2)
+    (line,) = [x for x in proc.stderr.splitlines() if x.startswith("error:")]
+    assert "emits the alphabet 29 symbols" in line and "holds the alphabet 30 symbols" in line
+
+
+@pytest.mark.e2e
+def test_an_eval_split_without_a_manifest_is_refused_before_training(tmp_path):
+    proc = launch(f"--workdir={tmp_path / 'w'}", "--config.dataset.name=manifest", f"--config.dataset.manual_dir={CV}",
+                  f"--config.dataset.data_dir={tmp_path / 'tfds'}", "--config.dataset.train_splits=train",
+                  "--config.dataset.eval_split=validation", "--config.dataset.num_workers=0", devices=2)
+    assert proc.returncode != 0
+    (line,) = [x for x in proc.stderr.splitlines() if x.startswith("error:")]
+    assert "dataset.eval_split='validation'" in line and "'dev', 'test', 'train'" in line
+    assert "Traceback" not in proc.stderr
+
+
+# ----------------------------------------------------------------------------- LM and beam search
+
+
+def test_build_lm_and_beam_search_use_the_runs_alphabet(tmp_path):
+    from ds2_jax import decoding
+    from ds2_jax.tools import build_lm
+
+    lines = build_lm.manifest_transcripts(CV, ["train"])
+    assert len(lines) == 80 and any("¿" in line for line in lines)  # as written in train.tsv
+    alphabet = text.derive(text.normalize(line) for line in lines)
+    dropped = []
+    sents = list(build_lm.sentences(lines + ["Über die Straße"], alphabet=alphabet, dropped=dropped))
+    assert len(sents) == 80 and dropped == ["über die straße"]
+    path = str(tmp_path / "es.arpa")
+    build_lm.write_arpa(*build_lm.estimate(sents, 2), path)
+    words = decoding.lexicon_words(path, alphabet)
+    assert "señor" in words and "dónde" in words
+    with pytest.raises(ValueError, match="outside the model's alphabet"):
+        decoding.lexicon_words(path, text.LIBRISPEECH)
+    pytest.importorskip("flashlight.lib.text")
+    ids = alphabet.encode("el niño")
+    frames = np.full((2 * len(ids) + 1, alphabet.vocab_size), -12.0, np.float32)
+    frames[0::2, text.BLANK] = -0.01
+    frames[1::2][np.arange(len(ids)), ids] = -0.01
+    beam = decoding.BeamSearchDecoder(settings.Decoding(beam_width=8), alphabet)
+    assert beam.decode(frames) == "el niño"
+    lm_beam = decoding.BeamSearchDecoder(settings.Decoding(beam_width=8, lm_path=path), alphabet)
+    assert lm_beam.decode(frames) == "el niño"
+    assert decoding.greedy_texts(frames.argmax(-1)[None], np.array([len(frames)]), alphabet) == ["el niño"]
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_the_spanish_model_learns_on_held_out_speakers(tmp_path):
+    """configs/tiny_es.py for 200 steps (its cosine decay ending there): the test speakers, never
+    trained on, are transcribed at a CER well below chance (~1: an empty or random output).
+    The README's figure is the config's own 400 steps."""
+    workdir = tmp_path / "w"
+    common = ["--config=configs/tiny_es.py", f"--workdir={workdir}", f"--config.dataset.data_dir={tmp_path / 'tfds'}"]
+    proc = launch(*common, "--config.num_train_steps=200", "--config.optimizer.decay_steps=200",
+                  "--config.eval_every_steps=0", "--config.dataset.num_workers=0", devices=1, timeout=1500)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = launch(*common, "--mode=eval", "--config.eval.split=test", devices=1)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with open(workdir / "eval-test-200-greedy.json") as f:
+        result = json.load(f)
+    assert result["utterances"] == 20
+    assert result["cer"] < 0.35, result["cer"]
+
+
+def test_a_workdir_from_before_the_alphabet_setting_keeps_librispeechs_29_outputs(tmp_path):
+    from ds2_jax import model, workdir_config
+
+    old = settings.to_dict(settings.Settings())
+    del old["model"]["alphabet"]  # config.json as workdirs wrote it before model.alphabet existed
+    (tmp_path / "config.json").write_text(json.dumps(old))
+    config = workdir_config.load_config(str(tmp_path))
+    assert config.model.alphabet == "" and model.ModelConfig.of(config.model).vocab_size == 29
+    workdir_config.refuse_fixed_changes(settings.Settings(), str(tmp_path))  # a LibriSpeech run resumes it
+    spanish = settings.override(settings.Settings(), {"model.alphabet": " abcñ"})
+    assert model.ModelConfig.of(spanish.model).vocab_size == 6
+    with pytest.raises(ValueError, match=r"model.alphabet \(trained '', --config ' abcñ'\)"):
+        workdir_config.refuse_fixed_changes(spanish, str(tmp_path))
+
+
+def test_the_build_command_ends_with_the_characters_outside_the_alphabet(bad_dir, tmp_path):
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("".join(c + "\n" for c in "abcdefghijlmnopqrstuvxyzñ") + "<space>\n", encoding="utf-8")
+    proc = run_build(f"--manual_dir={bad_dir}", f"--data_dir={tmp_path / 'tfds'}", f"--vocabulary={vocab}")
+    assert proc.returncode == 0, proc.stderr
+    last = proc.stdout.strip().splitlines()[-1]
+    assert last.startswith("characters outside the alphabet skipped 1 utterances: 'ß' in 1"), proc.stdout
+    assert "manifest/train: kept 3 of 11 utterances" in proc.stdout
