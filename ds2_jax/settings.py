@@ -350,6 +350,9 @@ class Settings:
     eval_every_steps: int = 2_000  # Greedy WER/CER on dataset.eval_split; 0 = never.
     checkpoint_every_steps: int = 1_000  # Orbax checkpoint cadence (and one at the end).
     keep_checkpoints: int = 3  # Checkpoints kept on disk.
+    # Also keep the N checkpoints with the lowest in-training eval WER (a checkpoint is written at
+    # each eval; 0 = only the newest keep_checkpoints). --mode=eval --eval_step=best takes the best.
+    keep_best_checkpoints: int = 0
     prefetch_batches: int = 2  # Batches staged on the devices ahead of the step.
     # Warn once when the devices sit idle waiting for input more than this fraction of
     # two log intervals in a row (metrics: input_wait_s).
@@ -359,6 +362,14 @@ class Settings:
     # compiled steps instead of compiling them again. '' = off; JAX_COMPILATION_CACHE_DIR wins.
     compilation_cache_dir: str = "~/.cache/ds2_jax/xla"
     deterministic: bool = False  # GPU: --xla_gpu_deterministic_ops (slower, bitwise repeatable).
+    # Fine-tuning: WORKDIR or WORKDIR:STEP (default its newest checkpoint) whose parameters,
+    # batch-norm statistics and feature normalization start this run (at step 0, fresh
+    # optimizer); an output layer of another size (another alphabet) starts afresh. Used only
+    # while this workdir has no checkpoint: a rerun resumes its own.
+    init_from: str = ""
+    # Parameters not trained, comma-separated: top-level modules ('ConvBlock' = every conv
+    # block, 'RNNLayer_0', 'output') or paths ('RNNLayer_1/recurrent'); '' = train all.
+    freeze: str = ""
 
     faults: Faults = dataclasses.field(default_factory=Faults)
     dataset: Dataset = dataclasses.field(default_factory=Dataset)
@@ -374,6 +385,10 @@ class Settings:
                   "checkpoint_every_steps", "keep_checkpoints")
         _at_least("", self, 0, "eval_every_steps", "num_devices")  # devices present: parallel.make
         _one_of("parallelism", self.parallelism, PARALLELISMS)
+        _at_least("", self, 0, "keep_best_checkpoints")
+        if self.keep_best_checkpoints and not self.eval_every_steps:
+            raise ValueError(f"keep_best_checkpoints={self.keep_best_checkpoints} ranks checkpoints by the in-training "
+                             "eval's WER: set eval_every_steps > 0")
         if self.parallelism == "jit" and not self.model.sync_batch_norm:
             raise ValueError("model.sync_batch_norm=False with parallelism='jit': under jit batch norm always sees "
                              "the global batch; set model.sync_batch_norm=True, or parallelism='pmap' for "

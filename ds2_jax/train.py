@@ -24,8 +24,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from ds2_jax import (checkpoint, ctc, determinism, errors, eval_step, evaluation, faults, features, memory,
-                     model, parallel, reporting, resilience, settings, workdir_config)
+from ds2_jax import (checkpoint, ctc, determinism, errors, eval_step, evaluation, faults, features, finetune,
+                     memory, model, parallel, reporting, resilience, settings, workdir_config)
 from ds2_jax.data import loader
 from ds2_jax.data.source import make_source
 from ds2_jax.batch_axis import psum
@@ -176,7 +176,7 @@ def _train(config: settings.Settings, workdir: str, mgr) -> TrainState:
     """train_and_evaluate's loop, with the workdir locked and the checkpoint manager `mgr` open."""
     par, sharding, source = _devices_and_data(config)
     init_rng, step_rng = jax.random.split(jax.random.PRNGKey(config.seed))
-    state = _initial_or_restored(config, workdir, mgr, source, init_rng)
+    state, config = _initial_or_restored(config, workdir, mgr, source, init_rng)
     start = int(state.step)
     if _nothing_to_train(start, config, workdir):
         return state
@@ -283,9 +283,11 @@ def _devices_and_data(config: settings.Settings):
     return par, sharding, source
 
 
-def _initial_or_restored(config: settings.Settings, workdir: str, mgr, source, init_rng) -> TrainState:
-    """The (unreplicated) initial state, or the newest checkpoint that restores into it (process 0
-    moves damaged newer ones aside)."""
+def _initial_or_restored(config: settings.Settings, workdir: str, mgr, source,
+                         init_rng) -> tuple[TrainState, settings.Settings]:
+    """(the unreplicated initial state, or the newest checkpoint that restores into it (process 0
+    moves damaged newer ones aside), or with config.init_from and no checkpoint yet the source's
+    (finetune.py); the config, its init_from resolved to the source's 'ABS_WORKDIR:STEP')."""
     state = initial_state(config, source, init_rng)
     log.info("model parameters: %s", f"{model.count_params(state.params):,}")
     resilience.check_workdir(workdir, memory.tree_bytes(state))
@@ -293,8 +295,14 @@ def _initial_or_restored(config: settings.Settings, workdir: str, mgr, source, i
         workdir_config.refuse_fixed_changes(config, workdir)
     restored, _ = checkpoint.restore_latest(mgr, state, move_damaged=jax.process_index() == 0)
     if restored is not None:
-        state = restored.replace(apply_fn=state.apply_fn, tx=state.tx)
-    return state
+        if config.init_from:
+            log.info("init_from=%r not used: %s has checkpoints of its own, the run resumes them", config.init_from,
+                     workdir)
+        return restored.replace(apply_fn=state.apply_fn, tx=state.tx), config
+    if config.init_from:
+        state, resolved = finetune.initial_state(config, state)
+        config = dataclasses.replace(config, init_from=resolved)  # config.json records the source
+    return state, config
 
 
 def _resume_notes(config: settings.Settings, workdir: str, start: int) -> list[tuple[str, object, object]]:
