@@ -171,8 +171,12 @@ def step_kwargs(config: settings.Settings) -> dict:
     )
 
 
-def restore_state(config: settings.Settings, workdir: str, step: int | None = None) -> tuple[TrainState, int]:
-    """(unreplicated state, step) of checkpoint `step` (default: latest) of `workdir`.
+BEST = "best"  # a step argument naming the checkpoint of the lowest in-training eval WER
+
+
+def restore_state(config: settings.Settings, workdir: str, step: int | str | None = None) -> tuple[TrainState, int]:
+    """(unreplicated state, step) of checkpoint `step` (default: latest; 'best': the lowest
+    in-training eval WER, checkpoint.best) of `workdir`.
 
     The template's feature statistics are placeholders: the checkpoint's replace them,
     so no dataset is needed.
@@ -180,6 +184,8 @@ def restore_state(config: settings.Settings, workdir: str, step: int | None = No
     num_bins = config.features.num_bins
     template = create_state(config, jax.random.PRNGKey(0), np.zeros(num_bins, np.float32), np.ones(num_bins, np.float32))
     mgr = checkpoint.manager(workdir, config.keep_checkpoints)
+    if step == BEST:
+        step = best_step(mgr, workdir)
     if step is None:
         state, step = checkpoint.restore_latest(mgr, template)  # skips a damaged newest one
         if state is None:
@@ -199,3 +205,14 @@ def restore_state(config: settings.Settings, workdir: str, step: int | None = No
     else:
         raise FileNotFoundError(f"no checkpoint at step {step} in {mgr.directory} (it has {sorted(mgr.all_steps())})")
     return state.replace(apply_fn=template.apply_fn, tx=template.tx), int(step)
+
+
+def best_step(mgr, workdir: str) -> int:
+    """The step of `workdir`'s checkpoint with the lowest in-training eval WER; a FileNotFoundError
+    saying how to get one when no checkpoint was saved with its WER."""
+    found = checkpoint.best(mgr)
+    if found is None:
+        raise FileNotFoundError(f"no checkpoint in {mgr.directory} was saved with an eval WER (it has "
+                                f"{sorted(mgr.all_steps())}), so none is 'best': train with "
+                                "--config.keep_best_checkpoints=N (and eval_every_steps > 0), or name a step")
+    return found[0]

@@ -153,7 +153,7 @@ def train_and_evaluate(config, workdir: str) -> TrainState:
     """
     config = settings.from_config_dict(config)
     with resilience.WorkdirLock(workdir, enabled=jax.process_index() == 0), \
-            checkpoint.managed(workdir, config.keep_checkpoints) as mgr:
+            checkpoint.managed(workdir, config.keep_checkpoints, config.keep_best_checkpoints) as mgr:
         return _train(config, workdir, mgr)
 
 
@@ -191,7 +191,7 @@ def _train(config: settings.Settings, workdir: str, mgr) -> TrainState:
     host_batches = loader.train_batches(config, sharding, source, start, config.num_train_steps)
     batches = par.put_batches(host_batches, config.prefetch_batches)
     hooks = faults.Hooks(config.faults)
-    done = start
+    done, ranked = start, None  # ranked: the step of the last checkpoint saved with its eval's WER
     with reporting.Reporter(config, workdir, start, is_chief=jax.process_index() == 0) as report:
         report.resume_changes(start, changes)
         log.info("compiling the train step for batch shapes %s (the first step: minutes for a large batch)", source.shapes())
@@ -214,10 +214,13 @@ def _train(config: settings.Settings, workdir: str, mgr) -> TrainState:
                         result = evaluation.evaluate(p_eval, state, source, config.dataset.eval_split,
                                                      config.eval.max_utterances, par, on_batch=on_batch)
                     report.evaluated(done, result)
+                    if config.keep_best_checkpoints:  # a checkpoint ranked by this eval's WER (checkpoint.manager)
+                        _save(mgr, done, par.get(state), report, hooks, {"wer": result["wer"], "cer": result["cer"]})
+                        ranked = done
                 if preemption.signal is not None:
                     log.warning("preempted at step %d: writing a checkpoint and exiting", done)
                     break
-                if done % config.checkpoint_every_steps == 0 and done != config.num_train_steps:
+                if done % config.checkpoint_every_steps == 0 and done not in (config.num_train_steps, ranked):
                     _save(mgr, done, par.get(state), report, hooks)
             resilience.wait_ready(state)  # polled, with the handlers on: a second signal can abandon it
         final = par.get(state)
@@ -316,9 +319,10 @@ def _resume_notes(config: settings.Settings, workdir: str, start: int) -> list[t
     return workdir_config.record_resume_changes(config, workdir, start) if jax.process_index() == 0 else []
 
 
-def _save(mgr, step: int, host_state, report: reporting.Reporter, hooks: faults.Hooks) -> None:
+def _save(mgr, step: int, host_state, report: reporting.Reporter, hooks: faults.Hooks,
+          metrics: dict | None = None) -> None:
     with report.suspended(f"checkpoint {step}"):  # waits for the previous save, then writes
-        checkpoint.save_or_explain(mgr, step, host_state)
+        checkpoint.save_or_explain(mgr, step, host_state, metrics)
     hooks.checkpoint_started(step)
 
 

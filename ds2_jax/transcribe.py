@@ -101,7 +101,7 @@ def load_audio(path: str, sample_rate: int = 16_000) -> np.ndarray:
 class Transcriber:
     """A restored model plus a decoder; `transcribe` maps int16 16 kHz waveforms to texts."""
 
-    def __init__(self, workdir: str, decoder_cfg: settings.Decoding | None = None, step: int | None = None,
+    def __init__(self, workdir: str, decoder_cfg: settings.Decoding | None = None, step: int | str | None = None,
                  batch_size: int = 8, config: settings.Settings | None = None):
         """`config`: the workdir's (workdir_config.load_config), when the caller has read it already."""
         import jax
@@ -196,7 +196,8 @@ def define_flags(fv) -> None:
 
     flags.DEFINE_string("workdir", None, "A training workdir (config.json + checkpoints/).", required=True,
                         flag_values=fv)
-    flags.DEFINE_integer("step", None, "Checkpoint step (default: latest).", flag_values=fv)
+    flags.DEFINE_string("step", None, "Checkpoint step, or 'best' (the lowest in-training eval WER; "
+                        "keep_best_checkpoints); default: the latest.", flag_values=fv)
     flags.DEFINE_string("lm", "", "KenLM ARPA/binary word LM: beam search with it.", flag_values=fv)
     flags.DEFINE_string("lexicon", "", "Words the LM search may output, one per line (default: decoding.lexicon_path "
                         "of the workdir's config with its LM, else the LM's unigrams).", flag_values=fv)
@@ -211,6 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     from ds2_jax import cli
 
     args, files = cli.parse_args(argv, define_flags, __doc__, positional="audio files")
+    step = cli.checkpoint_step(args.step, "--step")
 
     from absl import logging as absl_logging
 
@@ -231,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
             alpha=base.alpha if args.alpha is None else args.alpha,
             beta=base.beta if args.beta is None else args.beta,
         )
-        transcriber = Transcriber(args.workdir, cfg, step=args.step, batch_size=args.batch_size, config=config)
+        transcriber = Transcriber(args.workdir, cfg, step=step, batch_size=args.batch_size, config=config)
     except ValueError as e:  # names decoding.* settings: say which flag
         raise ValueError(cli.in_flag_names(str(e), FLAG_OF_SETTING)) from e
 
