@@ -199,6 +199,55 @@ class Features(SpecAugment, Spectrogram):
 
 
 @dataclasses.dataclass(frozen=True)
+class Waveform:
+    """Waveform augmentation of training utterances (ds2_jax.data.augment: in the input workers,
+    before padding; a pure function of (seed, step, row)); every part off by default."""
+
+    KEY: ClassVar[str] = "waveform"
+
+    # Additive noise at a random SNR: a folder of noise recordings (searched recursively; any
+    # format and rate libsndfile reads) or a text file listing them, one path a line.
+    noise_dir: str = ""
+    noise_prob: float = 0.0  # Share of utterances that get noise.
+    noise_snr_db_min: float = 0.0  # SNR drawn uniform in [min, max] dB.
+    noise_snr_db_max: float = 15.0
+    # Speed perturbation (tempo and pitch, as Kaldi/icefall's 0.9/1.0/1.1): resampled by a
+    # factor uniform in [speed_min, speed_max]; buckets are padded for speed_min.
+    speed_prob: float = 0.0
+    speed_min: float = 0.9
+    speed_max: float = 1.1
+    gain_prob: float = 0.0  # Share of utterances scaled by a gain uniform in [gain_db_min, gain_db_max].
+    gain_db_min: float = -6.0
+    gain_db_max: float = 6.0
+    # Reverberation: convolution with a room impulse response from this folder or list.
+    rir_dir: str = ""
+    rir_prob: float = 0.0
+
+    def __post_init__(self):
+        for key in ("noise_prob", "speed_prob", "gain_prob", "rir_prob"):
+            if not 0 <= getattr(self, key) <= 1:
+                raise ValueError(f"waveform.{key}={getattr(self, key)}: must be in [0, 1] (a share of utterances)")
+        if not 0 < self.speed_min <= self.speed_max:
+            raise ValueError(f"waveform.speed_min={self.speed_min}, speed_max={self.speed_max}: the speed range must "
+                             "be positive, min <= max (e.g. 0.9 and 1.1)")
+        for low, high in (("noise_snr_db_min", "noise_snr_db_max"), ("gain_db_min", "gain_db_max")):
+            if getattr(self, low) > getattr(self, high):
+                raise ValueError(f"waveform.{low}={getattr(self, low)} must be <= waveform.{high}={getattr(self, high)}")
+        for prob, folder in (("noise_prob", "noise_dir"), ("rir_prob", "rir_dir")):
+            if getattr(self, prob) > 0 and not getattr(self, folder):
+                raise ValueError(f"waveform.{prob}={getattr(self, prob)} needs waveform.{folder} (recordings to use)")
+
+    @property
+    def enabled(self) -> bool:
+        return any((self.noise_prob, self.speed_prob, self.gain_prob, self.rir_prob))
+
+    @property
+    def stretch(self) -> float:
+        """The most an utterance's length grows (1 / speed_min with speed perturbation on)."""
+        return 1.0 / self.speed_min if self.speed_prob > 0 else 1.0
+
+
+@dataclasses.dataclass(frozen=True)
 class Model:
     """The architecture (ds2_jax.model.ModelConfig adds the input and output widths)."""
 
@@ -374,6 +423,7 @@ class Settings:
     faults: Faults = dataclasses.field(default_factory=Faults)
     dataset: Dataset = dataclasses.field(default_factory=Dataset)
     features: Features = dataclasses.field(default_factory=Features)
+    waveform: Waveform = dataclasses.field(default_factory=Waveform)
     model: Model = dataclasses.field(default_factory=Model)
     loss: Loss = dataclasses.field(default_factory=Loss)
     optimizer: Optimizer = dataclasses.field(default_factory=Optimizer)

@@ -15,7 +15,7 @@ from configs import default, demo, ds2_8gpu, smoke
 from ds2_jax import model, settings, workdir_config
 from ds2_jax import state as state_lib
 
-SECTIONS = ["faults", "dataset", "features", "model", "loss", "optimizer", "eval", "decoding"]
+SECTIONS = ["faults", "dataset", "features", "waveform", "model", "loss", "optimizer", "eval", "decoding"]
 
 
 def flat_keys(d: dict, prefix: str = "") -> set[str]:
