@@ -129,3 +129,44 @@ def test_a_noise_folder_without_readable_audio_is_one_error_naming_it(tmp_path):
     write_noise(tmp_path / "m")
     listed.write_text("m/n0.wav\n# a comment\nm/n1.wav\n")
     assert [r.rate for r in augment.recordings(str(listed), "noise_dir")] == [RATE, 8000]
+
+
+def test_make_noisy_copies_a_split_with_noise_at_the_snr_range_and_links_the_rest(tmp_path):
+    import os
+
+    import soundfile
+
+    from ds2_jax.datasets import build
+    from ds2_jax.tools import make_noisy
+    from tests import librispeech_testdata as td
+
+    manual = str(tmp_path / "manual")
+    td.write_durations_corpus(manual, "train-clean-100", [1.0, 1.2, 1.4, 1.6])
+    utts = td.write_durations_corpus(manual, "test-clean", [1.5, 2.0, 2.5], first_speaker=50)
+    noise = write_noise(tmp_path / "noise")
+    out = str(tmp_path / "noisy")
+    args = [f"--manual_dir={manual}", "--split=test-clean", f"--noise_dir={noise}", f"--out={out}",
+            "--snr_db_min=2", "--snr_db_max=8"]
+    assert make_noisy.main(args) == 0
+    src, dst = (os.path.join(d, "LibriSpeech", "test-clean") for d in (manual, out))
+    flacs = sorted(os.path.relpath(os.path.join(r, f), src) for r, _, fs in os.walk(src) for f in fs
+                   if f.endswith(".flac"))
+    assert len(flacs) == len(utts) == 3
+    for rel in flacs:
+        clean = soundfile.read(os.path.join(src, rel), dtype="int16")[0].astype(np.float64)
+        noisy = soundfile.read(os.path.join(dst, rel), dtype="int16")[0].astype(np.float64)
+        assert len(noisy) == len(clean)
+        snr = 10 * np.log10(np.mean(clean**2) / np.mean((noisy - clean) ** 2))
+        assert 2 - 0.05 <= snr <= 8 + 0.05, (rel, snr)
+    trans = [f for _, _, fs in os.walk(dst) for f in fs if f.endswith(".trans.txt")]
+    assert len(trans) == 1 and os.path.islink(os.path.join(out, "LibriSpeech", "train-clean-100"))
+    with pytest.raises(FileExistsError, match="exists: choose another --out"):
+        make_noisy.make_noisy(manual, "test-clean", noise, out, (2.0, 8.0))
+    again = str(tmp_path / "again")  # a pure function of the flags and the files
+    make_noisy.make_noisy(manual, "test-clean", noise, again, (2.0, 8.0))
+    for rel in flacs:
+        assert open(os.path.join(dst, rel), "rb").read() == open(os.path.join(again, "LibriSpeech", "test-clean",
+                                                                              rel), "rb").read()
+    builder = build.build(out, str(tmp_path / "tfds"))  # the project reads it like any corpus
+    assert builder.info.splits["test_clean"].num_examples == 3
+    assert builder.info.splits["train_clean_100"].num_examples == 4

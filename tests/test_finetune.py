@@ -3,6 +3,7 @@ refuses, and that a rerun resumes the fine-tune's own checkpoints."""
 
 import json
 import os
+import shutil
 
 import jax
 import jax.numpy as jnp
@@ -98,15 +99,18 @@ def test_a_workdir_without_checkpoint_or_with_another_spectrogram_is_refused(sou
 
 def test_a_rerun_resumes_the_fine_tunes_own_checkpoints_and_config_json_records_the_source(source, tmp_path):
     workdir, _ = source
-    common = {**COMMON, "init_from": workdir, "checkpoint_every_steps": 2, "seed": 3}
+    copy = str(tmp_path / "source")
+    shutil.copytree(workdir, copy)
+    common = {**COMMON, "init_from": copy, "checkpoint_every_steps": 2, "seed": 3}
     whole = train.train_and_evaluate(tiny_config(**{**common, "num_train_steps": 4}), str(tmp_path / "whole"))
     train.train_and_evaluate(tiny_config(**{**common, "num_train_steps": 2}), str(tmp_path / "split"))
+    shutil.rmtree(copy)  # the source is gone: a rerun that went back to it would fail
     resumed = train.train_and_evaluate(tiny_config(**{**common, "num_train_steps": 4}), str(tmp_path / "split"))
     assert int(resumed.step) == 4
     for a, b in zip(leaves(whole.params), leaves(resumed.params), strict=True):
-        np.testing.assert_array_equal(a, b)  # re-initialized from the source at step 2 it would differ
+        np.testing.assert_array_equal(a, b)
     recorded = json.load(open(tmp_path / "split" / "config.json"))
-    assert recorded["init_from"] == f"{os.path.abspath(workdir)}:3"
+    assert recorded["init_from"] == f"{os.path.abspath(copy)}:3"
     assert not os.path.exists(tmp_path / "split" / "config_changes.jsonl")  # the same command is no change
 
 

@@ -103,12 +103,12 @@ class Augmenter:
             x = reverberate(x, _read(self.rirs[int(u[3] * len(self.rirs))], 0, -1, self.rate))
         if u[4] < c.noise_prob:
             snr = c.noise_snr_db_min + u[5] * (c.noise_snr_db_max - c.noise_snr_db_min)
-            x = add_noise(x, self._noise_segment(len(x), u[6], rng), snr)
+            x = add_noise(x, self.noise_segment(len(x), u[6], rng), snr)
         if u[7] < c.gain_prob:
             x = x * 10 ** ((c.gain_db_min + rng.random() * (c.gain_db_max - c.gain_db_min)) / 20)
         return np.clip(np.round(x * 32768.0), -32768, 32767).astype(np.int16)
 
-    def _noise_segment(self, n: int, pick: float, rng: np.random.Generator) -> np.ndarray:
+    def noise_segment(self, n: int, pick: float, rng: np.random.Generator) -> np.ndarray:
         """n samples of a noise recording from a random offset (tiled when it is shorter)."""
         rec = self.noise[int(pick * len(self.noise))]
         want = int(np.ceil(n * rec.rate / self.rate)) + 1
