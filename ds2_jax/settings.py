@@ -210,18 +210,18 @@ class Waveform:
     noise_dir: str = ""
     noise_prob: float = 0.0  # Share of utterances that get noise.
     noise_snr_db_min: float = 0.0  # SNR drawn uniform in [min, max] dB.
-    noise_snr_db_max: float = 15.0
+    noise_snr_db_max: float = 15.0  # Highest SNR (dB) of added noise.
     # Speed perturbation (tempo and pitch, as Kaldi/icefall's 0.9/1.0/1.1): resampled by a
     # factor uniform in [speed_min, speed_max]; buckets are padded for speed_min.
     speed_prob: float = 0.0
-    speed_min: float = 0.9
-    speed_max: float = 1.1
+    speed_min: float = 0.9  # Slowest speed factor (> 0).
+    speed_max: float = 1.1  # Fastest speed factor.
     gain_prob: float = 0.0  # Share of utterances scaled by a gain uniform in [gain_db_min, gain_db_max].
-    gain_db_min: float = -6.0
-    gain_db_max: float = 6.0
+    gain_db_min: float = -6.0  # Lowest gain (dB).
+    gain_db_max: float = 6.0  # Highest gain (dB).
     # Reverberation: convolution with a room impulse response from this folder or list.
     rir_dir: str = ""
-    rir_prob: float = 0.0
+    rir_prob: float = 0.0  # Share of utterances reverberated.
 
     def __post_init__(self):
         for key in ("noise_prob", "speed_prob", "gain_prob", "rir_prob"):
