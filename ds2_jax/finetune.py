@@ -67,6 +67,13 @@ def check_features(init_from: str, trained: settings.Settings, config: settings.
                          "source's features: set those to the source's values (its config.json)")
 
 
+def check_source(config: settings.Settings) -> None:
+    """config.init_from names a trained workdir (and step) of this run's spectrogram; else the
+    error naming what is wrong (train checks it before building data or compiling)."""
+    _, _, trained = source_config(config.init_from)
+    check_features(config.init_from, trained, config)
+
+
 def _shapes(tree) -> dict[str, tuple]:
     return {jax.tree_util.keystr(k, simple=True, separator="/"): tuple(np.shape(v))
             for k, v in jax.tree_util.tree_flatten_with_path(tree)[0]}

@@ -174,6 +174,8 @@ def _nothing_to_train(start: int, config: settings.Settings, workdir: str) -> bo
 
 def _train(config: settings.Settings, workdir: str, mgr) -> TrainState:
     """train_and_evaluate's loop, with the workdir locked and the checkpoint manager `mgr` open."""
+    if config.init_from and not mgr.all_steps():  # before the data is built: a bad source fails at once
+        finetune.check_source(config)
     par, sharding, source = _devices_and_data(config)
     init_rng, step_rng = jax.random.split(jax.random.PRNGKey(config.seed))
     state, config = _initial_or_restored(config, workdir, mgr, source, init_rng)

@@ -8,7 +8,7 @@ import signal
 import numpy as np
 import pytest
 
-from ds2_jax import checkpoint, evaluation, metrics, train
+from ds2_jax import checkpoint, evaluation, metrics, train, transcribe
 from tests import helpers
 from tests.helpers import tiny_config
 
@@ -56,6 +56,7 @@ def test_eval_of_best_scores_the_step_with_the_lowest_in_training_wer(tmp_path):
     # the same utterances, the same state
     assert (result["wer"], result["cer"]) == pytest.approx(wers[best], abs=1e-9)
     assert (result["best_checkpoint"]["wer"], result["best_checkpoint"]["cer"]) == pytest.approx(wers[best], abs=1e-9)
+    assert transcribe.Transcriber(workdir, step="best").step == best  # transcribe --step=best
 
 
 def test_best_without_any_ranked_checkpoint_is_one_error_naming_the_setting(tmp_path):

@@ -14,6 +14,7 @@ from ds2_jax import checkpoint, evaluation, finetune, model, train
 from ds2_jax import state as state_lib
 from ds2_jax.data.batch import Sharding
 from ds2_jax.data.source import make_source
+from tests import helpers
 from tests.helpers import tiny_config, tiny_settings
 
 COMMON = {"num_train_steps": 3, "eval_every_steps": 0, "checkpoint_every_steps": 3, "num_devices": 1,
@@ -176,3 +177,13 @@ def test_fine_tuning_the_demo_model_on_two_new_speakers_beats_the_same_run_from_
           f"(WER {source['wer']:.4f} / {tuned['wer']:.4f} / {scratch['wer']:.4f})")
     assert scratch["cer"] > 0.5  # 60 steps on 26 utterances learn next to nothing
     assert tuned["cer"] < source["cer"] + 0.1 and tuned["cer"] < scratch["cer"] - 0.3
+
+
+@pytest.mark.e2e
+def test_launch_explains_a_source_without_checkpoint_in_one_line(tmp_path):
+    (tmp_path / "empty").mkdir()
+    proc = helpers.launch(f"--workdir={tmp_path / 'run'}", f"--config.init_from={tmp_path / 'empty'}")
+    assert proc.returncode == 1
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: init_from='{tmp_path / 'empty'}': {tmp_path / 'empty'} has no checkpoint"), last
+    assert "Traceback" not in proc.stderr and not (tmp_path / "run").exists()  # the workdir it made is removed
