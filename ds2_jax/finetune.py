@@ -89,12 +89,11 @@ def merge(source: TrainState, fresh: TrainState, init_from: str) -> tuple[TrainS
     reinit = [p for p in differing if p.split("/")[1] == OUTPUT_LAYER]
     refused = [p for p in differing if p not in reinit]
     if refused:
-        # parameters first (the batch-norm statistics beside them follow their shapes)
+        # the parameters (the batch-norm statistics beside them follow their shapes)
         named = [p for p in refused if p.startswith("params/")] or refused
         shown = "; ".join(f"{p.partition('/')[2]} (source {src.get(p, 'absent')}, this run {new.get(p, 'absent')})"
                           for p in named[:8])
-        refused = named
-        more = f" and {len(refused) - 8} more" if len(refused) > 8 else ""
+        more = f" and {len(named) - 8} more" if len(named) > 8 else ""
         raise ValueError(f"init_from={init_from!r}: the model differs beyond the output layer: {shown}{more}. Only "
                          "the output layer may change size (another alphabet); use the source's model settings "
                          "(its config.json)")

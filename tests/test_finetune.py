@@ -117,8 +117,12 @@ def test_a_rerun_resumes_the_fine_tunes_own_checkpoints_and_config_json_records_
 
 def test_frozen_parts_keep_the_sources_values_and_the_rest_trains(source, tmp_path):
     workdir, trained = source
-    state = train.train_and_evaluate(tiny_config(**COMMON, init_from=workdir, freeze="ConvBlock,RNNLayer_0/recurrent_kernel"),
+    frozen_run = {"init_from": workdir, "freeze": "ConvBlock,RNNLayer_0/recurrent_kernel"}
+    train.train_and_evaluate(tiny_config(**COMMON, **frozen_run), str(tmp_path / "ft"))
+    # resumed from its checkpoint (optax's masked optimizer state restores) and trained on
+    state = train.train_and_evaluate(tiny_config(**{**COMMON, "num_train_steps": 5}, **frozen_run),
                                      str(tmp_path / "ft"))
+    assert int(state.step) == 5
     got, src = paths(state.params), paths(trained.params)
     frozen = [p for p in got if p.startswith("ConvBlock_") or p == "RNNLayer_0/recurrent_kernel"]
     assert len(frozen) == 2 * 3 + 1  # two conv blocks (kernel, bn scale, bn bias) and one recurrent matrix
