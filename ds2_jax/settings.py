@@ -417,7 +417,7 @@ class Settings:
     # while this workdir has no checkpoint: a rerun resumes its own.
     init_from: str = ""
     # Parameters not trained, comma-separated: top-level modules ('ConvBlock' = every conv
-    # block, 'RNNLayer_0', 'output') or paths ('RNNLayer_1/recurrent'); '' = train all.
+    # block, 'RNNLayer_0', 'output') or paths ('RNNLayer_1/recurrent_kernel'); '' = train all.
     freeze: str = ""
 
     faults: Faults = dataclasses.field(default_factory=Faults)

@@ -109,7 +109,7 @@ def freeze_names(freeze: str) -> tuple[str, ...]:
 
 
 def _frozen_by(path: str, name: str) -> bool:
-    """Whether parameter `path` ('RNNLayer_0/recurrent') is frozen by `name`: the path itself, a
+    """Whether parameter `path` ('RNNLayer_0/recurrent_kernel') is frozen by `name`: the path itself, a
     prefix of it ending at a '/', or a module family ('ConvBlock' for ConvBlock_0, ConvBlock_1...)."""
     top = path.split("/")[0]
     return path == name or path.startswith(name + "/") or (top.rpartition("_")[0] == name and
@@ -126,7 +126,7 @@ def frozen_labels(params, frozen: tuple[str, ...]):
         modules = sorted({p.split("/")[0] for p in paths})
         raise ValueError(f"freeze={','.join(frozen)!r}: {', '.join(unused)} names no parameter of this model; its "
                          f"modules are {modules} (a name freezes a module, its family like 'ConvBlock', or a path "
-                         "like 'RNNLayer_0/recurrent')")
+                         "like 'RNNLayer_0/recurrent_kernel')")
     return jax.tree_util.tree_map_with_path(
         lambda k, _: "frozen" if any(_frozen_by(jax.tree_util.keystr(k, simple=True, separator="/"), n)
                                      for n in frozen) else "trained", params)
