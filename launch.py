@@ -1,7 +1,8 @@
 """Command line: flags -> config -> ds2_jax.train.
 
     python launch.py --config=configs/ds2_8gpu.py --workdir=DIR [--config.key=value ...]
-    python launch.py --config=configs/smoke.py --workdir=DIR --mode=eval
+    python launch.py --config=configs/smoke.py --workdir=DIR --mode=eval [--eval_step=N|best]
+    python launch.py --config=configs/demo.py --workdir=NEW --config.init_from=DIR[:STEP]   # fine-tune
     python launch.py --config=configs/smoke.py [--config.key=value ...] --print_config
 
 A mistake in the command line is one line, `error: <what to change>`, exit code 2

@@ -4,9 +4,9 @@
     python -m ds2_jax.transcribe --workdir=W --lm=lm.arpa [--beam_width=32 \\
         --alpha=0.5 --beta=1.0] a.flac ...                                  # beam + LM
 
-Restores the latest (or --step) checkpoint of W with the config W was trained with
-(W/config.json) and the feature statistics stored in its state. Reads anything
-libsndfile reads (WAV, FLAC, OGG, ...) at any sample rate and channel count: channels
+Restores the latest checkpoint of W (or --step=N, or --step=best: the lowest in-training eval
+WER) with the config W was trained with (W/config.json) and the feature statistics stored in
+its state. Reads anything libsndfile reads (WAV, FLAC, OGG, ...) at any sample rate and channel count: channels
 are averaged, other rates resampled to 16 kHz with soxr (a lower rate with a warning:
 the model was trained on 16 kHz). A missing, empty or undecodable file gets
 an 'error: <path>: <reason>' line on stderr and the rest still run; the exit code is 1
