@@ -39,11 +39,24 @@ def manager(workdir: str, keep: int = 3, keep_best: int = 0) -> ocp.CheckpointMa
     else:
         from orbax.checkpoint.checkpoint_managers import preservation_policy as pp
 
+        _quiet_unranked_saves()
         best = pp.BestN(get_metric_fn=_wer, reverse=True, n=keep_best, keep_checkpoints_without_metrics=False)
         options = ocp.CheckpointManagerOptions(  # best_fn: orbax writes the metrics and tracks the best
             create=True, best_fn=_wer, best_mode="min",
             preservation_policy=pp.AnyPreservationPolicy([pp.LatestN(keep), best]))
     return ocp.CheckpointManager(directory, options=options)
+
+
+def _drop_unranked_warning(record: logging.LogRecord) -> bool:
+    return "Requested `tracked_metric`" not in record.getMessage()
+
+
+def _quiet_unranked_saves() -> None:
+    """Orbax warns at every save without metrics once it tracks the best; here only the checkpoints
+    of an eval carry them, by design (the others are kept as the newest), so the warning is dropped."""
+    absl_logger = logging.getLogger("absl")
+    if _drop_unranked_warning not in absl_logger.filters:
+        absl_logger.addFilter(_drop_unranked_warning)
 
 
 def best(mgr: ocp.CheckpointManager) -> tuple[int, dict] | None:

@@ -40,7 +40,7 @@ def _best(wers: dict[int, tuple[float, float]]) -> int:
     return min(wers, key=lambda s: (*wers[s], -s))
 
 
-def test_eval_of_best_scores_the_step_with_the_lowest_in_training_wer(tmp_path):
+def test_eval_of_best_scores_the_step_with_the_lowest_in_training_wer(tmp_path, caplog):
     config = tiny_config(num_train_steps=8, eval_every_steps=2, checkpoint_every_steps=3, keep_checkpoints=1,
                          keep_best_checkpoints=1, log_every_steps=2, **{"eval.max_utterances": 8,
                                                                          "optimizer.learning_rate": 3e-3})
@@ -57,6 +57,7 @@ def test_eval_of_best_scores_the_step_with_the_lowest_in_training_wer(tmp_path):
     assert (result["wer"], result["cer"]) == pytest.approx(wers[best], abs=1e-9)
     assert (result["best_checkpoint"]["wer"], result["best_checkpoint"]["cer"]) == pytest.approx(wers[best], abs=1e-9)
     assert transcribe.Transcriber(workdir, step="best").step == best  # transcribe --step=best
+    assert not [r for r in caplog.records if "tracked_metric" in r.getMessage()]  # orbax's warning at step 3's save
 
 
 def test_best_without_any_ranked_checkpoint_is_one_error_naming_the_setting(tmp_path):
