@@ -1,7 +1,8 @@
 """Command line: flags -> config -> ds2_jax.train.
 
     python launch.py --config=configs/ds2_8gpu.py --workdir=DIR [--config.key=value ...]
-    python launch.py --config=configs/smoke.py --workdir=DIR --mode=eval
+    python launch.py --config=configs/smoke.py --workdir=DIR --mode=eval [--eval_step=N|best]
+    python launch.py --config=configs/demo.py --workdir=NEW --config.init_from=DIR[:STEP]   # fine-tune
     python launch.py --config=configs/smoke.py [--config.key=value ...] --print_config
 
 A mistake in the command line is one line, `error: <what to change>`, exit code 2
@@ -23,7 +24,8 @@ config_flags.DEFINE_config_file("config", None, "Config file (configs/*.py); ove
                                 "--config.KEY=VALUE; --print_config lists them.", lock_config=True)
 flags.DEFINE_string("workdir", None, "Checkpoints, metrics.jsonl and TensorBoard events go here.")
 flags.DEFINE_enum("mode", "train", ["train", "eval"], "train (resumes if workdir has checkpoints) or eval.")
-flags.DEFINE_integer("eval_step", None, "--mode=eval: checkpoint step to evaluate (default: latest).")
+flags.DEFINE_string("eval_step", None, "--mode=eval: checkpoint step to evaluate, or 'best' (the lowest "
+                   "in-training eval WER: keep_best_checkpoints); default: the latest.")
 flags.DEFINE_bool("distributed", False, "Start jax.distributed (several processes). Without the three flags "
                   "below JAX reads them from the environment (SLURM, Open MPI, Kubernetes/JAX_COORDINATOR_ADDRESS).")
 flags.DEFINE_string("coordinator_address", None, "host:port of process 0 (implies --distributed).")
@@ -58,6 +60,7 @@ def main(argv):
         return errors.run_explained(lambda: settings.from_config_dict(FLAGS.config), None, errors.traceback_wanted())
     if not FLAGS.workdir:
         cli.usage_error(f"--workdir is required ({FLAGS['workdir'].help.rstrip('.')})")
+    eval_step = cli.checkpoint_step(FLAGS.eval_step, "--eval_step")
     from ds2_jax import determinism
 
     determinism.apply(FLAGS.config)  # must reach XLA before jax starts
@@ -69,7 +72,7 @@ def main(argv):
     if FLAGS.mode == "train":
         run = lambda: train.train_and_evaluate(FLAGS.config, FLAGS.workdir)  # noqa: E731
     else:
-        run = lambda: evaluation.evaluate_checkpoint(FLAGS.config, FLAGS.workdir, step=FLAGS.eval_step)  # noqa: E731
+        run = lambda: evaluation.evaluate_checkpoint(FLAGS.config, FLAGS.workdir, step=eval_step)  # noqa: E731
     if not (FLAGS.distributed or FLAGS.coordinator_address):  # a shared workdir is left to its processes
         run = cli.removing_new_workdir_on_error(run, FLAGS.workdir)
     return errors.run_explained(run, FLAGS.workdir, FLAGS.traceback or errors.traceback_wanted())

@@ -19,19 +19,70 @@ from ds2_jax import errors
 log = logging.getLogger("ds2_jax")
 
 
-def manager(workdir: str, keep: int = 3) -> ocp.CheckpointManager:
-    """A CheckpointManager over `workdir/checkpoints` keeping the newest `keep`."""
+BEST_METRIC = "wer"  # what keep_best ranks by (lower is better): the in-training eval's greedy WER,
+TIE_METRIC = "cer"  # then its CER (a small dev split's WERs tie often)
+
+
+def _wer(metrics) -> tuple[float, float]:
+    """The rank of a checkpoint's metrics, lower is better (orbax sorts by it)."""
+    return float(metrics[BEST_METRIC]), float(metrics.get(TIE_METRIC, 0.0))
+
+
+def manager(workdir: str, keep: int = 3, keep_best: int = 0) -> ocp.CheckpointManager:
+    """A CheckpointManager over `workdir/checkpoints` keeping the newest `keep` and, with `keep_best`,
+    also the `keep_best` whose metrics (saved with them: `save(..., metrics=)`) have the lowest
+    WER, then CER. Orbax's own policies decide (LatestN or BestN); it deletes only after a new save is
+    committed, and the metrics are part of that save, so a kill at any point loses none of them."""
     directory = os.path.abspath(os.path.join(workdir, "checkpoints"))
-    options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=True)
+    if not keep_best:
+        options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=True)
+    else:
+        from orbax.checkpoint.checkpoint_managers import preservation_policy as pp
+
+        _quiet_unranked_saves()
+        best = pp.BestN(get_metric_fn=_wer, reverse=True, n=keep_best, keep_checkpoints_without_metrics=False)
+        options = ocp.CheckpointManagerOptions(  # best_fn: orbax writes the metrics and tracks the best
+            create=True, best_fn=_wer, best_mode="min",
+            preservation_policy=pp.AnyPreservationPolicy([pp.LatestN(keep), best]))
     return ocp.CheckpointManager(directory, options=options)
 
 
+def _drop_unranked_warning(record: logging.LogRecord) -> bool:
+    return "Requested `tracked_metric`" not in record.getMessage()
+
+
+def _quiet_unranked_saves() -> None:
+    """Orbax warns at every save without metrics once it tracks the best; here only the checkpoints
+    of an eval carry them, by design (the others are kept as the newest), so the warning is dropped."""
+    absl_logger = logging.getLogger("absl")
+    if _drop_unranked_warning not in absl_logger.filters:
+        absl_logger.addFilter(_drop_unranked_warning)
+
+
+def best(mgr: ocp.CheckpointManager) -> tuple[int, dict] | None:
+    """(step, metrics) of the checkpoint with the lowest in-training eval WER, then CER (the newest
+    of equals, as orbax's BestN keeps them); None when no checkpoint has metrics."""
+    scored = [(step, m) for step in mgr.all_steps() if (m := _metrics(mgr, step)) is not None]
+    if not scored:
+        return None
+    return min(scored, key=lambda sm: (_wer(sm[1]), -sm[0]))
+
+
+def _metrics(mgr: ocp.CheckpointManager, step: int) -> dict | None:
+    """The metrics saved with checkpoint `step`; None without (or unreadable: never the best)."""
+    try:
+        m = mgr.metrics(step)
+    except Exception:  # noqa: BLE001  (a damaged file: orbax raises many types)
+        return None
+    return dict(m) if hasattr(m, "get") and BEST_METRIC in m else None
+
+
 @contextlib.contextmanager
-def managed(workdir: str, keep: int = 3):
+def managed(workdir: str, keep: int = 3, keep_best: int = 0):
     """manager(), closed on the way out: an in-flight save finishes even when an error ends the run.
     Meanwhile orbax's background threads log their errors to workdir/error.log, not the terminal:
     the failure reaches the main thread and is explained there in one line."""
-    mgr = manager(workdir, keep)
+    mgr = manager(workdir, keep, keep_best)
     with errors.background_errors_to_log(workdir, "orbax", "Event loop is closed"):
         try:
             yield mgr
@@ -44,9 +95,10 @@ def managed(workdir: str, keep: int = 3):
         mgr.close()
 
 
-def save(mgr: ocp.CheckpointManager, step: int, state, wait: bool = False) -> None:
-    """Saves `state` (a host or single-device pytree) as checkpoint `step` (asynchronously)."""
-    mgr.save(step, args=ocp.args.StandardSave(state))
+def save(mgr: ocp.CheckpointManager, step: int, state, wait: bool = False, metrics: dict | None = None) -> None:
+    """Saves `state` (a host or single-device pytree) as checkpoint `step` (asynchronously), with
+    `metrics` ({'wer': ..., 'cer': ...}) where the manager keeps the best (manager's keep_best)."""
+    mgr.save(step, args=ocp.args.StandardSave(state), metrics=metrics)
     if wait:
         mgr.wait_until_finished()
 
@@ -154,13 +206,13 @@ def explain_save_error(mgr: ocp.CheckpointManager, step: int | None, err: BaseEx
 _STARTED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # manager -> the step of its last save()
 
 
-def save_or_explain(mgr: ocp.CheckpointManager, step: int, state) -> None:
+def save_or_explain(mgr: ocp.CheckpointManager, step: int, state, metrics: dict | None = None) -> None:
     """save(), turning a failure (disk full, permissions, an orbax error) into a clear error
     naming the step whose save failed: the previous (asynchronous) one, or this one."""
     finish_or_explain(mgr)  # orbax's save waits for the previous one anyway: its failure is its own
     try:
         _STARTED[mgr] = step
-        save(mgr, step, state)
+        save(mgr, step, state, metrics=metrics)
         mgr.check_for_errors()
     except Exception as e:  # noqa: BLE001  (orbax and tensorstore raise many types)
         raise explain_save_error(mgr, step, e) from e

@@ -38,6 +38,16 @@ def usage_error(message: str) -> NoReturn:
     sys.exit(USAGE_EXIT)
 
 
+def checkpoint_step(value: str | None, flag: str) -> int | str | None:
+    """A checkpoint flag's value: None (the latest), a step number, or 'best' (the lowest in-training
+    eval WER, state.restore_state); anything else is a usage error naming the flag."""
+    if value is None or value == "best":
+        return value
+    if value.strip().isdigit():
+        return int(value)
+    usage_error(f"{flag}={value}: expected a step number or 'best'")
+
+
 # Parsers' messages in the terms a user typed (absl's come from int(), float(), ...).
 _REASONS = (
     (re.compile(r"invalid literal for int\(\)"), "expected an integer"),

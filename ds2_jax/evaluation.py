@@ -24,7 +24,7 @@ from collections.abc import Callable
 import jax
 import numpy as np
 
-from ds2_jax import decoding, eval_step, files, memory, metrics, parallel, settings, text, workdir_config
+from ds2_jax import checkpoint, decoding, eval_step, files, memory, metrics, parallel, settings, text, workdir_config
 from ds2_jax.batch_axis import AXIS
 from ds2_jax.data.source import Source, make_source
 from ds2_jax.state import TrainState, restore_state, step_kwargs
@@ -127,8 +127,9 @@ class EvalRun:
     step: int
 
 
-def prepare(config: settings.Settings, workdir: str, step: int | None = None, log_probs: bool = False) -> EvalRun:
-    """Restores checkpoint `step` (default: latest), places it on the devices as
+def prepare(config: settings.Settings, workdir: str, step: int | str | None = None,
+            log_probs: bool = False) -> EvalRun:
+    """Restores checkpoint `step` (default: latest; 'best': state.restore_state), places it on the devices as
     config.parallelism says, and builds the source (this process's rows) and the eval step."""
     par = parallel.make(config)
     sharding = par.batch_sharding(config.per_device_batch_size)
@@ -191,7 +192,7 @@ def result_path(workdir: str, split: str, step: int, beam: decoding.BeamSearchDe
     return os.path.join(workdir, f"eval-{split}-{step}-{decoding_tag(beam)}.json")
 
 
-def evaluate_splits(config, workdir: str, split: str = "", step: int | None = None) -> dict[str, dict]:
+def evaluate_splits(config, workdir: str, split: str = "", step: int | str | None = None) -> dict[str, dict]:
     """Restores a checkpoint once (with the workdir's config.json, see workdir_config.config_for_eval),
     scores each comma-listed split on its own, logs each result, then writes it to
     workdir/eval-<split>-<step>-<decoder>.json (result_path); returns {split: result}.
@@ -200,10 +201,16 @@ def evaluate_splits(config, workdir: str, split: str = "", step: int | None = No
     beam = decoding.make_beam_decoder(config.decoding, text.Alphabet.of_setting(config.model.alphabet))  # fails fast
     run = prepare(config, workdir, step, log_probs=beam is not None)
     step = run.step
+    best = checkpoint.best(checkpoint.manager(workdir))  # (step, its in-training WER/CER) or None
+    if best is not None:
+        log.info("the best checkpoint by in-training eval WER is step %d (WER %.4f)%s", best[0], best[1]["wer"],
+                 "; evaluating it" if best[0] == step else f"; evaluating step {step}")
     results, unwritten = {}, []
     for name in split_list(split or config.eval.split or config.dataset.eval_split):
         result = evaluate(run.p_eval, run.state, run.source, name, config.eval.max_utterances, run.par, beam)
         result.update(split=name, step=step)
+        if best is not None:  # which step was best in training (keep_best_checkpoints), and by what
+            result["best_checkpoint"] = {"step": best[0], **best[1]}
         path = result_path(workdir, name, step, beam)
         line = f"eval {name} at step {step}: greedy WER {result['wer']:.4f} CER {result['cer']:.4f}"
         if beam is not None:
@@ -223,6 +230,6 @@ def evaluate_splits(config, workdir: str, split: str = "", step: int | None = No
     return results
 
 
-def evaluate_checkpoint(config, workdir: str, split: str = "", step: int | None = None) -> dict:
+def evaluate_checkpoint(config, workdir: str, split: str = "", step: int | str | None = None) -> dict:
     """--mode=eval: evaluate_splits, returning the first listed split's result."""
     return next(iter(evaluate_splits(config, workdir, split, step).values()))

@@ -226,6 +226,55 @@ class Features(SpecAugment, Spectrogram):
 
 
 @dataclasses.dataclass(frozen=True)
+class Waveform:
+    """Waveform augmentation of training utterances (ds2_jax.data.augment: in the input workers,
+    before padding; a pure function of (seed, step, row)); every part off by default."""
+
+    KEY: ClassVar[str] = "waveform"
+
+    # Additive noise at a random SNR: a folder of noise recordings (searched recursively; any
+    # format and rate libsndfile reads) or a text file listing them, one path a line.
+    noise_dir: str = ""
+    noise_prob: float = 0.0  # Share of utterances that get noise.
+    noise_snr_db_min: float = 0.0  # SNR drawn uniform in [min, max] dB.
+    noise_snr_db_max: float = 15.0  # Highest SNR (dB) of added noise.
+    # Speed perturbation (tempo and pitch, as Kaldi/icefall's 0.9/1.0/1.1): resampled by a
+    # factor uniform in [speed_min, speed_max]; buckets are padded for speed_min.
+    speed_prob: float = 0.0
+    speed_min: float = 0.9  # Slowest speed factor (> 0).
+    speed_max: float = 1.1  # Fastest speed factor.
+    gain_prob: float = 0.0  # Share of utterances scaled by a gain uniform in [gain_db_min, gain_db_max].
+    gain_db_min: float = -6.0  # Lowest gain (dB).
+    gain_db_max: float = 6.0  # Highest gain (dB).
+    # Reverberation: convolution with a room impulse response from this folder or list.
+    rir_dir: str = ""
+    rir_prob: float = 0.0  # Share of utterances reverberated.
+
+    def __post_init__(self):
+        for key in ("noise_prob", "speed_prob", "gain_prob", "rir_prob"):
+            if not 0 <= getattr(self, key) <= 1:
+                raise ValueError(f"waveform.{key}={getattr(self, key)}: must be in [0, 1] (a share of utterances)")
+        if not 0 < self.speed_min <= self.speed_max:
+            raise ValueError(f"waveform.speed_min={self.speed_min}, speed_max={self.speed_max}: the speed range must "
+                             "be positive, min <= max (e.g. 0.9 and 1.1)")
+        for low, high in (("noise_snr_db_min", "noise_snr_db_max"), ("gain_db_min", "gain_db_max")):
+            if getattr(self, low) > getattr(self, high):
+                raise ValueError(f"waveform.{low}={getattr(self, low)} must be <= waveform.{high}={getattr(self, high)}")
+        for prob, folder in (("noise_prob", "noise_dir"), ("rir_prob", "rir_dir")):
+            if getattr(self, prob) > 0 and not getattr(self, folder):
+                raise ValueError(f"waveform.{prob}={getattr(self, prob)} needs waveform.{folder} (recordings to use)")
+
+    @property
+    def enabled(self) -> bool:
+        return any((self.noise_prob, self.speed_prob, self.gain_prob, self.rir_prob))
+
+    @property
+    def stretch(self) -> float:
+        """The most an utterance's length grows (1 / speed_min with speed perturbation on)."""
+        return 1.0 / self.speed_min if self.speed_prob > 0 else 1.0
+
+
+@dataclasses.dataclass(frozen=True)
 class Model:
     """The architecture (ds2_jax.model.ModelConfig adds the input and output widths)."""
 
@@ -386,6 +435,9 @@ class Settings:
     eval_every_steps: int = 2_000  # Greedy WER/CER on dataset.eval_split; 0 = never.
     checkpoint_every_steps: int = 1_000  # Orbax checkpoint cadence (and one at the end).
     keep_checkpoints: int = 3  # Checkpoints kept on disk.
+    # Also keep the N checkpoints with the lowest in-training eval WER (a checkpoint is written at
+    # each eval; 0 = only the newest keep_checkpoints). --mode=eval --eval_step=best takes the best.
+    keep_best_checkpoints: int = 0
     prefetch_batches: int = 2  # Batches staged on the devices ahead of the step.
     # Warn once when the devices sit idle waiting for input more than this fraction of
     # two log intervals in a row (metrics: input_wait_s).
@@ -395,10 +447,19 @@ class Settings:
     # compiled steps instead of compiling them again. '' = off; JAX_COMPILATION_CACHE_DIR wins.
     compilation_cache_dir: str = "~/.cache/ds2_jax/xla"
     deterministic: bool = False  # GPU: --xla_gpu_deterministic_ops (slower, bitwise repeatable).
+    # Fine-tuning: WORKDIR or WORKDIR:STEP (default its newest checkpoint) whose parameters,
+    # batch-norm statistics and feature normalization start this run (at step 0, fresh
+    # optimizer); an output layer of another size (another alphabet) starts afresh. Used only
+    # while this workdir has no checkpoint: a rerun resumes its own.
+    init_from: str = ""
+    # Parameters not trained, comma-separated: top-level modules ('ConvBlock' = every conv
+    # block, 'RNNLayer_0', 'output') or paths ('RNNLayer_1/recurrent_kernel'); '' = train all.
+    freeze: str = ""
 
     faults: Faults = dataclasses.field(default_factory=Faults)
     dataset: Dataset = dataclasses.field(default_factory=Dataset)
     features: Features = dataclasses.field(default_factory=Features)
+    waveform: Waveform = dataclasses.field(default_factory=Waveform)
     model: Model = dataclasses.field(default_factory=Model)
     loss: Loss = dataclasses.field(default_factory=Loss)
     optimizer: Optimizer = dataclasses.field(default_factory=Optimizer)
@@ -414,6 +475,10 @@ class Settings:
             raise ValueError(f"features.sample_rate={self.features.sample_rate} with dataset.name="
                              f"{self.dataset.name!r}: LibriSpeech is stored at 16000 Hz; other rates need "
                              "dataset.name='manifest' (resampled at build)")
+        _at_least("", self, 0, "keep_best_checkpoints")
+        if self.keep_best_checkpoints and not self.eval_every_steps:
+            raise ValueError(f"keep_best_checkpoints={self.keep_best_checkpoints} ranks checkpoints by the in-training "
+                             "eval's WER: set eval_every_steps > 0")
         if self.parallelism == "jit" and not self.model.sync_batch_norm:
             raise ValueError("model.sync_batch_norm=False with parallelism='jit': under jit batch norm always sees "
                              "the global batch; set model.sync_batch_norm=True, or parallelism='pmap' for "

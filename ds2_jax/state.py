@@ -89,12 +89,47 @@ def idle_steps_warning(opt: settings.Optimizer, start: int, stop: int) -> str | 
             "--config.optimizer.schedule=constant")
 
 
-def make_optimizer(opt: settings.Optimizer) -> optax.GradientTransformation:
-    """Adam after clipping by global norm (Paddle's gradient_clipping_threshold)."""
-    return optax.chain(
+def make_optimizer(opt: settings.Optimizer, frozen: tuple[str, ...] = ()) -> optax.GradientTransformation:
+    """Adam after clipping by global norm (Paddle's gradient_clipping_threshold); the parameters
+    `frozen` names (config.freeze, see `frozen_labels`) get zero updates (optax.multi_transform)
+    and no Adam state, and the clipping norm is the trained parameters' alone."""
+    adam = optax.chain(
         optax.clip_by_global_norm(opt.clip_global_norm),
         optax.adam(learning_rate_schedule(opt), b1=opt.b1, b2=opt.b2, eps=opt.eps),
     )
+    if not frozen:
+        return adam
+    return optax.multi_transform({"trained": adam, "frozen": optax.set_to_zero()},
+                                 lambda params: frozen_labels(params, frozen))
+
+
+def freeze_names(freeze: str) -> tuple[str, ...]:
+    """config.freeze ('ConvBlock, RNNLayer_0') as a tuple of names."""
+    return tuple(n.strip().strip("/") for n in freeze.split(",") if n.strip())
+
+
+def _frozen_by(path: str, name: str) -> bool:
+    """Whether parameter `path` ('RNNLayer_0/recurrent_kernel') is frozen by `name`: the path itself, a
+    prefix of it ending at a '/', or a module family ('ConvBlock' for ConvBlock_0, ConvBlock_1...)."""
+    top = path.split("/")[0]
+    return path == name or path.startswith(name + "/") or (top.rpartition("_")[0] == name and
+                                                            top.rpartition("_")[2].isdigit())
+
+
+def frozen_labels(params, frozen: tuple[str, ...]):
+    """params' tree of 'frozen' / 'trained' labels (optax.multi_transform's); a name that freezes
+    no parameter is a ValueError naming the model's modules."""
+    paths = {jax.tree_util.keystr(k, simple=True, separator="/"): None
+             for k, _ in jax.tree_util.tree_flatten_with_path(params)[0]}
+    unused = [n for n in frozen if not any(_frozen_by(p, n) for p in paths)]
+    if unused:
+        modules = sorted({p.split("/")[0] for p in paths})
+        raise ValueError(f"freeze={','.join(frozen)!r}: {', '.join(unused)} names no parameter of this model; its "
+                         f"modules are {modules} (a name freezes a module, its family like 'ConvBlock', or a path "
+                         "like 'RNNLayer_0/recurrent_kernel')")
+    return jax.tree_util.tree_map_with_path(
+        lambda k, _: "frozen" if any(_frozen_by(jax.tree_util.keystr(k, simple=True, separator="/"), n)
+                                     for n in frozen) else "trained", params)
 
 
 def create_state(config: settings.Settings, rng: jax.Array, feature_mean: np.ndarray,
@@ -109,7 +144,7 @@ def create_state(config: settings.Settings, rng: jax.Array, feature_mean: np.nda
     return TrainState.create(
         apply_fn=net.apply,
         params=variables["params"],
-        tx=make_optimizer(run_optimizer(config)),
+        tx=make_optimizer(run_optimizer(config), freeze_names(config.freeze)),
         batch_stats=variables["batch_stats"],
         feature_mean=jnp.asarray(feature_mean, jnp.float32),
         feature_std=jnp.asarray(feature_std, jnp.float32),
@@ -136,8 +171,12 @@ def step_kwargs(config: settings.Settings) -> dict:
     )
 
 
-def restore_state(config: settings.Settings, workdir: str, step: int | None = None) -> tuple[TrainState, int]:
-    """(unreplicated state, step) of checkpoint `step` (default: latest) of `workdir`.
+BEST = "best"  # a step argument naming the checkpoint of the lowest in-training eval WER
+
+
+def restore_state(config: settings.Settings, workdir: str, step: int | str | None = None) -> tuple[TrainState, int]:
+    """(unreplicated state, step) of checkpoint `step` (default: latest; 'best': the lowest
+    in-training eval WER, checkpoint.best) of `workdir`.
 
     The template's feature statistics are placeholders: the checkpoint's replace them,
     so no dataset is needed.
@@ -145,6 +184,8 @@ def restore_state(config: settings.Settings, workdir: str, step: int | None = No
     num_bins = config.features.num_bins
     template = create_state(config, jax.random.PRNGKey(0), np.zeros(num_bins, np.float32), np.ones(num_bins, np.float32))
     mgr = checkpoint.manager(workdir, config.keep_checkpoints)
+    if step == BEST:
+        step = best_step(mgr, workdir)
     if step is None:
         state, step = checkpoint.restore_latest(mgr, template)  # skips a damaged newest one
         if state is None:
@@ -164,3 +205,14 @@ def restore_state(config: settings.Settings, workdir: str, step: int | None = No
     else:
         raise FileNotFoundError(f"no checkpoint at step {step} in {mgr.directory} (it has {sorted(mgr.all_steps())})")
     return state.replace(apply_fn=template.apply_fn, tx=template.tx), int(step)
+
+
+def best_step(mgr, workdir: str) -> int:
+    """The step of `workdir`'s checkpoint with the lowest in-training eval WER; a FileNotFoundError
+    saying how to get one when no checkpoint was saved with its WER."""
+    found = checkpoint.best(mgr)
+    if found is None:
+        raise FileNotFoundError(f"no checkpoint in {mgr.directory} was saved with an eval WER (it has "
+                                f"{sorted(mgr.all_steps())}), so none is 'best': train with "
+                                "--config.keep_best_checkpoints=N (and eval_every_steps > 0), or name a step")
+    return found[0]

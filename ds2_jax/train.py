@@ -24,8 +24,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from ds2_jax import (checkpoint, ctc, determinism, errors, eval_step, evaluation, faults, features, memory,
-                     model, parallel, reporting, resilience, settings, workdir_config)
+from ds2_jax import (checkpoint, ctc, determinism, errors, eval_step, evaluation, faults, features, finetune,
+                     memory, model, parallel, reporting, resilience, settings, workdir_config)
 from ds2_jax.data import loader
 from ds2_jax.data.source import make_source, with_data_alphabet
 from ds2_jax.batch_axis import psum
@@ -153,7 +153,7 @@ def train_and_evaluate(config, workdir: str) -> TrainState:
     """
     config = settings.from_config_dict(config)
     with resilience.WorkdirLock(workdir, enabled=jax.process_index() == 0), \
-            checkpoint.managed(workdir, config.keep_checkpoints) as mgr:
+            checkpoint.managed(workdir, config.keep_checkpoints, config.keep_best_checkpoints) as mgr:
         return _train(config, workdir, mgr)
 
 
@@ -174,10 +174,12 @@ def _nothing_to_train(start: int, config: settings.Settings, workdir: str) -> bo
 
 def _train(config: settings.Settings, workdir: str, mgr) -> TrainState:
     """train_and_evaluate's loop, with the workdir locked and the checkpoint manager `mgr` open."""
+    if config.init_from and not mgr.all_steps():  # before the data is built: a bad source fails at once
+        finetune.check_source(config)
     par, sharding, source = _devices_and_data(config)
     config = with_data_alphabet(config, source)  # the output layer follows the data's alphabet
     init_rng, step_rng = jax.random.split(jax.random.PRNGKey(config.seed))
-    state = _initial_or_restored(config, workdir, mgr, source, init_rng)
+    state, config = _initial_or_restored(config, workdir, mgr, source, init_rng)
     start = int(state.step)
     if _nothing_to_train(start, config, workdir):
         return state
@@ -192,7 +194,7 @@ def _train(config: settings.Settings, workdir: str, mgr) -> TrainState:
     host_batches = loader.train_batches(config, sharding, source, start, config.num_train_steps)
     batches = par.put_batches(host_batches, config.prefetch_batches)
     hooks = faults.Hooks(config.faults)
-    done = start
+    done, ranked = start, None  # ranked: the step of the last checkpoint saved with its eval's WER
     with reporting.Reporter(config, workdir, start, is_chief=jax.process_index() == 0) as report:
         report.resume_changes(start, changes)
         log.info("compiling the train step for batch shapes %s (the first step: minutes for a large batch)", source.shapes())
@@ -215,10 +217,13 @@ def _train(config: settings.Settings, workdir: str, mgr) -> TrainState:
                         result = evaluation.evaluate(p_eval, state, source, config.dataset.eval_split,
                                                      config.eval.max_utterances, par, on_batch=on_batch)
                     report.evaluated(done, result)
+                    if config.keep_best_checkpoints:  # a checkpoint ranked by this eval's WER (checkpoint.manager)
+                        _save(mgr, done, par.get(state), report, hooks, {"wer": result["wer"], "cer": result["cer"]})
+                        ranked = done
                 if preemption.signal is not None:
                     log.warning("preempted at step %d: writing a checkpoint and exiting", done)
                     break
-                if done % config.checkpoint_every_steps == 0 and done != config.num_train_steps:
+                if done % config.checkpoint_every_steps == 0 and done not in (config.num_train_steps, ranked):
                     _save(mgr, done, par.get(state), report, hooks)
             resilience.wait_ready(state)  # polled, with the handlers on: a second signal can abandon it
         final = par.get(state)
@@ -284,9 +289,11 @@ def _devices_and_data(config: settings.Settings):
     return par, sharding, source
 
 
-def _initial_or_restored(config: settings.Settings, workdir: str, mgr, source, init_rng) -> TrainState:
-    """The (unreplicated) initial state, or the newest checkpoint that restores into it (process 0
-    moves damaged newer ones aside)."""
+def _initial_or_restored(config: settings.Settings, workdir: str, mgr, source,
+                         init_rng) -> tuple[TrainState, settings.Settings]:
+    """(the unreplicated initial state, or the newest checkpoint that restores into it (process 0
+    moves damaged newer ones aside), or with config.init_from and no checkpoint yet the source's
+    (finetune.py); the config, its init_from resolved to the source's 'ABS_WORKDIR:STEP')."""
     state = initial_state(config, source, init_rng)
     log.info("model parameters: %s", f"{model.count_params(state.params):,}")
     resilience.check_workdir(workdir, memory.tree_bytes(state))
@@ -294,8 +301,14 @@ def _initial_or_restored(config: settings.Settings, workdir: str, mgr, source, i
         workdir_config.refuse_fixed_changes(config, workdir)
     restored, _ = checkpoint.restore_latest(mgr, state, move_damaged=jax.process_index() == 0)
     if restored is not None:
-        state = restored.replace(apply_fn=state.apply_fn, tx=state.tx)
-    return state
+        if config.init_from:
+            log.info("init_from=%r not used: %s has checkpoints of its own, the run resumes them", config.init_from,
+                     workdir)
+        return restored.replace(apply_fn=state.apply_fn, tx=state.tx), config
+    if config.init_from:
+        state, resolved = finetune.initial_state(config, state)
+        config = dataclasses.replace(config, init_from=resolved)  # config.json records the source
+    return state, config
 
 
 def _resume_notes(config: settings.Settings, workdir: str, start: int) -> list[tuple[str, object, object]]:
@@ -309,9 +322,10 @@ def _resume_notes(config: settings.Settings, workdir: str, start: int) -> list[t
     return workdir_config.record_resume_changes(config, workdir, start) if jax.process_index() == 0 else []
 
 
-def _save(mgr, step: int, host_state, report: reporting.Reporter, hooks: faults.Hooks) -> None:
+def _save(mgr, step: int, host_state, report: reporting.Reporter, hooks: faults.Hooks,
+          metrics: dict | None = None) -> None:
     with report.suspended(f"checkpoint {step}"):  # waits for the previous save, then writes
-        checkpoint.save_or_explain(mgr, step, host_state)
+        checkpoint.save_or_explain(mgr, step, host_state, metrics)
     hooks.checkpoint_started(step)
 
 

@@ -4,12 +4,12 @@
     python -m ds2_jax.transcribe --workdir=W --lm=lm.arpa [--beam_width=32 \\
         --alpha=0.5 --beta=1.0] a.flac ...                                  # beam + LM
 
-Restores the latest (or --step) checkpoint of W with the config W was trained with
-(W/config.json) and the feature statistics stored in its state. Reads anything
-libsndfile reads (WAV, FLAC, OGG, ...) at any sample rate and channel count: channels
-are averaged, other rates resampled with soxr to the model's (features.sample_rate; a lower
-rate with a warning). The model's sample rate and alphabet (model.alphabet) come from
-W/config.json. A missing, empty or undecodable file gets
+Restores the latest checkpoint of W (or --step=N, or --step=best: the lowest in-training eval
+WER) with the config W was trained with (W/config.json) and the feature statistics stored in
+its state. Reads anything libsndfile reads (WAV, FLAC, OGG, ...) at any sample rate and channel
+count: channels are averaged, other rates resampled with soxr to the model's
+(features.sample_rate; a lower rate with a warning). The model's sample rate and alphabet
+(model.alphabet) come from W/config.json. A missing, empty or undecodable file gets
 an 'error: <path>: <reason>' line on stderr and the rest still run; the exit code is 1
 if any file failed. Long files run in overlapping windows (WINDOW_SECONDS), so memory is
 bounded by the window, not by the file.
@@ -102,7 +102,7 @@ def load_audio(path: str, sample_rate: int = 16_000) -> np.ndarray:
 class Transcriber:
     """A restored model plus a decoder; `transcribe` maps int16 waveforms at the model's rate to texts."""
 
-    def __init__(self, workdir: str, decoder_cfg: settings.Decoding | None = None, step: int | None = None,
+    def __init__(self, workdir: str, decoder_cfg: settings.Decoding | None = None, step: int | str | None = None,
                  batch_size: int = 8, config: settings.Settings | None = None):
         """`config`: the workdir's (workdir_config.load_config), when the caller has read it already."""
         import jax
@@ -201,7 +201,8 @@ def define_flags(fv) -> None:
 
     flags.DEFINE_string("workdir", None, "A training workdir (config.json + checkpoints/).", required=True,
                         flag_values=fv)
-    flags.DEFINE_integer("step", None, "Checkpoint step (default: latest).", flag_values=fv)
+    flags.DEFINE_string("step", None, "Checkpoint step, or 'best' (the lowest in-training eval WER; "
+                        "keep_best_checkpoints); default: the latest.", flag_values=fv)
     flags.DEFINE_string("lm", "", "KenLM ARPA/binary word LM: beam search with it.", flag_values=fv)
     flags.DEFINE_string("lexicon", "", "Words the LM search may output, one per line (default: decoding.lexicon_path "
                         "of the workdir's config with its LM, else the LM's unigrams).", flag_values=fv)
@@ -216,6 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     from ds2_jax import cli
 
     args, files = cli.parse_args(argv, define_flags, __doc__, positional="audio files")
+    step = cli.checkpoint_step(args.step, "--step")
 
     from absl import logging as absl_logging
 
@@ -236,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
             alpha=base.alpha if args.alpha is None else args.alpha,
             beta=base.beta if args.beta is None else args.beta,
         )
-        transcriber = Transcriber(args.workdir, cfg, step=args.step, batch_size=args.batch_size, config=config)
+        transcriber = Transcriber(args.workdir, cfg, step=step, batch_size=args.batch_size, config=config)
     except ValueError as e:  # names decoding.* settings: say which flag
         raise ValueError(cli.in_flag_names(str(e), FLAG_OF_SETTING)) from e
 

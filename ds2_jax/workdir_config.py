@@ -106,11 +106,13 @@ def _trained_vs_given(diff) -> str:
 # of their inputs (the feature statistics are per bin of this spectrogram).
 FIXED_ON_RESUME = (*(f"model.{k}" for k in ("num_conv_layers", "conv_channels", "num_rnn_layers", "rnn_size", "rnn_cell",
                                             "share_rnn_weights", "bidirectional", "row_conv_context", "alphabet")),
-                   *(f"features.{f.name}" for f in dataclasses.fields(settings.Spectrogram)))
+                   *(f"features.{f.name}" for f in dataclasses.fields(settings.Spectrogram)),
+                   "freeze")  # the optimizer state holds no moments for frozen parameters
 # Settings that change how a run is driven or watched, not what it trains: never a "change".
 NOT_TRAINING = ("faults.", "eval.", "decoding.", "num_train_steps", "log_every_steps", "eval_every_steps",
                 "checkpoint_every_steps", "keep_checkpoints", "prefetch_batches", "input_wait_warn_fraction",
-                "step_timeout_s", "compilation_cache_dir", "dataset.num_workers", "dataset.worker_buffer_size")
+                "step_timeout_s", "compilation_cache_dir", "dataset.num_workers", "dataset.worker_buffer_size",
+                "keep_best_checkpoints", "init_from")  # init_from: where step 0 came from (config.json resolves it)
 CHANGES_FILE = "config_changes.jsonl"  # {"step", "time", "changes": {key: [before, after]}} per resume that changed any
 
 
@@ -172,7 +174,7 @@ def record_resume_changes(config: settings.Settings, workdir: str, step: int) ->
 # What an evaluation sets itself; every other setting (model, features, loss, optimizer,
 # ...) comes from the workdir's config.json, so the restored model is the one trained.
 EVAL_SETTINGS = ("eval", "decoding", "dataset", "per_device_batch_size", "num_devices", "compile", "parallelism",
-                 "keep_checkpoints", "prefetch_batches")
+                 "keep_checkpoints", "prefetch_batches", "keep_best_checkpoints", "init_from")
 
 
 # Settings training derives from its data (model.alphabet: the prepared data's): a --config that

@@ -50,3 +50,18 @@ def launch(*args, devices: int = 8, wait: bool = True, timeout: int = 600):
     if wait:
         return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def write_noise(folder, seconds=(0.7, 3.0), rate=16_000) -> str:
+    """A folder of noise recordings for config.waveform.noise_dir (pink-ish, reproducible; the
+    second at 8 kHz, resampled when read): its path."""
+    import numpy as np
+    import soundfile
+
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(5)
+    for i, s in enumerate(seconds):
+        x = np.cumsum(rng.standard_normal(int(s * rate))).astype(np.float32)
+        x = 0.3 * (x - x.mean()) / np.abs(x - x.mean()).max()
+        soundfile.write(str(folder / f"n{i}.wav"), x, rate if i == 0 else 8000)
+    return str(folder)

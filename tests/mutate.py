@@ -57,6 +57,8 @@ DISK_FULL = (ERR + "test_disk_full_is_recognized_by_errno_and_by_wrapped_text",
 SPLITS = "tests/test_evaluation.py::test_several_splits_are_each_scored_on_their_own_and_written_to_their_own_file"
 DRAWS = STEP + "::test_spec_augment_draws_differ_by_step_and_by_device_and_repeat_for_the_same_step"
 FEATURE_STATS = "tests/test_features.py::test_feature_statistics_count_each_utterances_valid_frames_only"
+FT = "tests/test_finetune.py::"
+AUG_SHARES = "tests/test_augment.py::test_process_shares_and_input_workers_give_the_one_process_batches"
 EVAL_LIMIT = SRC + "test_eval_keeps_utterances_longer_than_the_largest_bucket_each_in_the_smallest_shape"
 
 
@@ -527,6 +529,44 @@ MUTATIONS = [
     Mutation("eval_alphabet_unchecked", "ds2_jax/evaluation.py", "    check_alphabet(config, source, workdir)\n", "",
              ("tests/test_manifest.py::test_train_eval_and_transcribe_on_common_voice_any_split_names",),
              "an eval on data of another alphabet scores label ids spelled in the wrong symbols"),
+    # ---- issue 39: fine-tuning, the best checkpoints, waveform augmentation
+    Mutation("finetune_fresh_normalization", "ds2_jax/finetune.py", "        feature_mean=source.feature_mean,",
+             "        feature_mean=fresh.feature_mean,", (FT + "test_the_first_state_is_the_sources_parameters_"
+                                                        "statistics_and_normalization_at_step_0",),
+             "a fine-tune normalizes the features by its own data's statistics, not those the source learned with"),
+    Mutation("finetune_output_refused", "ds2_jax/finetune.py",
+             "    reinit = [p for p in differing if p.split(\"/\")[1] == OUTPUT_LAYER]", "    reinit = []",
+             (FT + "test_an_output_layer_of_another_size_starts_afresh_and_the_rest_comes_from_the_source",),
+             "another alphabet's output layer is refused like any other shape change"),
+    Mutation("finetune_reinitializes_on_rerun", "ds2_jax/train.py", "    if restored is not None:\n        if config.init_from:",
+             "    if restored is not None and not config.init_from:\n        if config.init_from:",
+             (FT + "test_a_rerun_resumes_the_fine_tunes_own_checkpoints_and_config_json_records_the_source",),
+             "rerunning a fine-tune starts again from the source instead of resuming its own checkpoints"),
+    Mutation("freeze_ignored", "ds2_jax/state.py", "    if not frozen:\n        return adam", "    return adam",
+             (FT + "test_frozen_parts_keep_the_sources_values_and_the_rest_trains",),
+             "config.freeze changes nothing: the frozen parts train"),
+    Mutation("best_keeps_the_worst", "ds2_jax/checkpoint.py", "pp.BestN(get_metric_fn=_wer, reverse=True,",
+             "pp.BestN(get_metric_fn=_wer, reverse=False,",
+             ("tests/test_best_checkpoint.py::test_the_lowest_wer_checkpoints_are_kept_beside_the_newest_across_a_restart",),
+             "keep_best keeps the highest WERs"),
+    Mutation("best_not_saved_at_eval", "ds2_jax/train.py",
+             "                    if config.keep_best_checkpoints:  # a checkpoint ranked",
+             "                    if False:  # a checkpoint ranked",
+             ("tests/test_best_checkpoint.py::test_eval_of_best_scores_the_step_with_the_lowest_in_training_wer",),
+             "no checkpoint is saved with its eval's WER: nothing is ever 'best'"),
+    Mutation("waveform_row_per_process", "ds2_jax/data/tfds_source.py",
+             "audio = [self.augment(a, step, s.start + i) for i, a in enumerate(audio)]",
+             "audio = [self.augment(a, step, i) for i, a in enumerate(audio)]", (AUG_SHARES,),
+             "augmentation drawn by the row within the process: 2 processes augment differently from 1"),
+    Mutation("waveform_same_every_step", "ds2_jax/data/augment.py",
+             "rng = np.random.default_rng([self.seed, SALT, int(step), int(row)])",
+             "rng = np.random.default_rng([self.seed, SALT, int(row)])",
+             ("tests/test_augment.py::test_each_utterance_is_a_function_of_seed_step_and_row",),
+             "every step draws the same augmentation for a row"),
+    Mutation("buckets_not_stretched", "ds2_jax/data/plan.py",
+             "    return int(samples) if stretch == 1.0 else int(np.ceil(samples * stretch)) + 1",
+             "    return int(samples)", (AUG_SHARES,),
+             "buckets padded for the original lengths: a slowed-down utterance does not fit its batch"),
 ]
 
 

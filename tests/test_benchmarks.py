@@ -385,3 +385,19 @@ def test_manifest_build_benchmark_measures_each_worker_count(tmp_path):
         assert row["bare_utt_per_s"] > 0 and row["build_utt_per_s"] > 0 and row["bare_cpu_ms"] > 0
     assert result["rows"][0]["build_workers_cpu_ms"] == 0 < result["rows"][1]["build_workers_cpu_ms"]
     assert "| 1 |" in (out / "results.md").read_text()
+
+
+@pytest.mark.slow
+def test_augmentation_benchmark_reports_every_part(tmp_path):
+    """benchmarks.augmentation at a tiny batch: a row per part, each costing more than none."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.augmentation", f"--out={tmp_path}", "--steps=2", "--batch=2",
+         f"--data_dir={tmp_path / 'tfds'}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600, env=dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    with open(tmp_path / "augmentation.json") as f:
+        result = json.load(f)
+    rows = {r["variant"]: r for r in result["rows"]}
+    assert list(rows) == ["off", "noise", "speed", "gain", "rir", "all"]
+    assert result["train_step_ms"] > 0 and all(rows[v]["batch_ms"] > rows["off"]["batch_ms"] for v in ("noise", "rir"))
+    assert (tmp_path / "augmentation.md").read_text().count("\n") == len(rows) + 4

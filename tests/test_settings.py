@@ -15,7 +15,7 @@ from configs import default, demo, ds2_8gpu, smoke
 from ds2_jax import model, settings, workdir_config
 from ds2_jax import state as state_lib
 
-SECTIONS = ["faults", "dataset", "features", "model", "loss", "optimizer", "eval", "decoding"]
+SECTIONS = ["faults", "dataset", "features", "waveform", "model", "loss", "optimizer", "eval", "decoding"]
 
 
 def flat_keys(d: dict, prefix: str = "") -> set[str]:
@@ -105,6 +105,7 @@ def test_every_section_is_frozen(section):
     ("eval.max_utterances", -1, r"eval.max_utterances=-1"),
     ("decoding.beam_width", -1, r"decoding.beam_width must be >= 0"),
     ("decoding.lm_path", "lm.arpa", r"decoding.lm_path='lm.arpa' is used by beam search only"),
+    ("keep_best_checkpoints", -1, r"keep_best_checkpoints=-1: must be >= 0"),
 ])
 def test_a_bad_value_names_its_key_and_what_is_allowed(key, value, message):
     config = with_key(key, value)
@@ -198,6 +199,9 @@ BOUNDARIES = [
     ("decoding.alpha", TINY, True, {}),
     *[row for key in ("decoding.beam_prune_logp", "decoding.token_min_logp")
       for row in [(key, -TINY, True, {}), (key, 0.0, False, {}), (key, TINY, False, {})]],
+    *_at_least("keep_best_checkpoints", 0),  # 0 = the newest only
+    ("keep_best_checkpoints", 1, False, {"eval_every_steps": 0}),  # ranked by the in-training eval
+    ("keep_best_checkpoints", 0, True, {"eval_every_steps": 0}),
 ]
 
 

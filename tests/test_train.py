@@ -14,7 +14,7 @@ from ds2_jax import checkpoint, metrics, parallel, train
 from ds2_jax import state as state_lib
 from ds2_jax.data.batch import Sharding, shard_for_devices
 from ds2_jax.data.source import make_source
-from tests.helpers import tiny_config, tiny_settings
+from tests.helpers import tiny_config, tiny_settings, write_noise
 
 
 def losses(workdir):
@@ -25,8 +25,16 @@ def leaves(tree):
     return [np.asarray(x) for x in jax.tree_util.tree_leaves(tree)]
 
 
+def waveform_augmentation(tmp_path) -> dict:
+    """config.waveform with every part but reverberation on for half the utterances."""
+    return {"waveform.noise_dir": write_noise(tmp_path / "noise"), "waveform.noise_prob": 0.5,
+            "waveform.speed_prob": 0.5, "waveform.gain_prob": 0.5}
+
+
 def test_one_and_eight_devices_give_the_same_losses(tmp_path):
-    common = {"num_train_steps": 5, "log_every_steps": 1, "eval_every_steps": 0, "checkpoint_every_steps": 100}
+    """With waveform augmentation on: its draws are the global row's, not the device's."""
+    common = {"num_train_steps": 5, "log_every_steps": 1, "eval_every_steps": 0, "checkpoint_every_steps": 100,
+              **waveform_augmentation(tmp_path)}
     one = tiny_config(**common, num_devices=1, per_device_batch_size=16)
     eight = tiny_config(**common, num_devices=8, per_device_batch_size=2)
     s1 = train.train_and_evaluate(one, str(tmp_path / "one"))
@@ -101,7 +109,7 @@ TIMING = ("step_time_s", "utterances_per_s", "input_wait_s")  # the only metrics
 
 def test_killed_and_resumed_run_matches_uninterrupted_in_every_field_and_counter(tmp_path, monkeypatch):
     """Every field of the train state and every metrics counter after two kills and resumes
-    equals the uninterrupted run's. SpecAugment is on; non-finite steps (2, 5-8) lie on both
+    equals the uninterrupted run's. SpecAugment and waveform augmentation are on; non-finite steps (2, 5-8) lie on both
     sides of the checkpoints: resumed from checkpoint 3 (1 skipped step), steps 3-4 train with
     their own masks; resumed from checkpoint 6 (2 skipped, the last 1 in a row), every step
     after it is skipped, so the consecutive count has to come from the checkpoint."""
@@ -110,7 +118,7 @@ def test_killed_and_resumed_run_matches_uninterrupted_in_every_field_and_counter
                         else real_kill(pid, sig))
     common = {"num_train_steps": 9, "log_every_steps": 1, "eval_every_steps": 4, "checkpoint_every_steps": 3,
               "eval.max_utterances": 8, "faults.nan_at_steps": "2,5-8", "features.freq_masks": 2,
-              "features.time_masks": 2, "features.time_mask_max_fraction": 0.2}
+              "features.time_masks": 2, "features.time_mask_max_fraction": 0.2, **waveform_augmentation(tmp_path)}
     full = train.train_and_evaluate(tiny_config(**common), str(tmp_path / "full"))
     for kill_at in ("step:5", "step:8"):  # each after a checkpoint (3, 6) and before the next
         with pytest.raises(Killed):

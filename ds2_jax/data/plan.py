@@ -39,12 +39,21 @@ class Buckets:
         )
 
 
-def make_buckets(num_samples: np.ndarray, label_lengths: np.ndarray, num_buckets: int, hop: int) -> Buckets:
-    """Equal-count buckets over the duration order; each padded to its longest member
-    (samples rounded up to whole hops, label lengths to LABEL_ALIGN)."""
+def stretched(samples: int, stretch: float) -> int:
+    """The most samples an utterance of `samples` has after augmentation that lengthens it up to
+    `stretch` times (speed perturbation: settings.Waveform.stretch; the resampler may round up)."""
+    return int(samples) if stretch == 1.0 else int(np.ceil(samples * stretch)) + 1
+
+
+def make_buckets(num_samples: np.ndarray, label_lengths: np.ndarray, num_buckets: int, hop: int,
+                 stretch: float = 1.0) -> Buckets:
+    """Equal-count buckets over the duration order; each padded to its longest member (its length
+    times `stretch` when augmentation may lengthen it; samples rounded up to whole hops, label
+    lengths to LABEL_ALIGN)."""
     order = np.argsort(num_samples, kind="stable")
     members = np.array_split(order, num_buckets)
-    shapes = [(round_up(num_samples[m].max(), hop), round_up(label_lengths[m].max(), LABEL_ALIGN)) for m in members]
+    shapes = [(round_up(stretched(num_samples[m].max(), stretch), hop), round_up(label_lengths[m].max(), LABEL_ALIGN))
+              for m in members]
     return Buckets(members, shapes)
 
 

@@ -38,12 +38,14 @@ class DataSettings:
     num_conv_layers: int  # model.num_conv_layers: the CTC frames an utterance has
     seed: int
     faults: settings.Faults = settings.Faults()  # the input workers' fault point (faults.Hooks.input_batch)
+    waveform: settings.Waveform = settings.Waveform()  # training utterances' augmentation (data.augment)
 
     @classmethod
     def of(cls, config: settings.Settings) -> DataSettings:
         """The data side's part of a run's Settings."""
         return cls(dataset=config.dataset, spectrogram=config.features.spectrogram,
-                   num_conv_layers=config.model.num_conv_layers, seed=config.seed, faults=config.faults)
+                   num_conv_layers=config.model.num_conv_layers, seed=config.seed, faults=config.faults,
+                   waveform=config.waveform)
 
 
 class Source(Protocol):

@@ -9,6 +9,8 @@ from typing import Iterator
 import numpy as np
 
 from ds2_jax import geometry, text
+from ds2_jax.data import augment
+from ds2_jax.data import plan as plan_lib
 from ds2_jax.data.batch import Sharding, pad_batch
 from ds2_jax.data.source import DataSettings, StatsFn
 
@@ -46,6 +48,8 @@ class SyntheticSource:
         self.max_label_len = max(1, min(int(self.chars_per_second * d.synthetic_max_duration_s), max_out // 2))
         # Made up front: filling it lazily would hold the first pool_size / batch steps back.
         self._pool = {key: self.generate(key) for key in range(self.pool_size)}
+        self.augment = augment.make(data.waveform, data.seed, self.sample_rate)  # None: off
+        self.pad_samples = plan_lib.stretched(self.max_samples, data.waveform.stretch)
         self._batches: dict[int, dict[str, np.ndarray]] = {}  # first row % pool_size -> padded batch
 
     def _output_frames(self, num_samples: int) -> int:
@@ -77,10 +81,14 @@ class SyntheticSource:
         s = self.sharding
         first = step * s.global_batch + s.start
         key = first % self.pool_size
+        if self.augment is not None:  # each step's own draws: nothing to keep
+            utts = [dict(u, audio=self.augment(u["audio"], step, s.start + i))
+                    for i, u in enumerate(self.utterance(j) for j in range(first, first + s.local_batch))]
+            return pad_batch(utts, self.pad_samples, self.max_label_len, len(utts), audio_zeros)
         if audio_zeros is np.zeros and key in self._batches:
             return self._batches[key]
         utts = [self.utterance(i) for i in range(first, first + s.local_batch)]
-        batch = pad_batch(utts, self.max_samples, self.max_label_len, len(utts), audio_zeros)
+        batch = pad_batch(utts, self.pad_samples, self.max_label_len, len(utts), audio_zeros)
         distinct = self.pool_size // math.gcd(s.global_batch, self.pool_size)
         if audio_zeros is np.zeros and distinct * s.local_batch <= MAX_CACHED_POOLS * self.pool_size:
             for array in batch.values():
@@ -96,10 +104,10 @@ class SyntheticSource:
             lo = EVAL_INDEX_OFFSET + first + s.start
             n = max(0, min(s.local_batch, total - first - s.start))
             utts = [self.utterance(i) for i in range(lo, lo + n)]
-            yield pad_batch(utts, self.max_samples, self.max_label_len, s.local_batch)
+            yield pad_batch(utts, self.pad_samples, self.max_label_len, s.local_batch)
 
     def shapes(self) -> list[tuple[int, int]]:
-        return [(self.max_samples, self.max_label_len)]
+        return [(self.pad_samples, self.max_label_len)]
 
     def feature_stats(self, stats: StatsFn) -> tuple[np.ndarray, np.ndarray]:
         return stats((self.generate(EVAL_INDEX_OFFSET - 1 - i)["audio"] for i in range(8)), self.spectrogram)

@@ -20,6 +20,7 @@ from typing import Iterator
 import numpy as np
 
 from ds2_jax import text
+from ds2_jax.data import augment
 from ds2_jax.data import plan as plan_lib
 from ds2_jax.data.batch import Sharding, pad_batch
 from ds2_jax.data.filters import Filter
@@ -66,8 +67,9 @@ class TfdsSource:
                 "lower per_device_batch_size or widen dataset.min/max_duration_s"
             )
         label_lengths = np.array([len(x) for x in self._train_labels], np.int64)
+        self.augment = augment.make(data.waveform, data.seed, self.sample_rate)  # None: off
         self.buckets = plan_lib.make_buckets(self._train_samples, label_lengths, min(d.num_buckets, n // batch),
-                                             self.spectrogram.hop)
+                                             self.spectrogram.hop, data.waveform.stretch)
         self.steps_per_epoch = self.buckets.steps_per_epoch(batch)
         logging.info("training buckets (%d steps per epoch):\n%s", self.steps_per_epoch,
                      self.buckets.describe(batch, self.sample_rate))
@@ -152,6 +154,8 @@ class TfdsSource:
         s = self.sharding
         rows = members[s.start : s.start + s.local_batch]
         audio = self._read(self._train_split[rows], self._train_record[rows])
+        if self.augment is not None:  # row: its place in the global batch, whatever the processes
+            audio = [self.augment(a, step, s.start + i) for i, a in enumerate(audio)]
         utts = [{"audio": a, "labels": self._train_labels[i]} for a, i in zip(audio, rows)]
         samples, label_len = self.buckets.shapes[bucket]
         return pad_batch(utts, samples, label_len, s.local_batch, audio_zeros)

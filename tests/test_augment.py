@@ -1,0 +1,172 @@
+"""Waveform augmentation (config.waveform, ds2_jax.data.augment): each part does what it says
+to the number, every draw is a function of (seed, step, row), and the batches do not depend on
+processes or input workers; bad settings and folders are one error naming the key."""
+
+import numpy as np
+import pytest
+from ds2_jax import settings
+from ds2_jax.data import augment, loader
+from ds2_jax.data.batch import Sharding
+from ds2_jax.data.source import make_source
+from tests.test_loader import corpus  # noqa: F401  (the fixture: a tiny LibriSpeech build)
+from tests.helpers import write_noise
+from tests.test_tfds_source import make_config
+
+RATE = 16_000
+
+
+def waveform(**kw) -> settings.Waveform:
+    return settings.Waveform(**kw)
+
+
+def tone(seconds=1.0) -> np.ndarray:
+    t = np.arange(int(seconds * RATE)) / RATE
+    return (8000 * np.sin(2 * np.pi * 440 * t)).astype(np.int16)
+
+
+def test_noise_is_added_at_the_drawn_snr(tmp_path):
+    x = tone().astype(np.float32) / 32768
+    noise = np.random.default_rng(1).standard_normal(len(x)).astype(np.float32)
+    for snr in (0.0, 7.5, 20.0):
+        y = augment.add_noise(x, noise, snr)
+        measured = 10 * np.log10(np.mean(x**2) / np.mean((y - x) ** 2))
+        assert measured == pytest.approx(snr, abs=1e-3)
+    aug = augment.Augmenter(waveform(noise_dir=write_noise(tmp_path / "n"), noise_prob=1.0, noise_snr_db_min=5.0,
+                                     noise_snr_db_max=5.0), seed=0, sample_rate=RATE)
+    a = tone()
+    y = aug(a, step=3, row=1).astype(np.float64)
+    measured = 10 * np.log10(np.mean(a.astype(np.float64) ** 2) / np.mean((y - a) ** 2))
+    assert measured == pytest.approx(5.0, abs=0.05)  # int16 rounding only
+
+
+def test_speed_changes_the_length_by_the_factor_and_gain_scales_exactly():
+    x = tone(2.0).astype(np.float32) / 32768
+    for factor in (0.9, 1.0, 1.1):
+        assert abs(len(augment.speed(x, factor)) - len(x) / factor) <= 1
+    # the tone's pitch moves with the speed (Kaldi's speed perturbation, not a tempo change)
+    y = augment.speed(x, 1.1)
+    peak = np.argmax(np.abs(np.fft.rfft(y))) * RATE / len(y)
+    assert peak == pytest.approx(440 * 1.1, abs=2)
+    aug = augment.Augmenter(waveform(gain_prob=1.0, gain_db_min=-6.0, gain_db_max=-6.0), seed=0, sample_rate=RATE)
+    a = tone()
+    np.testing.assert_allclose(aug(a, 0, 0), np.round(a * 10 ** (-6 / 20)), atol=1)
+
+
+def test_reverberation_keeps_length_level_and_alignment():
+    x = tone().astype(np.float32) / 32768
+    rir = np.zeros(800, np.float32)
+    rir[100] = 1.0  # a pure delay, peak at 100: aligned back, so the output is the input
+    np.testing.assert_allclose(augment.reverberate(x, rir), x, atol=1e-5)
+    rir[300:] = 0.3 * np.exp(-np.arange(500) / 100) * np.random.default_rng(0).standard_normal(500)
+    y = augment.reverberate(x, rir)
+    assert len(y) == len(x) and np.mean(y**2) == pytest.approx(np.mean(x**2), rel=1e-4)
+    assert not np.allclose(y, x, atol=1e-3)
+
+
+def test_each_utterance_is_a_function_of_seed_step_and_row(tmp_path):
+    cfg = waveform(noise_dir=write_noise(tmp_path / "n"), noise_prob=0.5, speed_prob=0.5, gain_prob=0.5)
+    a = tone()
+    aug = augment.Augmenter(cfg, seed=0, sample_rate=RATE)
+    again = augment.Augmenter(cfg, seed=0, sample_rate=RATE)
+    outs = {(step, row): aug(a, step, row) for step in range(4) for row in range(4)}
+    for (step, row), y in outs.items():
+        np.testing.assert_array_equal(y, again(a, step, row))
+    assert len({y.tobytes() for y in outs.values()}) == len(outs)  # every (step, row) its own draws
+    assert len({len(y) for y in outs.values()}) > 2  # speeds differ
+    assert not np.array_equal(augment.Augmenter(cfg, seed=1, sample_rate=RATE)(a, 0, 0), outs[0, 0])
+
+
+def test_process_shares_and_input_workers_give_the_one_process_batches(corpus, tmp_path):  # noqa: F811
+    noise = write_noise(tmp_path / "n")
+    def config(workers):
+        c = make_config(corpus, sortagrad=False, num_workers=workers)
+        c.waveform.noise_dir, c.waveform.noise_prob, c.waveform.speed_prob = noise, 0.7, 0.7
+        c.waveform.speed_min = 0.8
+        return settings.from_config_dict(c)
+
+    def run(cfg, sharding):
+        source = make_source(cfg, sharding)
+        return source, list(loader.train_batches(cfg, sharding, source, 2, 8))
+
+    plain = settings.from_config_dict(make_config(corpus, sortagrad=False, num_workers=0))
+    _, clean = run(plain, Sharding(4))
+    source, whole = run(config(0), Sharding(4))
+    halves = [run(config(0), Sharding(4, p, 2))[1] for p in (0, 1)]
+    _, workers = run(config(2), Sharding(4))
+    # buckets padded for the slowest speed: 1 / 0.8 of the longest, whole hops
+    assert [s for s, _ in source.shapes()] > [s for s, _ in make_source(plain, Sharding(4)).shapes()]
+    for b, w, h0, h1, c in zip(whole, workers, *halves, clean, strict=True):
+        for k in b:
+            np.testing.assert_array_equal(b[k], w[k], err_msg=k)
+            np.testing.assert_array_equal(b[k], np.concatenate([h0[k], h1[k]]), err_msg=k)
+        np.testing.assert_array_equal(b["labels"], c["labels"])  # the same utterances, other audio
+        assert not np.array_equal(b["audio_lengths"], c["audio_lengths"])
+
+
+@pytest.mark.parametrize("changes,message", [
+    ({"speed_min": 0.0}, r"waveform.speed_min=0.0, speed_max=1.1: the speed range must be positive"),
+    ({"speed_min": 1.2}, r"the speed range must be positive, min <= max"),
+    ({"noise_prob": 1.5}, r"waveform.noise_prob=1.5: must be in \[0, 1\]"),
+    ({"noise_prob": 0.5}, r"waveform.noise_prob=0.5 needs waveform.noise_dir"),
+    ({"noise_snr_db_min": 20.0}, r"waveform.noise_snr_db_min=20.0 must be <= waveform.noise_snr_db_max=15.0"),
+])
+def test_a_bad_setting_names_its_key(changes, message):
+    with pytest.raises(ValueError, match=message):
+        settings.override(settings.Settings(), {f"waveform.{k}": v for k, v in changes.items()})
+
+
+def test_a_noise_folder_without_readable_audio_is_one_error_naming_it(tmp_path):
+    (tmp_path / "n").mkdir()
+    (tmp_path / "n" / "broken.wav").write_bytes(b"RIFF....not audio")
+    (tmp_path / "n" / "notes.txt").write_text("hello")
+    cfg = waveform(noise_dir=str(tmp_path / "n"), noise_prob=0.5)
+    with pytest.raises(ValueError, match=r"waveform.noise_dir=.*n' holds no readable audio \(1 file\(s\) tried, e.g. "
+                                         r".*broken.wav \("):
+        augment.Augmenter(cfg, seed=0, sample_rate=RATE)
+    with pytest.raises(FileNotFoundError, match=r"waveform.rir_dir=.*nowhere.*no such folder or list file"):
+        augment.Augmenter(waveform(rir_dir=str(tmp_path / "nowhere"), rir_prob=0.5), seed=0, sample_rate=RATE)
+    listed = tmp_path / "noises.txt"  # a list file: paths relative to it
+    write_noise(tmp_path / "m")
+    listed.write_text("m/n0.wav\n# a comment\nm/n1.wav\n")
+    assert [r.rate for r in augment.recordings(str(listed), "noise_dir")] == [RATE, 8000]
+
+
+def test_make_noisy_copies_a_split_with_noise_at_the_snr_range_and_links_the_rest(tmp_path):
+    import os
+
+    import soundfile
+
+    from ds2_jax.datasets import build
+    from ds2_jax.tools import make_noisy
+    from tests import librispeech_testdata as td
+
+    manual = str(tmp_path / "manual")
+    td.write_durations_corpus(manual, "train-clean-100", [1.0, 1.2, 1.4, 1.6])
+    utts = td.write_durations_corpus(manual, "test-clean", [1.5, 2.0, 2.5], first_speaker=50)
+    noise = write_noise(tmp_path / "noise")
+    out = str(tmp_path / "noisy")
+    args = [f"--manual_dir={manual}", "--split=test-clean", f"--noise_dir={noise}", f"--out={out}",
+            "--snr_db_min=2", "--snr_db_max=8"]
+    assert make_noisy.main(args) == 0
+    src, dst = (os.path.join(d, "LibriSpeech", "test-clean") for d in (manual, out))
+    flacs = sorted(os.path.relpath(os.path.join(r, f), src) for r, _, fs in os.walk(src) for f in fs
+                   if f.endswith(".flac"))
+    assert len(flacs) == len(utts) == 3
+    for rel in flacs:
+        clean = soundfile.read(os.path.join(src, rel), dtype="int16")[0].astype(np.float64)
+        noisy = soundfile.read(os.path.join(dst, rel), dtype="int16")[0].astype(np.float64)
+        assert len(noisy) == len(clean)
+        snr = 10 * np.log10(np.mean(clean**2) / np.mean((noisy - clean) ** 2))
+        assert 2 - 0.05 <= snr <= 8 + 0.05, (rel, snr)
+    trans = [f for _, _, fs in os.walk(dst) for f in fs if f.endswith(".trans.txt")]
+    assert len(trans) == 1 and os.path.islink(os.path.join(out, "LibriSpeech", "train-clean-100"))
+    with pytest.raises(FileExistsError, match="exists: choose another --out"):
+        make_noisy.make_noisy(manual, "test-clean", noise, out, (2.0, 8.0))
+    again = str(tmp_path / "again")  # a pure function of the flags and the files
+    make_noisy.make_noisy(manual, "test-clean", noise, again, (2.0, 8.0))
+    for rel in flacs:
+        assert open(os.path.join(dst, rel), "rb").read() == open(os.path.join(again, "LibriSpeech", "test-clean",
+                                                                              rel), "rb").read()
+    builder = build.build(out, str(tmp_path / "tfds"))  # the project reads it like any corpus
+    assert builder.info.splits["test_clean"].num_examples == 3
+    assert builder.info.splits["train_clean_100"].num_examples == 4

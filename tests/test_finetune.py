@@ -1,0 +1,193 @@
+"""Fine-tuning (config.init_from, config.freeze): what the new run takes from the source, what it
+refuses, and that a rerun resumes the fine-tune's own checkpoints."""
+
+import json
+import os
+import shutil
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from ds2_jax import checkpoint, evaluation, finetune, model, train
+from ds2_jax import state as state_lib
+from ds2_jax.data.batch import Sharding
+from ds2_jax.data.source import make_source
+from tests import helpers
+from tests.helpers import tiny_config, tiny_settings
+
+COMMON = {"num_train_steps": 3, "eval_every_steps": 0, "checkpoint_every_steps": 3, "num_devices": 1,
+          "log_every_steps": 1}
+
+
+def leaves(tree):
+    return [np.asarray(x) for x in jax.tree_util.tree_leaves(tree)]
+
+
+def paths(tree) -> dict:
+    return {jax.tree_util.keystr(k, simple=True, separator="/"): np.asarray(v)
+            for k, v in jax.tree_util.tree_flatten_with_path(tree)[0]}
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory):
+    """A tiny model trained 3 steps: (workdir, its final state)."""
+    workdir = str(tmp_path_factory.mktemp("source") / "w")
+    return workdir, train.train_and_evaluate(tiny_config(**COMMON), workdir)
+
+
+def test_the_first_state_is_the_sources_parameters_statistics_and_normalization_at_step_0(source, tmp_path):
+    workdir, trained = source
+    config = tiny_settings(**COMMON, seed=7, init_from=f"{workdir}:3", **{"optimizer.learning_rate": 1e-3})
+    fresh = state_lib.initial_state(config, make_source(config, Sharding(2)), jax.random.PRNGKey(7))
+    state, resolved = finetune.initial_state(config, fresh)
+    assert resolved == f"{os.path.abspath(workdir)}:3"
+    assert int(state.step) == 0
+    for name in ("params", "batch_stats", "feature_mean", "feature_std"):
+        for a, b in zip(leaves(getattr(state, name)), leaves(getattr(trained, name)), strict=True):
+            np.testing.assert_array_equal(a, b, err_msg=name)
+    # a fresh optimizer: Adam's moments are zero and its count 0 (the source's are not)
+    assert all(not np.any(x) for x in leaves(state.opt_state))
+    assert any(np.any(x) for x in leaves(trained.opt_state))
+    assert not np.array_equal(np.asarray(fresh.feature_mean), np.asarray(trained.feature_mean))  # seed 7's data
+
+
+def _state_with_vocab(config, vocab_size: int):
+    cfg = model.ModelConfig.of(config.model, config.features.num_bins)
+    cfg = type(cfg)(**{**cfg.__dict__, "vocab_size": vocab_size})
+    net = model.DeepSpeech2(cfg)
+    variables = net.init(jax.random.PRNGKey(5), jnp.zeros((1, 64, cfg.num_bins)), jnp.array([64]), train=False)
+    return state_lib.TrainState.create(apply_fn=net.apply, params=variables["params"],
+                                       tx=state_lib.make_optimizer(config.optimizer),
+                                       batch_stats=variables["batch_stats"],
+                                       feature_mean=jnp.zeros(cfg.num_bins), feature_std=jnp.ones(cfg.num_bins),
+                                       skipped_steps=jnp.zeros((), jnp.int32), consecutive_skips=jnp.zeros((), jnp.int32))
+
+
+def test_an_output_layer_of_another_size_starts_afresh_and_the_rest_comes_from_the_source(source, caplog):
+    workdir, trained = source
+    fresh = _state_with_vocab(tiny_settings(), 40)  # another alphabet: 39 symbols + blank
+    state, reinit = finetune.merge(trained, fresh, workdir)
+    assert reinit == ["params/output/bias", "params/output/kernel"]
+    got, src, new = paths(state.params), paths(trained.params), paths(fresh.params)
+    assert got["output/kernel"].shape == (64, 40)  # 2 directions x 32
+    for p in got:
+        np.testing.assert_array_equal(got[p], new[p] if p.startswith("output/") else src[p], err_msg=p)
+
+
+def test_any_other_shape_difference_is_refused_naming_the_layers(source, tmp_path):
+    workdir, _ = source
+    with pytest.raises(ValueError, match=r"differs beyond the output layer: RNNLayer_0/input_proj/kernel \(source "
+                                         r"\(164, 32\), this run \(164, 48\)\); RNNLayer_0/input_proj_bn/bias") as e:
+        train.train_and_evaluate(tiny_config(**COMMON, init_from=workdir, **{"model.rnn_size": 48}),
+                                 str(tmp_path / "ft"))
+    assert "RNNLayer_0/recurrent_kernel (source (2, 32, 32), this run (2, 48, 48))" in str(e.value)
+    assert "output" not in str(e.value).partition("output layer")[2].partition("Only")[0]
+
+
+def test_a_workdir_without_checkpoint_or_with_another_spectrogram_is_refused(source, tmp_path):
+    workdir, _ = source
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match=r"init_from=.*empty.*has no checkpoint"):
+        train.train_and_evaluate(tiny_config(**COMMON, init_from=str(tmp_path / "empty")), str(tmp_path / "a"))
+    with pytest.raises(FileNotFoundError, match=r"no checkpoint at step 2 \(it has \[3\]\)"):
+        train.train_and_evaluate(tiny_config(**COMMON, init_from=f"{workdir}:2"), str(tmp_path / "b"))
+    with pytest.raises(ValueError, match=r"features.hop_ms \(.*: 10.0, this run: 5.0\)"):
+        train.train_and_evaluate(tiny_config(**COMMON, init_from=workdir, **{"features.hop_ms": 5.0}),
+                                 str(tmp_path / "c"))
+
+
+def test_a_rerun_resumes_the_fine_tunes_own_checkpoints_and_config_json_records_the_source(source, tmp_path):
+    workdir, _ = source
+    copy = str(tmp_path / "source")
+    shutil.copytree(workdir, copy)
+    common = {**COMMON, "init_from": copy, "checkpoint_every_steps": 2, "seed": 3}
+    whole = train.train_and_evaluate(tiny_config(**{**common, "num_train_steps": 4}), str(tmp_path / "whole"))
+    train.train_and_evaluate(tiny_config(**{**common, "num_train_steps": 2}), str(tmp_path / "split"))
+    shutil.rmtree(copy)  # the source is gone: a rerun that went back to it would fail
+    resumed = train.train_and_evaluate(tiny_config(**{**common, "num_train_steps": 4}), str(tmp_path / "split"))
+    assert int(resumed.step) == 4
+    for a, b in zip(leaves(whole.params), leaves(resumed.params), strict=True):
+        np.testing.assert_array_equal(a, b)
+    recorded = json.load(open(tmp_path / "split" / "config.json"))
+    assert recorded["init_from"] == f"{os.path.abspath(copy)}:3"
+    assert not os.path.exists(tmp_path / "split" / "config_changes.jsonl")  # the same command is no change
+
+
+def test_frozen_parts_keep_the_sources_values_and_the_rest_trains(source, tmp_path):
+    workdir, trained = source
+    frozen_run = {"init_from": workdir, "freeze": "ConvBlock,RNNLayer_0/recurrent_kernel"}
+    train.train_and_evaluate(tiny_config(**COMMON, **frozen_run), str(tmp_path / "ft"))
+    # resumed from its checkpoint (optax's masked optimizer state restores) and trained on
+    state = train.train_and_evaluate(tiny_config(**{**COMMON, "num_train_steps": 5}, **frozen_run),
+                                     str(tmp_path / "ft"))
+    assert int(state.step) == 5
+    got, src = paths(state.params), paths(trained.params)
+    frozen = [p for p in got if p.startswith("ConvBlock_") or p == "RNNLayer_0/recurrent_kernel"]
+    assert len(frozen) == 2 * 3 + 1  # two conv blocks (kernel, bn scale, bn bias) and one recurrent matrix
+    for p in got:
+        if p in frozen:
+            np.testing.assert_array_equal(got[p], src[p], err_msg=p)
+        else:
+            assert not np.array_equal(got[p], src[p]), p
+    with pytest.raises(ValueError, match=r"freeze='Conv': Conv names no parameter of this model; its modules are "
+                                         r"\['ConvBlock_0', 'ConvBlock_1', 'RNNLayer_0', 'output'\]"):
+        train.train_and_evaluate(tiny_config(**COMMON, freeze="Conv"), str(tmp_path / "bad"))
+
+
+def test_a_resume_that_changes_freeze_is_refused_naming_it(source, tmp_path):
+    workdir, _ = source
+    train.train_and_evaluate(tiny_config(**COMMON, init_from=workdir, freeze="ConvBlock"), str(tmp_path / "ft"))
+    with pytest.raises(ValueError, match=r"freeze \(trained 'ConvBlock', --config ''\)"):
+        train.train_and_evaluate(tiny_config(**{**COMMON, "num_train_steps": 5}, init_from=workdir),
+                                 str(tmp_path / "ft"))
+    assert checkpoint.manager(str(tmp_path / "ft")).all_steps() == [3]
+
+
+FINETUNE_STEPS = 60  # README "Fine-tuning" quotes this test's figures
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("trained")
+def test_fine_tuning_the_demo_model_on_two_new_speakers_beats_the_same_run_from_scratch(trained, tmp_path):
+    """The demo model fine-tuned on dev-clean (2 speakers, 26 utterances it never trained on) for 60
+    steps reaches a far lower CER on the held-out test speakers than the same 60 steps from scratch;
+    the fine-tune, evaluated before its first step, starts where the source is."""
+    from configs import demo
+
+    def run(name, **extra):
+        config = demo.get_config()
+        config.dataset.manual_dir = trained.config.dataset.manual_dir
+        config.dataset.data_dir = trained.config.dataset.data_dir
+        config.dataset.train_splits = "dev-clean"
+        config.num_devices = 1
+        config.num_train_steps = FINETUNE_STEPS
+        config.optimizer.warmup_steps = 0
+        config.optimizer.decay_steps = FINETUNE_STEPS
+        config.optimizer.learning_rate = 5e-4
+        config.eval_every_steps = 0
+        config.checkpoint_every_steps = FINETUNE_STEPS
+        for k, v in extra.items():
+            config[k] = v
+        workdir = str(tmp_path / name)
+        train.train_and_evaluate(config, workdir)
+        return evaluation.evaluate_checkpoint(config, workdir, split="test-clean")
+
+    source = evaluation.evaluate_checkpoint(trained.config, trained.workdir, split="test-clean")
+    tuned = run("tuned", init_from=trained.workdir)
+    scratch = run("scratch")
+    print(f"test-clean CER: source {source['cer']:.4f}, fine-tuned {tuned['cer']:.4f}, scratch {scratch['cer']:.4f} "
+          f"(WER {source['wer']:.4f} / {tuned['wer']:.4f} / {scratch['wer']:.4f})")
+    assert scratch["cer"] > 0.5  # 60 steps on 26 utterances learn next to nothing
+    assert tuned["cer"] < source["cer"] + 0.1 and tuned["cer"] < scratch["cer"] - 0.3
+
+
+@pytest.mark.e2e
+def test_launch_explains_a_source_without_checkpoint_in_one_line(tmp_path):
+    (tmp_path / "empty").mkdir()
+    proc = helpers.launch(f"--workdir={tmp_path / 'run'}", f"--config.init_from={tmp_path / 'empty'}")
+    assert proc.returncode == 1
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: init_from='{tmp_path / 'empty'}': {tmp_path / 'empty'} has no checkpoint"), last
+    assert "Traceback" not in proc.stderr and not (tmp_path / "run").exists()  # the workdir it made is removed
