@@ -191,3 +191,37 @@ def test_launch_explains_a_source_without_checkpoint_in_one_line(tmp_path):
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith(f"error: init_from='{tmp_path / 'empty'}': {tmp_path / 'empty'} has no checkpoint"), last
     assert "Traceback" not in proc.stderr and not (tmp_path / "run").exists()  # the workdir it made is removed
+
+
+SPANISH_STEPS = 60  # README "Fine-tuning" quotes this test's figures
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("trained")
+def test_fine_tuning_the_english_demo_model_on_spanish_beats_the_same_run_from_scratch(trained, tmp_path):
+    """The English demo model fine-tuned on the bundled Spanish corpus (configs/tiny_es.py: another
+    alphabet, so the output layer starts afresh) reaches a lower CER on the held-out Spanish test
+    speakers after 60 steps than the same 60 steps from scratch (CER 53.2% vs 61.1%, WER 84% vs 101%)."""
+    from configs import tiny_es
+
+    def run(name, **extra):
+        config = tiny_es.get_config()
+        config.dataset.data_dir = str(tmp_path / "tfds")
+        config.dataset.num_workers = 0
+        config.num_devices = 1
+        config.num_train_steps = SPANISH_STEPS
+        config.optimizer.warmup_steps = 0
+        config.optimizer.decay_steps = SPANISH_STEPS
+        config.eval_every_steps = 0
+        config.checkpoint_every_steps = SPANISH_STEPS
+        for k, v in extra.items():
+            config[k] = v
+        workdir = str(tmp_path / name)
+        train.train_and_evaluate(config, workdir)
+        return evaluation.evaluate_checkpoint(config, workdir, split="test")
+
+    tuned = run("tuned", init_from=trained.workdir)
+    scratch = run("scratch")
+    print(f"Spanish test CER after {SPANISH_STEPS} steps: fine-tuned from English {tuned['cer']:.4f}, "
+          f"scratch {scratch['cer']:.4f} (WER {tuned['wer']:.4f} / {scratch['wer']:.4f})")
+    assert tuned["cer"] < scratch["cer"] - 0.04  # measured: 0.532 vs 0.611 (one seed, CPU)
