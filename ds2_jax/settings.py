@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import typing
 from typing import Any, ClassVar
 
@@ -45,11 +46,131 @@ MAX_BUCKETS = 8  # each duration bucket is one compiled shape
 KILL_POINTS = ("step", "checkpoint", "eval")
 
 
-def _at_least(section: str, obj, minimum, *keys: str) -> None:
-    for key in keys:
-        value = getattr(obj, key)
-        if value < minimum:
-            raise ValueError(f"{section}{key}={value!r}: must be >= {minimum}")
+@dataclasses.dataclass(frozen=True)
+class Range:
+    """The values a numeric setting takes: from `low` to `high` (each end included unless
+    `open_low` / `open_high`), finite, or one of `also`. NaN is never in a range: each
+    comparison is written so that NaN fails it (`not low <= v`, never `v < low`)."""
+
+    low: float = -math.inf
+    high: float = math.inf
+    open_low: bool = False
+    open_high: bool = False
+    also: tuple = ()  # values allowed besides the range, e.g. -inf meaning "none"
+    why: str = ""  # what a value outside means, for the message
+
+    def holds(self, value) -> bool:
+        if any(value == a for a in self.also):
+            return True
+        if not math.isfinite(value):
+            return False
+        above = self.low < value if self.open_low else self.low <= value
+        below = value < self.high if self.open_high else value <= self.high
+        return above and below
+
+    def text(self) -> str:
+        if self.low == self.high:
+            text = f"{self.low}"
+        elif self.low == -math.inf and self.high == math.inf:
+            text = "finite"
+        elif self.high == math.inf:
+            text = f"{'>' if self.open_low else '>='} {self.low}"
+        elif self.low == -math.inf:
+            text = f"{'<' if self.open_high else '<='} {self.high}"
+        elif isinstance(self.low, int) and isinstance(self.high, int) and not (self.open_low or self.open_high):
+            text = f"{self.low}..{self.high}"
+        else:
+            text = f"in {'(' if self.open_low else '['}{self.low}, {self.high}{')' if self.open_high else ']'}"
+        return text + "".join(f" or {a}" for a in self.also) + (f" ({self.why})" if self.why else "")
+
+
+def _above(low, why: str = "") -> Range:
+    return Range(low, open_low=True, why=why)
+
+
+FRACTION = Range(0.0, 1.0)
+DECAY = Range(0.0, 1.0, open_high=True)  # an exponential moving average's decay: 1 never moves
+
+# Every numeric setting's range, by dotted key: the one table of them (`_check_ranges` runs it
+# in every section's __post_init__; a numeric field without a row is an error there, so a new
+# setting cannot skip it). Checks that relate two settings stay in the sections.
+RANGES: dict[str, Range] = {
+    "seed": Range(0),
+    "num_train_steps": Range(1),
+    "per_device_batch_size": Range(1),
+    "num_devices": Range(0),
+    "log_every_steps": Range(1),
+    "eval_every_steps": Range(0),
+    "checkpoint_every_steps": Range(1),
+    "keep_checkpoints": Range(1),
+    "prefetch_batches": Range(0),
+    "input_wait_warn_fraction": FRACTION,
+    "step_timeout_s": Range(0.0, why="0 = off"),
+    "faults.hang_at_step": Range(-1, why="-1 = off"),
+    "faults.kill_input_worker_at_step": Range(-1, why="-1 = off"),
+    "dataset.min_duration_s": Range(0.0),
+    "dataset.max_duration_s": _above(0.0),
+    "dataset.num_buckets": Range(1, MAX_BUCKETS, why="each bucket is a compiled shape"),
+    "dataset.feature_stats_utterances": Range(1),
+    "dataset.num_workers": Range(-1, why="-1 (auto), 0 (inline) or a count"),
+    "dataset.worker_buffer_size": Range(1),
+    "dataset.synthetic_min_duration_s": _above(0.0),
+    "dataset.synthetic_max_duration_s": _above(0.0),
+    "dataset.synthetic_chars_per_second": _above(0.0),
+    "dataset.synthetic_num_utterances": Range(1),
+    "dataset.synthetic_pool_size": Range(1),
+    "features.sample_rate": Range(16_000, 16_000, why="the datasets are stored at 16 kHz"),
+    "features.window_ms": _above(0.0),
+    "features.hop_ms": _above(0.0),
+    "features.eps": _above(0.0, "log(power + eps) of a silent frame"),
+    "features.freq_masks": Range(0),
+    "features.freq_mask_width": Range(0),
+    "features.time_masks": Range(0),
+    "features.time_mask_max_fraction": FRACTION,
+    "model.num_conv_layers": Range(1, geometry.MAX_CONV_LAYERS),
+    "model.conv_channels": Range(1),
+    "model.num_rnn_layers": Range(1),
+    "model.rnn_size": Range(1),
+    "model.row_conv_context": Range(0),
+    "model.batch_norm_momentum": DECAY,
+    "model.batch_norm_epsilon": _above(0.0, "a channel of zero variance divides by it"),
+    "model.scan_unroll": Range(1),
+    "optimizer.learning_rate": _above(0.0),
+    "optimizer.b1": DECAY,
+    "optimizer.b2": Range(0.0, 1.0, open_high=True, why="1 makes Adam's bias correction divide by 0"),
+    "optimizer.eps": _above(0.0, "0 divides by 0 where a gradient is 0"),
+    "optimizer.clip_global_norm": _above(0.0, "the largest gradient norm; <= 0 reverses or zeroes every step"),
+    "optimizer.warmup_steps": Range(0),
+    "optimizer.decay_rate": Range(0.0, 1.0, open_low=True, why="'exponential': the factor per decay_steps"),
+    "optimizer.decay_steps": Range(0),
+    "optimizer.max_consecutive_skips": Range(1),
+    "eval.max_utterances": Range(0),
+    "eval.num_examples_to_print": Range(0),
+    "decoding.beam_width": Range(0, why="0 = greedy only"),
+    "decoding.alpha": Range(0.0),
+    "decoding.beta": Range(),
+    "decoding.beam_prune_logp": Range(high=0.0, open_high=True, why="a log-probability"),
+    "decoding.token_min_logp": Range(high=0.0, open_high=True, why="a log-probability"),
+    "decoding.unk_score_offset": Range(also=(-math.inf,), why="-inf = no out-of-lexicon words"),
+}
+
+NUMERIC = ("int", "float")  # the field types RANGES covers (annotations are strings here)
+
+
+def _check_ranges(obj) -> None:
+    """Refuses a numeric field of a section (or Settings) outside its RANGES row: NaN and inf too."""
+    prefix = f"{obj.KEY}." if hasattr(obj, "KEY") else ""
+    for f in dataclasses.fields(obj):
+        if f.type not in NUMERIC:
+            continue
+        key, value = prefix + f.name, getattr(obj, f.name)
+        if key not in RANGES:
+            if type(obj).__module__ != __name__:  # a subclass's own field (model.ModelConfig.num_bins)
+                continue
+            raise TypeError(f"settings.RANGES has no row for the numeric setting {key}: add one")
+        if not RANGES[key].holds(value):
+            finite = "" if isinstance(value, int) or math.isfinite(value) else "a finite number "
+            raise ValueError(f"{key}={value!r}: must be {finite}{RANGES[key].text()}")
 
 
 def _one_of(name: str, value, allowed) -> None:
@@ -72,6 +193,7 @@ class Faults:
     kill_input_worker_at_step: int = -1  # The input worker making this step's batch dies.
 
     def __post_init__(self):
+        _check_ranges(self)
         try:
             resilience.parse_steps(self.nan_at_steps)
         except ValueError:
@@ -116,18 +238,17 @@ class Dataset:
     synthetic_pool_size: int = 512  # Distinct utterances; index i repeats i % this.
 
     def __post_init__(self):
+        _check_ranges(self)
         _one_of("dataset.name", self.name, DATASETS)
         if not 0 <= self.min_duration_s < self.max_duration_s:
             raise ValueError(f"dataset.min_duration_s={self.min_duration_s} must be >= 0 and < "
                              f"dataset.max_duration_s={self.max_duration_s}")
-        if not 1 <= self.num_buckets <= MAX_BUCKETS:
-            raise ValueError(f"dataset.num_buckets={self.num_buckets}: must be 1..{MAX_BUCKETS} (each bucket is a "
-                             "compiled shape)")
+        if self.synthetic_min_duration_s > self.synthetic_max_duration_s:
+            raise ValueError(f"dataset.synthetic_min_duration_s={self.synthetic_min_duration_s} must be <= "
+                             f"dataset.synthetic_max_duration_s={self.synthetic_max_duration_s}")
         if self.name == "librispeech_local" and not (self.manual_dir or self.data_dir):
             raise ValueError("dataset.name='librispeech_local' needs dataset.manual_dir (the LibriSpeech tree or "
                              "archives)")
-        if self.num_workers < -1:
-            raise ValueError(f"dataset.num_workers={self.num_workers}: must be -1 (auto), 0 (inline) or a count")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -180,12 +301,7 @@ class Features(SpecAugment, Spectrogram):
     (config.features holds both sets of fields, the spectrogram's first)."""
 
     def __post_init__(self):
-        if self.sample_rate != 16_000:
-            raise ValueError(f"features.sample_rate={self.sample_rate}: must be 16000 (the datasets are stored at "
-                             "16 kHz)")
-        _at_least("features.", self, 0, "freq_masks", "freq_mask_width", "time_masks")
-        if not 0 <= self.time_mask_max_fraction <= 1:
-            raise ValueError(f"features.time_mask_max_fraction={self.time_mask_max_fraction}: must be in [0, 1]")
+        _check_ranges(self)
 
     @property
     def spectrogram(self) -> Spectrogram:
@@ -232,6 +348,7 @@ class Model:
     scan_unroll: int = 1  # lax.scan unroll factor.
 
     def __post_init__(self):
+        _check_ranges(self)
         geometry.conv_specs(self.num_conv_layers)  # validates the range
         _one_of("model.rnn_cell", self.rnn_cell, sorted(RNN_CELLS))
         _one_of("model.dtype", self.dtype, DTYPES)
@@ -243,11 +360,6 @@ class Model:
         if self.rnn_impl == "mosaic" and self.dtype != "bfloat16":
             raise ValueError(f"model.rnn_impl='mosaic' computes in bfloat16; set model.dtype='bfloat16' (got "
                              f"{self.dtype!r}) or use 'auto'")
-        if self.num_rnn_layers < 1 or self.rnn_size < 1 or self.conv_channels < 1:
-            raise ValueError("model.num_rnn_layers, rnn_size and conv_channels must be >= 1")
-        if not self.bidirectional and self.row_conv_context < 0:
-            raise ValueError("model.row_conv_context must be >= 0")
-        _at_least("model.", self, 1, "scan_unroll")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -279,14 +391,11 @@ class Optimizer:
     max_consecutive_skips: int = 20  # Non-finite steps in a row before stopping.
 
     def __post_init__(self):
+        _check_ranges(self)
         _one_of("optimizer.schedule", self.schedule, SCHEDULES)
-        _at_least("optimizer.", self, 0, "decay_steps")
         if self.decay_steps == 0 and self.schedule == "exponential":
             raise ValueError("optimizer.decay_steps=0 with optimizer.schedule='exponential': 0 (decay to the last "
                              "step) is for 'cosine'; give the steps per optimizer.decay_rate")
-        if self.learning_rate <= 0:
-            raise ValueError(f"optimizer.learning_rate={self.learning_rate}: must be > 0")
-        _at_least("optimizer.", self, 1, "max_consecutive_skips")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -298,7 +407,7 @@ class Eval:
     num_examples_to_print: int = 3  # Reference/hypothesis pairs logged.
 
     def __post_init__(self):
-        _at_least("eval.", self, 0, "max_utterances", "num_examples_to_print")
+        _check_ranges(self)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -317,16 +426,11 @@ class Decoding:
     unk_score_offset: float = float("-inf")  # Score of an out-of-lexicon word (output as <unk>); -inf = none.
 
     def __post_init__(self):
-        if self.beam_width < 0:
-            raise ValueError(f"decoding.beam_width must be >= 0 (0 = greedy only), got {self.beam_width}")
+        _check_ranges(self)
         if self.lm_path and self.beam_width == 0:
             raise ValueError(f"decoding.lm_path={self.lm_path!r} is used by beam search only: set decoding.beam_width > 0")
         if self.lexicon_path and not self.lm_path:
             raise ValueError(f"decoding.lexicon_path={self.lexicon_path!r} is used with an LM only: set decoding.lm_path")
-        if self.alpha < 0:
-            raise ValueError(f"decoding.alpha must be >= 0, got {self.alpha}")
-        if self.beam_prune_logp >= 0 or self.token_min_logp >= 0:
-            raise ValueError("decoding.beam_prune_logp and decoding.token_min_logp must be < 0 (log-probabilities)")
 
     @property
     def beam(self) -> bool:
@@ -370,9 +474,7 @@ class Settings:
     decoding: Decoding = dataclasses.field(default_factory=Decoding)
 
     def __post_init__(self):
-        _at_least("", self, 1, "num_train_steps", "per_device_batch_size", "log_every_steps",
-                  "checkpoint_every_steps", "keep_checkpoints")
-        _at_least("", self, 0, "eval_every_steps", "num_devices")  # devices present: parallel.make
+        _check_ranges(self)  # num_devices: the devices present are checked by parallel.make
         _one_of("parallelism", self.parallelism, PARALLELISMS)
         if self.parallelism == "jit" and not self.model.sync_batch_norm:
             raise ValueError("model.sync_batch_norm=False with parallelism='jit': under jit batch norm always sees "
