@@ -161,6 +161,9 @@ def restore_state(config: settings.Settings, workdir: str, step: int | None = No
                 f"({type(e).__name__}: {' '.join(str(e).split())[:200]}); if the model settings differ from "
                 f"{os.path.join(workdir, 'config.json')}, use those, or choose another step"
             ) from e
+        if (bad := checkpoint.non_finite(state)) is not None:
+            raise errors.CheckpointError(f"checkpoint {step} in {mgr.directory} is not finite (NaN or inf in {bad}): "
+                                         f"choose another step of {sorted(mgr.all_steps())}")
     else:
         raise FileNotFoundError(f"no checkpoint at step {step} in {mgr.directory} (it has {sorted(mgr.all_steps())})")
     return state.replace(apply_fn=template.apply_fn, tx=template.tx), int(step)

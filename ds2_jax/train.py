@@ -101,8 +101,9 @@ def train_step(
     """One optimizer step on this device's shard: `loss_gradients` (its keyword arguments in
     `loss_kwargs`), gradients psum'd over `axis_name`, Adam.
 
-    A step whose loss or gradient is not finite leaves parameters, optimizer and batch-norm
-    statistics unchanged.
+    A step whose loss or gradient is not finite, or whose new parameters or optimizer state
+    are not (a finite gradient through a learning rate, eps or b2 that divides by 0), leaves
+    parameters, optimizer and batch-norm statistics unchanged: a NaN never enters the state.
     """
     grads, (new_stats, loss_sum, count, used) = loss_gradients(state, batch, rng, axis_name=axis_name, **loss_kwargs)
     grads = psum(grads, axis_name)
@@ -111,6 +112,7 @@ def train_step(
     finite = jnp.isfinite(loss_sum) & jnp.isfinite(grad_norm)
 
     updated = state.apply_gradients(grads=grads, batch_stats=new_stats)
+    finite = finite & all_finite((updated.params, updated.opt_state))
     keep = lambda new, old: jax.tree_util.tree_map(lambda n, o: jnp.where(finite, n, o), new, old)
     new_state = updated.replace(
         params=keep(updated.params, state.params),
@@ -132,6 +134,12 @@ def train_step(
         "learning_rate_sum": learning_rate_fn(state.step),
     }
     return new_state, step_metrics
+
+
+def all_finite(tree) -> jax.Array:
+    """<bool>[]: every floating-point entry of `tree` is finite (integer leaves, e.g. Adam's count, are)."""
+    leaves = [x for x in jax.tree_util.tree_leaves(tree) if jnp.issubdtype(jnp.asarray(x).dtype, jnp.inexact)]
+    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves])) if leaves else jnp.bool_(True)
 
 
 def compile_train_step(config: settings.Settings) -> Callable:
@@ -207,7 +215,7 @@ def _train(config: settings.Settings, workdir: str, mgr) -> TrainState:
                 report.wait_in_flight(resilience.STEPS_IN_FLIGHT)  # bounded: a stop waits for few steps, not ~30
                 if done % config.log_every_steps == 0 or done == config.num_train_steps:
                     report.interval_end(state)
-                    _stop_if_diverged(state, done, config)
+                    _stop_if_diverged(state, done, config, mgr)
                 if config.eval_every_steps and done % config.eval_every_steps == 0:
                     hooks.eval_start(done)
                     with report.evaluating(done) as on_batch:
@@ -328,12 +336,14 @@ def _run_step(p_train, state, batch, rng, config: settings.Settings, first: bool
         raise
 
 
-def _stop_if_diverged(state, step: int, config: settings.Settings) -> None:
-    """A FloatingPointError after optimizer.max_consecutive_skips non-finite steps in a row."""
+def _stop_if_diverged(state, step: int, config: settings.Settings, mgr) -> None:
+    """A FloatingPointError after optimizer.max_consecutive_skips non-finite steps in a row, naming
+    the checkpoint to resume from (never a non-finite one: the step keeps none, the save refuses one)."""
     consecutive = reporting.first(state.consecutive_skips)
     if consecutive >= config.optimizer.max_consecutive_skips:
         raise FloatingPointError(
-            f"{int(consecutive)} consecutive steps had a non-finite loss or gradient (up to step {step}); "
-            "training stopped. Lower optimizer.learning_rate, check the data, or raise "
-            "optimizer.max_consecutive_skips. The last checkpoint is intact."
+            f"{int(consecutive)} consecutive steps had a non-finite loss, gradient or update (up to step {step}); "
+            f"training stopped; {checkpoint.newest_words(mgr)} (a non-finite state is never saved). Rerun "
+            "with a lower optimizer.learning_rate, after checking the data, or raise "
+            "optimizer.max_consecutive_skips"
         )

@@ -395,17 +395,51 @@ def test_non_finite_steps_skipped_counted_and_bounded(tmp_path):
     records = [json.loads(l) for l in open(tmp_path / "a" / "metrics.jsonl")]
     assert [r["skipped_steps"] for r in records] == [0, 0, 1, 2, 3, 3]
     assert all(np.isfinite(r["loss"]) for r in records)
-    bad = tiny_config(num_train_steps=6, **common, **{"faults.nan_at_steps": "2-4", "optimizer.max_consecutive_skips": 3})
+    bad = tiny_config(num_train_steps=6, **{**common, "checkpoint_every_steps": 2},
+                      **{"faults.nan_at_steps": "2-4", "optimizer.max_consecutive_skips": 3})
     handlers = [h for name in ("", "ds2_jax") for h in logging.getLogger(name).handlers]
     own_handles = [h.__dict__.get("handle") for h in handlers]
-    with pytest.raises(FloatingPointError, match="3 consecutive steps had a non-finite loss or gradient \\(up to step 5\\)"):
+    with pytest.raises(FloatingPointError, match="3 consecutive steps had a non-finite loss, gradient or update "
+                                                 "\\(up to step 5\\)") as stopped:
         train.train_and_evaluate(bad, str(tmp_path / "b"))
+    # The way out names the checkpoint to resume from (step 4: written after two skipped steps, finite).
+    assert f"the newest checkpoint, step 4 in {tmp_path / 'b' / 'checkpoints'}, holds finite parameters" \
+        in str(stopped.value)
     # A caller that catches the error keeps its process: the watchdog stopped (left running
     # it would os._exit step_timeout_s later), and the progress bar let go of the log handlers.
     for t in [t for t in threading.enumerate() if t.name == "ds2-watchdog"]:
         t.join(timeout=10)
         assert not t.is_alive(), "the watchdog outlived the failed run"
     assert [h.__dict__.get("handle") for h in handlers] == own_handles
+
+
+def test_a_non_finite_state_is_never_saved_and_one_saved_before_is_skipped_on_restore(six_steps, tmp_path, caplog):
+    """issue 40: NaN parameters were saved to every checkpoint, so a resume with a good rate failed
+    again. A save of a non-finite state is refused (nothing written, the message naming the checkpoint
+    to resume from); a non-finite checkpoint already on disk (an older ds2_jax) is passed over like a
+    damaged one and moved aside, and the previous one restores."""
+    workdir = copy_of(six_steps, tmp_path)
+    state = six_steps[1]
+    poisoned = state.replace(params=jax.tree_util.tree_map(lambda x: np.full_like(x, np.nan), state.params))
+    mgr = checkpoint.manager(workdir)
+    with pytest.raises(FloatingPointError) as refused:
+        checkpoint.save_or_explain(mgr, 7, poisoned)
+    assert str(refused.value).startswith("not writing checkpoint 7: the state is not finite (NaN or inf in ")
+    assert f"the newest checkpoint, step 6 in {mgr.directory}, holds finite parameters" in str(refused.value)
+    checkpoint.finish_or_explain(mgr)
+    assert sorted(mgr.all_steps()) == [3, 6] and not os.path.exists(os.path.join(mgr.directory, "7"))
+    checkpoint.save(mgr, 9, poisoned, wait=True)  # as an older ds2_jax wrote it
+    mgr.close()
+    with caplog.at_level(logging.WARNING, logger="ds2_jax"):
+        restored, step = checkpoint.restore_latest(checkpoint.manager(workdir), state, move_damaged=True)
+    assert step == 6 and "checkpoint 9" in caplog.text and "not finite" in caplog.text
+    assert_same_state(restored, state)
+    assert any(n.startswith("9.damaged-") for n in os.listdir(os.path.join(workdir, "checkpoints")))
+    other = str(tmp_path / "other")  # --eval_step / transcribe --step naming it: refused, not evaluated
+    with checkpoint.managed(other) as mgr:
+        checkpoint.save(mgr, 9, poisoned, wait=True)
+    with pytest.raises(errors.CheckpointError, match=r"checkpoint 9 in .* is not finite \(NaN or inf in "):
+        state_lib.restore_state(tiny_settings(**RUN), other, 9)
 
 
 @pytest.mark.slow
