@@ -26,7 +26,7 @@ import jax
 import numpy as np
 import pytest
 
-from ds2_jax import checkpoint, errors, evaluation, memory, metrics, resilience, train, workdir_config
+from ds2_jax import checkpoint, errors, evaluation, files, memory, metrics, resilience, train, workdir_config
 from ds2_jax import state as state_lib
 from ds2_jax.data.batch import Sharding
 from ds2_jax.data.source import make_source
@@ -527,6 +527,25 @@ def test_prepared_dataset_refuses_a_different_manual_dir_naming_both(tmp_path, c
     config = tiny_settings(**{"dataset.name": "librispeech_local", "dataset.manual_dir": str(other),
                               "dataset.data_dir": data_dir})
     with pytest.raises(errors.DatasetMismatch, match="holds other files"):  # the training path too
+        tfds_source._open_builder(config.dataset, Sharding(16))
+    # issue 40: the record follows the umask (another user of a shared data_dir reads it), and a
+    # record that is there but unreadable or torn is refused, never "unchecked" (the wrong corpus).
+    record = build._record_path(builder)
+    assert os.stat(record).st_mode & 0o777 == 0o666 & ~files.umask()
+    os.remove(record)
+    if os.geteuid() == 0:  # root reads a 000 file: a folder in its place fails open() the same way
+        os.mkdir(record)
+    else:
+        with open(record, "w") as f:
+            f.write("{}")
+        os.chmod(record, 0)
+    with pytest.raises(OSError, match=rf"{record}, the record .* is unreadable \(.*\), so the data cannot be "
+                                      r"checked.*chmod a\+r"):
+        build.build(str(first), data_dir)
+    os.chmod(record, 0o644) if os.path.isfile(record) else os.rmdir(record)
+    with open(record, "w") as f:
+        f.write('{"manual_dir": ')
+    with pytest.raises(ValueError, match=rf"{record}, the record .* is not JSON"):
         tfds_source._open_builder(config.dataset, Sharding(16))
 
 

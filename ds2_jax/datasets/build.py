@@ -127,11 +127,22 @@ def _record_path(builder) -> str:
 
 
 def recorded_source(builder) -> dict | None:
+    """The prepared dataset's record of its manual dir; None where it has none. A record that is
+    there but cannot be read is refused, never taken for none: the data would go unchecked."""
+    path = _record_path(builder)
+    way_out = "or set dataset.data_dir to a directory of your own"
     try:
-        with open(_record_path(builder)) as f:
+        with open(path) as f:
             return json.load(f)
-    except (OSError, ValueError):
+    except FileNotFoundError:
         return None
+    except OSError as e:
+        raise OSError(f"{path}, the record of the files this prepared dataset was built from, is unreadable "
+                      f"({e.strerror or e}), so the data cannot be checked against dataset.manual_dir: ask its owner "
+                      f"to make it readable (chmod a+r), {way_out}") from e
+    except ValueError as e:
+        raise ValueError(f"{path}, the record of the files this prepared dataset was built from, is not JSON ({e}): "
+                         f"delete it to record dataset.manual_dir as it is now (unchecked), {way_out}") from e
 
 
 def record_source(builder, source: dict) -> None:
