@@ -143,3 +143,30 @@ def test_a_split_with_every_utterance_skipped_says_why(tmp_path):
     td.write_chapter(split_dir, 1, 1, {"1-1-0000.flac": td.flac_bytes(td.tone(1600))}, b"1-1-0000 " + b"A" * 200 + b"\n")
     with pytest.raises(ValueError, match=r"dev_clean: kept 0 of 1 .*ctc_infeasible=1.*1-1-0000: 200 labels"):
         build.build(str(tmp_path / "manual"), str(tmp_path / "tfds"))
+
+
+def test_a_linked_speaker_folder_is_read_loops_once_and_a_broken_link_is_counted(tmp_path, caplog):
+    """issue 40: a speaker folder that is a symbolic link was left out ("kept 13 of 13, skipped:
+    none"). Linked folders are read like any other, a link back up (a loop) is read once and named,
+    a broken link to a .flac is counted, and the data record's fingerprint sees the linked files."""
+    split = tmp_path / "manual" / "LibriSpeech" / "dev-clean"
+    texts = b"1-10-0000 ONE\n1-10-0001 TWO\n"
+    td.write_chapter(str(split), 1, 10, {f"1-10-{i:04d}.flac": td.flac_bytes(td.tone(td.RATE)) for i in range(2)}, texts)
+    elsewhere = tmp_path / "other_disk"
+    td.write_chapter(str(elsewhere), 2, 20, {"2-20-0000.flac": td.flac_bytes(td.tone(td.RATE))},
+                     b"2-20-0000 THREE\n2-20-0001 FOUR\n")
+    os.symlink(elsewhere / "2", split / "2")  # speaker 2 linked in
+    os.symlink(split, elsewhere / "2" / "20" / "loop")  # a link back up: a loop
+    os.symlink(tmp_path / "gone.flac", elsewhere / "2" / "20" / "2-20-0001.flac")  # broken
+    report = librispeech_local.SplitReport("dev-clean")
+    with caplog.at_level("WARNING"):
+        keys = [key for key, _ in librispeech_local.generate_from_tree(str(split), report)]
+    assert sorted(keys) == ["1-10-0000", "1-10-0001", "2-20-0000"]  # each once, the loop not re-read
+    assert report.kept == 3 and report.skipped["corrupt_audio"] == 1
+    assert "2-20-0001: unreadable" in report.examples["corrupt_audio"][0]
+    assert "loop" in caplog.text and str(split) in caplog.text
+    before = build.source_of(str(tmp_path / "manual"))
+    assert before["files"] == 6  # 1/10: 2 flac + trans; 2/20: flac, trans and the broken link (sized -1)
+    with open(elsewhere / "2" / "20" / "2-20.trans.txt", "ab") as f:
+        f.write(b"2-20-0002 FIVE\n")
+    assert build.source_of(str(tmp_path / "manual"))["content_fingerprint"] != before["content_fingerprint"]

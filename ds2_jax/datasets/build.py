@@ -108,11 +108,11 @@ def source_of(manual_dir: str) -> dict:
         if kind == "tar":
             entries.append((split, os.path.basename(path), os.path.getsize(path)))
             continue
-        for root, dirs, names in os.walk(path):
-            dirs.sort()
-            for name in sorted(names):
+        for root, _, names in librispeech_local.walk(path):  # the build's walk: linked folders too
+            for name in names:
                 full = os.path.join(root, name)
-                entries.append((split, os.path.relpath(full, path), os.path.getsize(full)))
+                size = os.path.getsize(full) if os.path.exists(full) else -1  # -1: a broken link
+                entries.append((split, os.path.relpath(full, path), size))
                 if name.lower().endswith(TEXT_SUFFIXES):
                     with open(full, "rb") as f:
                         texts.update(entries[-1][1].encode() + b"\0" + f.read() + b"\0")

@@ -170,10 +170,26 @@ def _utt_id(name: str) -> str | None:
     return stem if _UTT_RE.match(stem) else None
 
 
-def generate_from_tree(split_dir: str, report: SplitReport) -> Iterator:
-    """Walks <split>/<speaker>/<chapter>/ in sorted order; one chapter in memory at a time."""
-    for root, dirs, files in os.walk(split_dir):
+def walk(top: str) -> Iterator[tuple[str, list[str], list[str]]]:
+    """os.walk in sorted order, following symbolic links to folders (a speaker linked in from
+    another disk belongs to the split), each real folder read once: a link to a folder already
+    read (a loop, or a second link) is named in a warning and not read again."""
+    seen: set[str] = set()
+    for root, dirs, files in os.walk(top, followlinks=True):
+        real = os.path.realpath(root)
+        if real in seen:
+            logging.warning("%s links to %s, which is already read: not read again (a loop or a second link)",
+                            root, real)
+            dirs[:] = []
+            continue
+        seen.add(real)
         dirs.sort()
+        yield root, dirs, sorted(files)
+
+
+def generate_from_tree(split_dir: str, report: SplitReport) -> Iterator:
+    """Walks <split>/<speaker>/<chapter>/ in sorted order (`walk`); one chapter in memory at a time."""
+    for root, dirs, files in walk(split_dir):
         flacs = sorted(f for f in files if f.endswith(".flac"))
         trans_files = [f for f in files if f.endswith(".trans.txt")]
         transcripts = {}
@@ -187,8 +203,12 @@ def generate_from_tree(split_dir: str, report: SplitReport) -> Iterator:
                 logging.warning("ignoring %s: not named <speaker>-<chapter>-<utt>.flac", name)
                 continue
             seen.add(utt_id)
-            with open(os.path.join(root, name), "rb") as f:
-                flac = f.read()
+            try:
+                with open(os.path.join(root, name), "rb") as f:
+                    flac = f.read()
+            except OSError as e:  # a broken link, a file of another user's: counted, never a silent drop
+                report.skip("corrupt_audio", utt_id, f"unreadable: {e.strerror or e}")
+                continue
             ex = make_example(utt_id, flac, transcripts.get(utt_id), report)
             if ex is not None:
                 yield ex
