@@ -154,7 +154,7 @@ def train_and_evaluate(config, workdir: str) -> TrainState:
     """Trains for config.num_train_steps, resuming from the latest checkpoint in workdir
     (one already at that step returns its state: "nothing to train").
 
-    SIGTERM/SIGINT checkpoint at the next step boundary and return; a step with a
+    SIGTERM/SIGINT/SIGHUP checkpoint at the next step boundary and return; a step with a
     non-finite loss is skipped (config.optimizer.max_consecutive_skips in a row stop
     the run); no progress for config.step_timeout_s ends the process (exit 3). A second
     run on the same workdir is refused while this one holds its lock (workdir/run.lock).

@@ -825,10 +825,12 @@ class _FakeScalar:
         return np.ones((), dtype or np.float32)
 
 
-def test_a_stop_signal_checkpoints_within_two_steps_of_the_device(six_steps, tmp_path, monkeypatch, caplog):
+@pytest.mark.parametrize("stop", ["SIGTERM", "SIGHUP"])
+def test_a_stop_signal_checkpoints_within_two_steps_of_the_device(six_steps, tmp_path, monkeypatch, caplog, stop):
     """The loop dispatches at most resilience.STEPS_IN_FLIGHT steps ahead of the device, so
     SIGTERM is answered by a checkpoint a step or two after the one running (the seed config
-    without a GPU queued ~30 steps of 38 s: 20 minutes)."""
+    without a GPU queued ~30 steps of 38 s: 20 minutes). SIGHUP (the terminal closed) is a
+    SIGTERM: it ended the run at once with no checkpoint (issue 40)."""
     w = copy_of(six_steps, tmp_path)
     device = _FakeDevice(step_s=0.2)  # slow enough that a loaded machine delivers the signal within a step
     monkeypatch.setattr(train, "_run_step", device.step)
@@ -838,7 +840,7 @@ def test_a_stop_signal_checkpoints_within_two_steps_of_the_device(six_steps, tmp
         while device.finished < 3:
             time.sleep(0.001)
         at_signal.append(device.finished)
-        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), getattr(signal, stop))
 
     threading.Thread(target=stop_after_three, daemon=True).start()
     try:
@@ -847,7 +849,7 @@ def test_a_stop_signal_checkpoints_within_two_steps_of_the_device(six_steps, tmp
     finally:
         device.close()
     saved = checkpoint.manager(w).latest_step()
-    assert "received SIGTERM" in caplog.text and f"preempted at step {saved}" in caplog.text
+    assert f"received {stop}" in caplog.text and f"preempted at step {saved}" in caplog.text
     assert saved - 6 <= at_signal[0] + 2 + 1, (saved, at_signal)  # 2 in flight, 1 for the race with the signal
 
 
