@@ -24,8 +24,9 @@ PANELS = [
 
 
 def series(rows: list[dict], key: str) -> tuple[list[int], list[float]]:
-    """(steps, values) of the rows that have `key`, in step order."""
-    points = sorted((r["step"], r[key]) for r in rows if key in r)
+    """(steps, values) of the rows that have a value of `key` (null: none, e.g. an interval of skipped steps),
+    in step order."""
+    points = sorted((r["step"], r[key]) for r in rows if r.get(key) is not None)
     return [s for s, _ in points], [v for _, v in points]
 
 
