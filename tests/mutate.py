@@ -368,8 +368,8 @@ MUTATIONS = [
              "result = evaluate(run.p_eval, run.state, run.source, split_list(split or config.eval.split or "
              "config.dataset.eval_split)[0],", (SPLITS,), "--mode=eval scores the first listed split under every name"),
     Mutation("eval_result_file_without_split", "ds2_jax/evaluation.py",
-             'return os.path.join(workdir, f"eval-{split}-{step}-{decoding_tag(beam)}.json")',
-             'return os.path.join(workdir, f"eval-{step}-{decoding_tag(beam)}.json")', (SPLITS,),
+             'return os.path.join(workdir, f"eval-{split}-{step}-{decoding_tag(beam)}{subset}.json")',
+             'return os.path.join(workdir, f"eval-{step}-{decoding_tag(beam)}{subset}.json")', (SPLITS,),
              "each split's eval json overwrites the previous split's"),
     Mutation("eval_split_list_first_only", "ds2_jax/evaluation.py",
              'splits = [s.strip() for s in spec.split(",") if s.strip()]',

@@ -298,14 +298,14 @@ def test_eval_restores_with_the_workdirs_config_and_names_what_differs(six_steps
     assert "model.rnn_size (trained 32, --config 64)" in caplog.text
     assert "optimizer.learning_rate" in caplog.text and "damaged" not in caplog.text
     assert result["step"] == 6 and result["utterances"] == 8 and np.isfinite(result["loss"])
-    greedy = json.load(open(os.path.join(w, "eval-dev-clean-6-greedy.json")))
+    greedy = json.load(open(os.path.join(w, "eval-dev-clean-6-greedy-max8.json")))
     assert greedy["wer"] == result["wer"] and "beam" not in greedy
 
     pytest.importorskip("pyctcdecode")
     beam = evaluation.evaluate_checkpoint(run_config(**{"decoding.beam_width": 4}), w)
-    assert json.load(open(os.path.join(w, "eval-dev-clean-6-beam4.json")))["beam"]["wer"] == beam["beam"]["wer"]
+    assert json.load(open(os.path.join(w, "eval-dev-clean-6-beam4-max8.json")))["beam"]["wer"] == beam["beam"]["wer"]
     evaluation.evaluate_checkpoint(run_config(), w)  # greedy again: the beam results stay
-    assert os.path.exists(os.path.join(w, "eval-dev-clean-6-beam4.json"))
+    assert os.path.exists(os.path.join(w, "eval-dev-clean-6-beam4-max8.json"))
 
 
 def test_eval_config_takes_training_settings_from_the_workdir_and_eval_settings_from_the_flags(tmp_path):
@@ -342,7 +342,7 @@ def test_eval_into_a_read_only_workdir_logs_the_result_then_fails_clearly(six_st
     with caplog.at_level("INFO", logger="ds2_jax"), pytest.raises(OSError, match="could not write") as err:
         evaluation.evaluate_checkpoint(run_config(), w)
     assert "eval dev-clean at step 6: greedy WER" in caplog.text  # the result is not lost
-    assert "Make " + w + " writable" in str(err.value) and "eval-dev-clean-6-greedy.json" in str(err.value)
+    assert "Make " + w + " writable" in str(err.value) and "eval-dev-clean-6-greedy-max8.json" in str(err.value)
     assert err.value.results["dev-clean"]["step"] == 6
 
 
@@ -951,9 +951,12 @@ def test_eval_result_names_tell_every_decoder_apart_and_are_written_atomically(s
     assert names[:3] == [os.path.join("w", f"eval-dev-clean-6-{t}.json") for t in ("greedy", "beam32", "beam8")]
     assert os.path.basename(names[4]).startswith("eval-dev-clean-6-beam32-lm-lm-a0.5-b1-")
     assert names[4] == evaluation.result_path("w", "dev-clean", 6, beam(lm_path="a/lm.arpa"))  # same decoder, same name
+    # issue 40: a result over a subset (eval.max_utterances) never replaces the whole split's
+    subsets = [evaluation.result_path("w", "dev-clean", 6, d, n) for d in (None, beam()) for n in (0, 8, 16)]
+    assert len(set(subsets)) == 6 and subsets[0] == names[0] and subsets[1].endswith("-greedy-max8.json")
 
     w = copy_of(six_steps, tmp_path)
-    path = os.path.join(w, "eval-dev-clean-6-greedy.json")
+    path = os.path.join(w, "eval-dev-clean-6-greedy-max8.json")
     open(path, "w").write('{"old": 1}')
 
     def torn_dump(obj, f, **kwargs):

@@ -71,8 +71,9 @@ def tune(config: settings.Settings, workdir: str, lm: str, split: str, alphas, b
         "split": split, "step": step, "lm": lm, "beam_width": beam_width, "utterances": len(out.references),
         "greedy": metrics.error_rates(out.references, out.greedy), "best": best, "grid": grid,
     }
-    # One file per (split, step, beam, LM): tuning against another LM never replaces this one.
-    path = os.path.join(workdir, f"tune_lm-{split}-{step}-beam{beam_width}-lm-{evaluation.lm_name(lm)}.json")
+    # One file per (split, step, beam, LM, subset): tuning against another LM, or on a subset, never replaces this one.
+    subset = f"-max{max_utterances}" if max_utterances else ""
+    path = os.path.join(workdir, f"tune_lm-{split}-{step}-beam{beam_width}-lm-{evaluation.lm_name(lm)}{subset}.json")
     files.write_text(path, json.dumps(result, indent=2))
     result["path"] = path
     log.info("greedy WER %.4f CER %.4f; best alpha %.3g beta %.3g: WER %.4f CER %.4f -> %s",
