@@ -120,8 +120,10 @@ def restore_latest(mgr: ocp.CheckpointManager, target, move_damaged: bool = Fals
         if (missing := unfinished(mgr, step)) is not None:
             # Not handed to orbax: its failed guess at an empty folder's layout made every
             # later restore of this manager fail too (good checkpoints called damaged).
-            failures.append((step, f"never finished: no {missing} (a save cut short by a crash or a slow file system)"))
-            log.warning("checkpoint %d in %s is damaged, trying the previous one (%s)", step, mgr.directory, failures[-1][1])
+            failures.append((step, f"never finished: no {missing} (being written by a training run now, or a save "
+                                   "cut short by a crash or a slow file system)"))
+            log.warning("checkpoint %d in %s is unfinished, trying the previous one (%s)", step, mgr.directory,
+                        failures[-1][1])
             continue
         try:
             state = mgr.restore(step, args=ocp.args.StandardRestore(target))

@@ -151,8 +151,9 @@ def restore_state(config: settings.Settings, workdir: str, step: int | None = No
             raise FileNotFoundError(f"no checkpoint in {os.path.join(workdir, 'checkpoints')}: train first")
     elif step in mgr.all_steps():
         if (missing := checkpoint.unfinished(mgr, step)) is not None:
-            raise errors.CheckpointError(f"checkpoint {step} in {mgr.directory} was never finished (no {missing}); "
-                                         f"choose another step of {sorted(mgr.all_steps())}")
+            raise errors.CheckpointError(f"checkpoint {step} in {mgr.directory} was never finished (no {missing}): "
+                                         "a training run may be writing it now (wait for it), or a save was cut "
+                                         f"short; or choose another step of {sorted(mgr.all_steps())}")
         try:
             state = mgr.restore(step, args=checkpoint.ocp.args.StandardRestore(template))
         except Exception as e:  # noqa: BLE001  (orbax raises many types)
