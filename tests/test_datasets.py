@@ -170,3 +170,25 @@ def test_a_linked_speaker_folder_is_read_loops_once_and_a_broken_link_is_counted
     with open(elsewhere / "2" / "20" / "2-20.trans.txt", "ab") as f:
         f.write(b"2-20-0002 FIVE\n")
     assert build.source_of(str(tmp_path / "manual"))["content_fingerprint"] != before["content_fingerprint"]
+
+
+def test_a_truncated_archive_names_itself_and_says_to_download_it_again(tmp_path):
+    """issue 40: a .tar.gz cut short mid-download was an EOFError traceback from inside tfds."""
+    staging = tmp_path / "staging" / "dev-other"
+    td.write_bad_inputs(str(staging))
+    (tmp_path / "manual").mkdir()
+    archive = tmp_path / "manual" / "dev-other.tar.gz"
+    td.tar_split(str(staging), str(archive))
+    data = archive.read_bytes()
+    archive.write_bytes(data[: len(data) * 2 // 3])  # cut mid-file
+    report = librispeech_local.SplitReport("dev-other")
+    with pytest.raises(OSError, match=rf"{archive} is truncated or damaged .*: download it again"):
+        list(librispeech_local.generate_from_tar(str(archive), report))
+    with pytest.raises(Exception) as built:  # through tfds's build too: the cause names the archive
+        build.build(str(tmp_path / "manual"), str(tmp_path / "tfds"))
+    chain, err = [], built.value
+    while err is not None:
+        chain.append(str(err))
+        err = err.__cause__ or err.__context__
+    assert any("download it again" in text for text in chain), chain
+    assert isinstance(built.value, OSError), type(built.value)  # one `error:` line, not a traceback

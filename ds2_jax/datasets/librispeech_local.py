@@ -26,6 +26,7 @@ import logging
 import os
 import re
 import tarfile
+import zlib
 from typing import Iterator
 
 import numpy as np
@@ -221,6 +222,15 @@ def generate_from_tar(path: str, report: SplitReport) -> Iterator:
     A chapter's .flac files may come before its .trans.txt, so they wait in memory until
     it arrives; archives are grouped by chapter, so that is one chapter at most.
     """
+    try:
+        yield from _generate_from_tar(path, report)
+    except (EOFError, tarfile.TarError, zlib.error, OSError) as e:  # cut short mid-download, or damaged
+        raise OSError(f"{path} is truncated or damaged ({type(e).__name__}: {e}): download it again (and check its "
+                      "size against openslr.org/12), or remove it from dataset.manual_dir to build the other "
+                      "splits") from e
+
+
+def _generate_from_tar(path: str, report: SplitReport) -> Iterator:
     transcripts: dict[str, dict[str, str]] = {}  # chapter -> {utt id: text}
     pending: dict[str, list[tuple[str, bytes]]] = collections.defaultdict(list)
     seen: set[str] = set()
