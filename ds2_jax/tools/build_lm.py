@@ -212,6 +212,8 @@ def write_arpa(probs: list[dict], backoffs: list[dict], path: str) -> dict[int, 
 
 # ----------------------------------------------------------------------------- CLI
 
+MAX_ORDER = 6  # the highest order flashlight-text's KenLM is compiled for (KENLM_MAX_ORDER); order 7 fails to load
+
 
 def define_flags(fv) -> None:
     from absl import flags
@@ -229,6 +231,9 @@ def main(argv: list[str] | None = None) -> int:
     from ds2_jax import cli
 
     args, _ = cli.parse_args(argv, define_flags, __doc__)
+    if not 1 <= args.order <= MAX_ORDER:  # before reading any text: a model the decoder cannot load is no use
+        cli.usage_error(f"--order={args.order}: must be 1..{MAX_ORDER} (the decoder's KenLM loads models up to order "
+                        f"{MAX_ORDER})")
     paths = list(args.transcripts)
     if args.manual_dir:
         splits = [s.strip() for s in args.splits.replace("+", ",").split(",") if s.strip()]
