@@ -302,6 +302,12 @@ class Features(SpecAugment, Spectrogram):
 
     def __post_init__(self):
         _check_ranges(self)
+        if self.hop < 1 or self.window < 1:
+            raise ValueError(f"features.window_ms={self.window_ms} and hop_ms={self.hop_ms} must each be at least one "
+                             f"sample ({1000 / self.sample_rate} ms)")
+        if self.window % self.hop:  # features._frames frames the audio in hops: refused there at the first step
+            raise ValueError(f"features.window_ms={self.window_ms} must be a multiple of features.hop_ms={self.hop_ms} "
+                             f"(a window of {self.window} samples in hops of {self.hop})")
 
     @property
     def spectrogram(self) -> Spectrogram:

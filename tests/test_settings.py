@@ -167,6 +167,11 @@ def test_the_values_that_trained_nan_or_never_learned_are_refused():
                        ("dataset.max_duration_s", float("inf")), ("step_timeout_s", float("nan"))]:
         with pytest.raises(ValueError, match=rf"{key.replace('.', '[.]')}={value!r}: must be"):
             settings.override(settings.Settings(), {key: value})
+    # A window the spectrogram cannot frame in hops failed at the first step, deep in features.py.
+    for changes in ({"features.window_ms": 25.0}, {"features.hop_ms": 0.01}):
+        with pytest.raises(ValueError, match=r"features.window_ms=.* must (be|each be)"):
+            settings.override(settings.Settings(), changes)
+    assert settings.override(settings.Settings(), {"features.window_ms": 40.0, "features.hop_ms": 20.0})
 
 
 # ----------------------------------------------------------------------------- boundaries
