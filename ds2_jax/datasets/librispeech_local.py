@@ -33,7 +33,7 @@ import numpy as np
 import soundfile
 import tensorflow_datasets as tfds
 
-from ds2_jax import geometry, text
+from ds2_jax import files, geometry, text
 
 SAMPLE_RATE = 16_000
 # The conv stack the CTC feasibility check assumes (the default model's).
@@ -359,8 +359,7 @@ class LibrispeechLocal(tfds.core.GeneratorBasedBuilder):
         yield from gen(path, report)
         # Runs once the writer has drained the generator; data_dir is the build's
         # temporary dir here, which tfds renames to the final one on success.
-        with open(report_path(os.fspath(self.data_dir), split), "w") as f:
-            json.dump(report.to_json(), f, indent=1)
+        files.write_text(report_path(os.fspath(self.data_dir), split), json.dumps(report.to_json(), indent=1))
         # A warning when anything was dropped, so a skip is never silent.
         dropped = sum(report.skipped.values()) + report.transcripts_without_audio
         logging.log(logging.WARNING if dropped else logging.INFO, "%s", report.summary())

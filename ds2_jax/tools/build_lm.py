@@ -29,7 +29,7 @@ import sys
 import tarfile
 from collections.abc import Iterable, Iterator
 
-from ds2_jax import text
+from ds2_jax import files, text
 
 BOS, EOS, UNK = "<s>", "</s>", "<unk>"
 FALLBACK_DISCOUNTS = (0.5, 1.0, 1.5)  # lmplz --discount_fallback
@@ -188,8 +188,7 @@ def write_arpa(probs: list[dict], backoffs: list[dict], path: str) -> dict[int, 
     order = len(probs)
     unigrams = dict(probs[0])
     sizes = {k + 1: len(probs[k]) + (1 if k == 0 else 0) for k in range(order)}  # + <s>
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
+    with files.replacing(path, "w") as f:  # atomic, under a temporary name of its own
         f.write("\\data\\\n")
         f.writelines(f"ngram {k}={sizes[k]}\n" for k in range(1, order + 1))
         for k in range(1, order + 1):
@@ -206,7 +205,6 @@ def write_arpa(probs: list[dict], backoffs: list[dict], path: str) -> dict[int, 
                     line += f"\t{math.log10(bo) if bo else 0.0:.6f}"
                 f.write(line + "\n")
         f.write("\n\\end\\\n")
-    os.replace(tmp, path)
     return sizes
 
 
