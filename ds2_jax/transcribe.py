@@ -244,6 +244,22 @@ def check_flags(args) -> None:
         cli.usage_error(f"--step={args.step}: must be >= 0")
 
 
+def decoder_settings(args, base: settings.Decoding) -> settings.Decoding:
+    """The decoding settings of the flags over the workdir's (`base`): a flag given (0 too) wins; without
+    --beam_width, the workdir's, or LM_BEAM_WIDTH with --lm when that is 0."""
+    beam_width = args.beam_width if args.beam_width is not None else (
+        base.beam_width or (settings.LM_BEAM_WIDTH if args.lm else 0))
+    lm_path = args.lm if args.lm else (base.lm_path if beam_width else "")
+    return dataclasses.replace(
+        base,
+        beam_width=beam_width,
+        lm_path=lm_path,
+        lexicon_path=args.lexicon or (base.lexicon_path if lm_path == base.lm_path else ""),
+        alpha=base.alpha if args.alpha is None else args.alpha,
+        beta=base.beta if args.beta is None else args.beta,
+    )
+
+
 def shown(path: str) -> str:
     """`path` for a 'path<TAB>text' line: backslash, tab and newline escaped, so the line splits at one tab."""
     return path.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n")
@@ -261,19 +277,8 @@ def main(argv: list[str] | None = None) -> int:
     from ds2_jax import workdir_config
 
     config = workdir_config.load_config(args.workdir)  # read once: the Transcriber is handed it
-    base = config.decoding
-    beam_width = args.beam_width if args.beam_width is not None else (
-        base.beam_width or (settings.LM_BEAM_WIDTH if args.lm else 0))
-    lm_path = args.lm if args.lm else (base.lm_path if beam_width else "")
     try:
-        cfg = dataclasses.replace(
-            base,
-            beam_width=beam_width,
-            lm_path=lm_path,
-            lexicon_path=args.lexicon or (base.lexicon_path if lm_path == base.lm_path else ""),
-            alpha=base.alpha if args.alpha is None else args.alpha,
-            beta=base.beta if args.beta is None else args.beta,
-        )
+        cfg = decoder_settings(args, config.decoding)
         transcriber = Transcriber(args.workdir, cfg, step=args.step, batch_size=args.batch_size, config=config)
     except ValueError as e:  # names decoding.* settings: say which flag
         raise ValueError(cli.in_flag_names(str(e), FLAG_OF_SETTING)) from e

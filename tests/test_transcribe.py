@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import soundfile
 
-from ds2_jax import errors, transcribe
+from ds2_jax import errors, settings, transcribe
 from tests.helpers import CORPUS
 
 TEST_CLEAN = os.path.join(CORPUS, "LibriSpeech", "test-clean")
@@ -288,3 +288,27 @@ def test_lines_come_as_they_are_done_a_closed_pipe_ends_quietly_and_ctrl_c_says_
     assert first.startswith(wav + "\t") and "Traceback" not in err
     assert err.strip().splitlines()[-1].startswith("transcribe: interrupted after ")
     assert f"interrupted after {done} of 400 files" in err or f"interrupted after {done + 1} of 400 files" in err
+
+
+def test_every_numeric_flag_at_zero_is_used_or_refused_never_taken_for_unset(untrained, tmp_path, capsys):
+    """issue 40: `--alpha=0` was ignored by an `or` that took 0 for "not given". Each numeric flag of
+    transcribe at 0: a value the run uses (the workdir's own is not), or a usage error."""
+    import types
+
+    from ds2_jax import cli
+
+    base = settings.Decoding(beam_width=8, lm_path="lm.arpa", alpha=0.5, beta=1.0)
+    flags = dict(lm="", lexicon="", beam_width=None, alpha=None, beta=None)
+    for flag, field in (("alpha", "alpha"), ("beta", "beta"), ("beam_width", "beam_width")):
+        cfg = transcribe.decoder_settings(types.SimpleNamespace(**{**flags, flag: 0}), base)
+        assert getattr(cfg, field) == 0, flag
+    assert transcribe.decoder_settings(types.SimpleNamespace(**flags), base) == base  # not given: the workdir's
+    fv_args = ["--workdir", untrained]
+    with pytest.raises(SystemExit) as exited:
+        transcribe.main([*fv_args, "--batch_size=0", "a.wav"])
+    assert exited.value.code == cli.USAGE_EXIT
+    wav = str(tmp_path / "a.wav")
+    soundfile.write(wav, np.zeros(16_000, np.float32), 16_000, subtype="PCM_16")
+    capsys.readouterr()
+    assert transcribe.main([*fv_args, "--step=0", "--beam_width=0", "--alpha=0", "--beta=0", wav]) == 0  # step 0 is a step
+    assert capsys.readouterr().out.startswith(wav + "\t")
