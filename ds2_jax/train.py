@@ -160,9 +160,11 @@ def train_and_evaluate(config, workdir: str) -> TrainState:
     run on the same workdir is refused while this one holds its lock (workdir/run.lock).
     """
     config = settings.from_config_dict(config)
-    with resilience.WorkdirLock(workdir, enabled=jax.process_index() == 0), \
+    # The stop signals are caught from the start: one arriving while the model is built or the step
+    # compiles (minutes) stops the run at the first step boundary, not with a traceback or a kill.
+    with resilience.Preemption() as preemption, resilience.WorkdirLock(workdir, enabled=jax.process_index() == 0), \
             checkpoint.managed(workdir, config.keep_checkpoints) as mgr:
-        return _train(config, workdir, mgr)
+        return _train(config, workdir, mgr, preemption)
 
 
 def _nothing_to_train(start: int, config: settings.Settings, workdir: str) -> bool:
@@ -180,8 +182,9 @@ def _nothing_to_train(start: int, config: settings.Settings, workdir: str) -> bo
     return True
 
 
-def _train(config: settings.Settings, workdir: str, mgr) -> TrainState:
-    """train_and_evaluate's loop, with the workdir locked and the checkpoint manager `mgr` open."""
+def _train(config: settings.Settings, workdir: str, mgr, preemption: resilience.Preemption) -> TrainState:
+    """train_and_evaluate's loop, with the workdir locked, the checkpoint manager `mgr` open and the
+    stop signals caught (`preemption`)."""
     par, sharding, source = _devices_and_data(config)
     init_rng, step_rng = jax.random.split(jax.random.PRNGKey(config.seed))
     state = _initial_or_restored(config, workdir, mgr, source, init_rng)
@@ -203,7 +206,7 @@ def _train(config: settings.Settings, workdir: str, mgr) -> TrainState:
     with reporting.Reporter(config, workdir, start, is_chief=jax.process_index() == 0) as report:
         report.resume_changes(start, changes)
         log.info("compiling the train step for batch shapes %s (the first step: minutes for a large batch)", source.shapes())
-        with report.showing_bar(), resilience.Preemption() as preemption, contextlib.closing(batches):
+        with report.showing_bar(), contextlib.closing(batches):
             for step in range(start, config.num_train_steps):
                 hooks.step_start(step)
                 batch = report.next_batch(batches)

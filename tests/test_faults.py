@@ -859,6 +859,25 @@ def test_a_stop_signal_checkpoints_within_two_steps_of_the_device(six_steps, tmp
     assert saved - 6 <= at_signal[0] + 2 + 1, (saved, at_signal)  # 2 in flight, 1 for the race with the signal
 
 
+def test_a_stop_signal_while_the_model_is_built_stops_at_the_first_step_with_a_checkpoint(tmp_path, monkeypatch,
+                                                                                         caplog):
+    """issue 40: a Ctrl-C before the loop (building the data, the model, the first compile) was a
+    KeyboardInterrupt traceback, SIGTERM a kill leaving a stale lock; now both are the loop's stop."""
+    real = train.make_source
+
+    def source_then_signal(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGINT)  # arrives while the run is being set up
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(train, "make_source", source_then_signal)
+    w = str(tmp_path / "w")
+    with caplog.at_level("INFO", logger="ds2_jax"):
+        state = train.train_and_evaluate(run_config(num_train_steps=1000), w)
+    assert int(state.step) == 1 and "received SIGINT" in caplog.text and "preempted at step 1" in caplog.text
+    assert checkpoint.manager(w).latest_step() == 1 and not os.path.exists(os.path.join(w, resilience.LOCK_FILE))
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handlers are given back
+
+
 def test_a_second_signal_abandons_the_wait_at_once_with_a_clear_line(monkeypatch, capfd):
     class Exited(Exception):
         pass
