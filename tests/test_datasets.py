@@ -192,3 +192,28 @@ def test_a_truncated_archive_names_itself_and_says_to_download_it_again(tmp_path
         err = err.__cause__ or err.__context__
     assert any("download it again" in text for text in chain), chain
     assert isinstance(built.value, OSError), type(built.value)  # one `error:` line, not a traceback
+
+
+def test_a_second_build_into_one_fresh_data_dir_waits_for_the_first_and_uses_its_dataset(tmp_path, caplog):
+    """issue 40: two builds (or two runs) into one fresh data_dir raced in tfds's temporary folders."""
+    import fcntl
+    import threading
+    import time
+
+    manual = tmp_path / "manual"
+    td.write_bad_inputs(str(manual / "LibriSpeech" / "dev-clean"))
+    data_dir = tmp_path / "tfds"
+    data_dir.mkdir()
+    built = []
+    with open(data_dir / build.BUILD_LOCK, "a") as held:  # a first build holds the lock
+        fcntl.flock(held, fcntl.LOCK_EX)
+        with caplog.at_level("WARNING", logger="ds2_jax"):
+            second = threading.Thread(target=lambda: built.append(build.build(str(manual), str(data_dir))))
+            second.start()
+            deadline = time.time() + 60
+            while "another process is building" not in caplog.text and time.time() < deadline:
+                second.join(0.05)
+        assert "another process is building librispeech_local" in caplog.text and not built  # it waits
+        fcntl.flock(held, fcntl.LOCK_UN)
+    second.join(120)
+    assert built and built[0].is_prepared()

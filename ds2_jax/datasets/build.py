@@ -16,6 +16,7 @@ deleting D/librispeech_local.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
 import logging
@@ -189,6 +190,31 @@ def check_source(builder, manual_dir: str) -> None:
     )
 
 
+BUILD_LOCK = ".librispeech_local.build.lock"  # in the tfds data dir: one build at a time
+
+
+@contextlib.contextmanager
+def _one_build_at_a_time(builder):
+    """Holds data_dir's build lock (flock: released when a holder dies); a second build (or a second run
+    starting on a fresh data_dir) says so and waits, then finds the dataset the first one prepared."""
+    root = os.path.dirname(os.path.dirname(os.fspath(builder.data_dir)))  # <data_dir>/librispeech_local/<version>
+    if "://" in root:  # a remote data dir: tfds's own rules
+        yield
+        return
+    os.makedirs(root, exist_ok=True)
+    with open(os.path.join(root, BUILD_LOCK), "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            logging.getLogger("ds2_jax").warning("another process is building librispeech_local in %s: waiting for "
+                                                 "it to finish (%s)", root, f.name)
+            fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 def build(manual_dir: str, data_dir: str = "") -> librispeech_local.LibrispeechLocal:
     """Prepares the dataset (only checks check_source if already prepared); returns its builder."""
     with librispeech_local.quiet_tfds():
@@ -202,11 +228,18 @@ def build(manual_dir: str, data_dir: str = "") -> librispeech_local.LibrispeechL
             f"dataset.manual_dir={manual_dir!r} is missing or empty: point it at a directory "
             "holding LibriSpeech/<split>/... or <split>.tar.gz archives"
         )
-    with librispeech_local.quiet_tfds(), _local_shuffle_files(data_dir), _uncompressed_records():
-        builder.download_and_prepare(
-            download_config=tfds.download.DownloadConfig(manual_dir=os.path.abspath(manual_dir))
-        )
-    record_source(builder, source_of(manual_dir))
+    with _one_build_at_a_time(builder):
+        with librispeech_local.quiet_tfds():
+            builder = get_builder(data_dir)  # afresh: the build this one waited for may have prepared it
+            prepared = builder.is_prepared()
+        if prepared:
+            check_source(builder, manual_dir)
+            return builder
+        with librispeech_local.quiet_tfds(), _local_shuffle_files(data_dir), _uncompressed_records():
+            builder.download_and_prepare(
+                download_config=tfds.download.DownloadConfig(manual_dir=os.path.abspath(manual_dir))
+            )
+        record_source(builder, source_of(manual_dir))
     logging.getLogger("ds2_jax").info("librispeech_local: built %s from %s", builder.data_dir, manual_dir)
     return builder
 
