@@ -190,7 +190,6 @@ def test_every_dataset_name_has_a_source():
 # Modules no test file imports or runs: each is tested through the module that uses it, in
 # the test file named (BUILD_NOTES.md, Testing: tests are grouped by behaviour, not one per module).
 REACHED_THROUGH = {
-    "ds2_jax.cli": "test_cli.py",  # every command's usage errors, run as subprocesses
     "ds2_jax.faults": "test_faults.py",  # every fault point: the kill, hang and dead-worker drills
     "ds2_jax.kernels.ctc": "test_ctc.py",  # ctc.ctc_loss with impl 'pallas' against optax and PyTorch
     "ds2_jax.kernels.gates": "test_recurrence.py",  # every kernel and cell against the 'scan' reference

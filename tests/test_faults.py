@@ -436,6 +436,8 @@ def test_a_non_finite_state_is_never_saved_and_one_saved_before_is_skipped_on_re
     assert sorted(mgr.all_steps()) == [3, 6] and not os.path.exists(os.path.join(mgr.directory, "7"))
     checkpoint.save(mgr, 9, poisoned, wait=True)  # as an older ds2_jax wrote it
     mgr.close()
+    _, step = checkpoint.restore_latest(checkpoint.manager(workdir), state)  # eval, transcribe: passed over, kept
+    assert step == 6 and os.path.isdir(os.path.join(workdir, "checkpoints", "9"))
     with caplog.at_level(logging.WARNING, logger="ds2_jax"):
         restored, step = checkpoint.restore_latest(checkpoint.manager(workdir), state, move_damaged=True)
     assert step == 6 and "checkpoint 9" in caplog.text and "not finite" in caplog.text
