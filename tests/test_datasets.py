@@ -213,6 +213,7 @@ def test_a_second_build_into_one_fresh_data_dir_waits_for_the_first_and_uses_its
             deadline = time.time() + 60
             while "another process is building" not in caplog.text and time.time() < deadline:
                 second.join(0.05)
+        second.join(3.0)  # a build of this corpus takes about a second: still waiting
         assert "another process is building librispeech_local" in caplog.text and not built  # it waits
         fcntl.flock(held, fcntl.LOCK_UN)
     second.join(120)
