@@ -121,3 +121,13 @@ def test_eval_rates_are_corpus_edit_distances_over_reference_lengths():
     chars = sum(_edit_distance(r, h) for r, h in zip(refs, hyps)) / sum(len(r) for r in refs)
     got = metrics.error_rates(refs, hyps)
     assert got["wer"] == pytest.approx(words) and got["cer"] == pytest.approx(chars)
+
+
+def test_a_value_that_is_not_a_number_is_null_in_metrics_jsonl_and_absent_from_tensorboard(tmp_path):
+    writer = metrics.MetricWriter(str(tmp_path))
+    writer.write(3, {"a": float("nan"), "b": float("inf"), "c": -float("inf"), "d": None, "e": 1.5})
+    writer.close()
+    line = open(tmp_path / "metrics.jsonl").read()
+    record = json.loads(line, parse_constant=lambda c: pytest.fail(f"bare {c}: not JSON"))
+    assert record == {"step": 3, "a": None, "b": None, "c": None, "d": None, "e": 1.5}
+    assert tensorboard_scalars(str(tmp_path / "tensorboard")) == {("e", 3): 1.5}
