@@ -12,6 +12,8 @@ import os
 import re
 import weakref
 
+import jax
+import numpy as np
 import orbax.checkpoint as ocp
 
 from ds2_jax import errors
@@ -103,6 +105,26 @@ def save(mgr: ocp.CheckpointManager, step: int, state, wait: bool = False, metri
         mgr.wait_until_finished()
 
 
+def non_finite(state) -> str | None:
+    """What in `state` (a pytree of host or device arrays) holds NaN or inf, in words ('3 arrays, e.g.
+    params/Dense_0/kernel'); None when every floating-point entry is finite."""
+    bad = []
+    for path, leaf in jax.tree_util.tree_leaves_with_path(state):
+        x = np.asarray(leaf)
+        if np.issubdtype(x.dtype, np.inexact) and not np.isfinite(x).all():
+            bad.append(jax.tree_util.keystr(path))
+    return f"{len(bad)} array{'s' if len(bad) > 1 else ''}, e.g. {bad[0]}" if bad else None
+
+
+def newest_words(mgr: ocp.CheckpointManager) -> str:
+    """'the newest checkpoint, step N in DIR, holds finite parameters' (or that there is none yet), for
+    a message's way out: every checkpoint is finite (save_or_explain refuses others)."""
+    step = mgr.latest_step()
+    if step is None:
+        return f"no checkpoint is in {mgr.directory} yet"
+    return f"the newest checkpoint, step {step} in {mgr.directory}, holds finite parameters"
+
+
 def damaged_name(step: int) -> str:
     """Where a damaged checkpoint is moved: <step>.damaged-<UTC time> (orbax ignores the name)."""
     return f"{step}.damaged-{datetime.datetime.now(datetime.timezone.utc).strftime('%Y%m%dT%H%M%S')}"
@@ -150,13 +172,19 @@ def restore_latest(mgr: ocp.CheckpointManager, target, move_damaged: bool = Fals
         if (missing := unfinished(mgr, step)) is not None:
             # Not handed to orbax: its failed guess at an empty folder's layout made every
             # later restore of this manager fail too (good checkpoints called damaged).
-            failures.append((step, f"never finished: no {missing} (a save cut short by a crash or a slow file system)"))
-            log.warning("checkpoint %d in %s is damaged, trying the previous one (%s)", step, mgr.directory, failures[-1][1])
+            failures.append((step, f"never finished: no {missing} (being written by a training run now, or a save "
+                                   "cut short by a crash or a slow file system)"))
+            log.warning("checkpoint %d in %s is unfinished, trying the previous one (%s)", step, mgr.directory,
+                        failures[-1][1])
             continue
         try:
             state = mgr.restore(step, args=ocp.args.StandardRestore(target))
         except Exception as e:  # orbax raises many types for damaged files
             failures.append((step, f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"))
+            log.warning("checkpoint %d in %s is damaged, trying the previous one (%s)", step, mgr.directory, failures[-1][1])
+            continue
+        if (bad := non_finite(state)) is not None:  # saved before ds2_jax refused to: training on it is NaN
+            failures.append((step, f"not finite: NaN or inf in {bad}"))
             log.warning("checkpoint %d in %s is damaged, trying the previous one (%s)", step, mgr.directory, failures[-1][1])
             continue
         log.info("restored checkpoint at step %d from %s", step, mgr.directory)
@@ -210,6 +238,10 @@ def save_or_explain(mgr: ocp.CheckpointManager, step: int, state, metrics: dict 
     """save(), turning a failure (disk full, permissions, an orbax error) into a clear error
     naming the step whose save failed: the previous (asynchronous) one, or this one."""
     finish_or_explain(mgr)  # orbax's save waits for the previous one anyway: its failure is its own
+    if (bad := non_finite(state)) is not None:  # the step never keeps one; a resume from it would train NaN
+        raise FloatingPointError(
+            f"not writing checkpoint {step}: the state is not finite (NaN or inf in {bad}); {newest_words(mgr)}. "
+            "Rerun with a lower optimizer.learning_rate, or check the data")
     try:
         _STARTED[mgr] = step
         save(mgr, step, state, metrics=metrics)

@@ -45,7 +45,7 @@ def checkpoint_step(value: str | None, flag: str) -> int | str | None:
         return value
     if value.strip().isdigit():
         return int(value)
-    usage_error(f"{flag}={value}: expected a step number or 'best'")
+    usage_error(f"{flag}={value}: must be a step number (>= 0) or 'best'")
 
 
 # Parsers' messages in the terms a user typed (absl's come from int(), float(), ...).

@@ -188,14 +188,18 @@ def decoding_tag(beam: decoding.BeamSearchDecoder | None) -> str:
     return tag
 
 
-def result_path(workdir: str, split: str, step: int, beam: decoding.BeamSearchDecoder | None) -> str:
-    return os.path.join(workdir, f"eval-{split}-{step}-{decoding_tag(beam)}.json")
+def result_path(workdir: str, split: str, step: int, beam: decoding.BeamSearchDecoder | None,
+                max_utterances: int = 0) -> str:
+    """workdir/eval-<split>-<step>-<decoder>[-max<N>].json: a result over at most N utterances
+    (eval.max_utterances) has a name of its own, so it never replaces the whole split's."""
+    subset = f"-max{max_utterances}" if max_utterances else ""
+    return os.path.join(workdir, f"eval-{split}-{step}-{decoding_tag(beam)}{subset}.json")
 
 
 def evaluate_splits(config, workdir: str, split: str = "", step: int | str | None = None) -> dict[str, dict]:
     """Restores a checkpoint once (with the workdir's config.json, see workdir_config.config_for_eval),
     scores each comma-listed split on its own, logs each result, then writes it to
-    workdir/eval-<split>-<step>-<decoder>.json (result_path); returns {split: result}.
+    workdir/eval-<split>-<step>-<decoder>[-max<N>].json (result_path); returns {split: result}.
     An unwritable workdir is an error after every result has been logged."""
     config = workdir_config.config_for_eval(config, workdir)
     beam = decoding.make_beam_decoder(config.decoding, text.Alphabet.of_setting(config.model.alphabet))  # fails fast
@@ -208,10 +212,10 @@ def evaluate_splits(config, workdir: str, split: str = "", step: int | str | Non
     results, unwritten = {}, []
     for name in split_list(split or config.eval.split or config.dataset.eval_split):
         result = evaluate(run.p_eval, run.state, run.source, name, config.eval.max_utterances, run.par, beam)
-        result.update(split=name, step=step)
+        result.update(split=name, step=step, max_utterances=config.eval.max_utterances)
         if best is not None:  # which step was best in training (keep_best_checkpoints), and by what
             result["best_checkpoint"] = {"step": best[0], **best[1]}
-        path = result_path(workdir, name, step, beam)
+        path = result_path(workdir, name, step, beam, config.eval.max_utterances)
         line = f"eval {name} at step {step}: greedy WER {result['wer']:.4f} CER {result['cer']:.4f}"
         if beam is not None:
             line += f"; beam WER {result['beam']['wer']:.4f} CER {result['beam']['cer']:.4f}"

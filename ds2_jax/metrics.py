@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 from typing import Mapping
 
@@ -51,15 +52,20 @@ class MetricWriter:
 
             self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"))
 
-    def write(self, step: int, scalars: Mapping[str, float], prefix: str = "") -> None:
+    def write(self, step: int, scalars: Mapping[str, float | None], prefix: str = "") -> None:
+        """One metrics.jsonl record (and TensorBoard scalars) at `step`. A value that is None or not
+        finite is written as JSON null (no value: json.dumps would write a bare NaN, which is not JSON)
+        and left out of TensorBoard."""
         if not self.enabled:
             return
-        record = {"step": int(step), **{f"{prefix}{k}": float(v) for k, v in scalars.items()}}
+        values = {f"{prefix}{k}": json_number(v) for k, v in scalars.items()}
+        record = {"step": int(step), **values}
         try:
             with open(self._path, "a") as f:
-                f.write(json.dumps(record) + "\n")
-            for k, v in scalars.items():
-                self._tb.add_scalar(f"{prefix}{k}", float(v), int(step))
+                f.write(json.dumps(record, allow_nan=False) + "\n")
+            for k, v in values.items():
+                if v is not None:
+                    self._tb.add_scalar(k, v, int(step))
             self._tb.flush()
         except OSError as e:
             if not errors.is_disk_full(e):
@@ -73,6 +79,14 @@ class MetricWriter:
     def close(self) -> None:
         if self._tb is not None:
             self._tb.close()
+
+
+def json_number(value) -> float | None:
+    """`value` as a float for a JSON record; None (null) for None, NaN and infinities."""
+    if value is None:
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
 
 
 def _drop_records_after(path: str, step: int) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 
-from ds2_jax import metrics
+from ds2_jax import files, metrics
 
 # (panel title, y label, [(metrics.jsonl key, legend label)], log-scale y)
 PANELS = [
@@ -24,8 +24,9 @@ PANELS = [
 
 
 def series(rows: list[dict], key: str) -> tuple[list[int], list[float]]:
-    """(steps, values) of the rows that have `key`, in step order."""
-    points = sorted((r["step"], r[key]) for r in rows if key in r)
+    """(steps, values) of the rows that have a value of `key` (null: none, e.g. an interval of skipped steps),
+    in step order."""
+    points = sorted((r["step"], r[key]) for r in rows if r.get(key) is not None)
     return [s for s, _ in points], [v for _, v in points]
 
 
@@ -67,7 +68,8 @@ def plot_workdir(workdir: str, out: str = "") -> str:
         raise ImportError("plotting needs matplotlib: pip install -e '.[plot]'") from e
     out = out or os.path.join(workdir, "curves.png")
     fig = draw(metrics.read_jsonl(path), title=os.path.basename(os.path.normpath(workdir)))
-    fig.savefig(out, dpi=110)
+    with files.replacing(out, "wb") as f:  # a kill mid-draw leaves the old picture, not half of one
+        fig.savefig(f, dpi=110, format=os.path.splitext(out)[1][1:] or "png")
     return out
 
 

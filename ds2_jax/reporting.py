@@ -112,8 +112,10 @@ class Reporter:
         summary["input_wait_s"] = self.input_wait.take(interval_s)
         summary["skipped_steps"] = float(first(state.skipped_steps))
         self.writer.write(done, summary)
-        log.info("step %d: means of steps %d-%d: %s%s", done, done - len(fetched) + 1, done,
-                 " ".join(f"{k}={v:.4g}" for k, v in summary.items()),
+        skipped = "" if summary["loss"] is not None else f" (every step of steps {done - len(fetched) + 1}-{done} " \
+            "was skipped: a non-finite loss, gradient or update)"
+        log.info("step %d: means of steps %d-%d: %s%s%s", done, done - len(fetched) + 1, done,
+                 " ".join(f"{k}={'-' if v is None else format(v, '.4g')}" for k, v in summary.items()), skipped,
                  time_left(summary["step_time_s"], self.config.num_train_steps - done))
         self.pending, self._last_time, self._last_step = [], time.perf_counter(), done
         self.watchdog.ping(f"step {done}")
@@ -168,13 +170,16 @@ def time_left(step_time_s: float, steps_left: int) -> str:
     return f" eta={datetime.timedelta(seconds=round(step_time_s * steps_left))}"
 
 
-def summarize(pending: list, seconds: float, steps: int) -> dict[str, float]:
-    """Means of an interval's step metrics (train.train_step's sums), step time and throughput."""
+def summarize(pending: list, seconds: float, steps: int) -> dict[str, float | None]:
+    """Means of an interval's step metrics (train.train_step's sums), step time and throughput. Loss
+    and gradient norm are means over the finite (not skipped) steps: None when every step was skipped
+    (no value, never a 0 that reads as a perfect loss)."""
     s = metrics.reduce_sums(pending)
     n = max(s["steps"], 1.0)
+    none_finite = s["finite_steps"] == 0
     return {
-        "loss": s["loss_sum"] / max(s["loss_count"], 1.0),
-        "grad_norm": s["grad_norm_sum"] / max(s["finite_steps"], 1.0),
+        "loss": None if none_finite else s["loss_sum"] / max(s["loss_count"], 1.0),
+        "grad_norm": None if none_finite else s["grad_norm_sum"] / s["finite_steps"],
         "learning_rate": s["learning_rate_sum"] / n,
         "infeasible_utterances": s["infeasible"],
         "step_time_s": seconds / max(steps, 1),

@@ -41,8 +41,11 @@ def _leaves(tree) -> list:
     return jax.tree_util.tree_leaves(tree)
 
 
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # SIGHUP: the terminal closed; stop as for SIGTERM
+
+
 class Preemption:
-    """Turns SIGTERM / SIGINT into a flag checked at step boundaries (main thread only)."""
+    """Turns SIGTERM / SIGINT / SIGHUP into a flag checked at step boundaries (main thread only)."""
 
     def __init__(self):
         self.signal: int | None = None
@@ -50,7 +53,7 @@ class Preemption:
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGTERM, signal.SIGINT):
+            for sig in STOP_SIGNALS:
                 self._previous[sig] = signal.signal(sig, self._handle)
         return self
 

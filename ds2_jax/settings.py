@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import typing
 from typing import Any, ClassVar
 
@@ -48,11 +49,143 @@ MAX_BUCKETS = 8  # each duration bucket is one compiled shape
 KILL_POINTS = ("step", "checkpoint", "eval")
 
 
-def _at_least(section: str, obj, minimum, *keys: str) -> None:
-    for key in keys:
-        value = getattr(obj, key)
-        if value < minimum:
-            raise ValueError(f"{section}{key}={value!r}: must be >= {minimum}")
+@dataclasses.dataclass(frozen=True)
+class Range:
+    """The values a numeric setting takes: from `low` to `high` (each end included unless
+    `open_low` / `open_high`), finite, or one of `also`. NaN is never in a range: each
+    comparison is written so that NaN fails it (`not low <= v`, never `v < low`)."""
+
+    low: float = -math.inf
+    high: float = math.inf
+    open_low: bool = False
+    open_high: bool = False
+    also: tuple = ()  # values allowed besides the range, e.g. -inf meaning "none"
+    why: str = ""  # what a value outside means, for the message
+
+    def holds(self, value) -> bool:
+        if any(value == a for a in self.also):
+            return True
+        if not math.isfinite(value):
+            return False
+        above = self.low < value if self.open_low else self.low <= value
+        below = value < self.high if self.open_high else value <= self.high
+        return above and below
+
+    def text(self) -> str:
+        if self.low == self.high:
+            text = f"{self.low}"
+        elif self.low == -math.inf and self.high == math.inf:
+            text = "finite"
+        elif self.high == math.inf:
+            text = f"{'>' if self.open_low else '>='} {self.low}"
+        elif self.low == -math.inf:
+            text = f"{'<' if self.open_high else '<='} {self.high}"
+        elif isinstance(self.low, int) and isinstance(self.high, int) and not (self.open_low or self.open_high):
+            text = f"{self.low}..{self.high}"
+        else:
+            text = f"in {'(' if self.open_low else '['}{self.low}, {self.high}{')' if self.open_high else ']'}"
+        return text + "".join(f" or {a}" for a in self.also) + (f" ({self.why})" if self.why else "")
+
+
+def _above(low, why: str = "") -> Range:
+    return Range(low, open_low=True, why=why)
+
+
+FRACTION = Range(0.0, 1.0)
+DECAY = Range(0.0, 1.0, open_high=True)  # an exponential moving average's decay: 1 never moves
+
+# Every numeric setting's range, by dotted key: the one table of them (`_check_ranges` runs it
+# in every section's __post_init__; a numeric field without a row is an error there, so a new
+# setting cannot skip it). Checks that relate two settings stay in the sections.
+RANGES: dict[str, Range] = {
+    "seed": Range(0),
+    "num_train_steps": Range(1),
+    "per_device_batch_size": Range(1),
+    "num_devices": Range(0),
+    "log_every_steps": Range(1),
+    "eval_every_steps": Range(0),
+    "checkpoint_every_steps": Range(1),
+    "keep_checkpoints": Range(1),
+    "keep_best_checkpoints": Range(0, why="0 = off"),
+    "prefetch_batches": Range(0),
+    "input_wait_warn_fraction": FRACTION,
+    "step_timeout_s": Range(0.0, why="0 = off"),
+    "faults.hang_at_step": Range(-1, why="-1 = off"),
+    "faults.kill_input_worker_at_step": Range(-1, why="-1 = off"),
+    "dataset.min_duration_s": Range(0.0),
+    "dataset.max_duration_s": _above(0.0),
+    "dataset.num_buckets": Range(1, MAX_BUCKETS, why="each bucket is a compiled shape"),
+    "dataset.feature_stats_utterances": Range(1),
+    "dataset.num_workers": Range(-1, why="-1 (auto), 0 (inline) or a count"),
+    "dataset.build_workers": Range(-1, why="-1 (the cores), 0 (inline) or a count"),
+    "dataset.worker_buffer_size": Range(1),
+    "dataset.synthetic_min_duration_s": _above(0.0),
+    "dataset.synthetic_max_duration_s": _above(0.0),
+    "dataset.synthetic_chars_per_second": _above(0.0),
+    "dataset.synthetic_num_utterances": Range(1),
+    "dataset.synthetic_pool_size": Range(1),
+    "features.sample_rate": Range(*SAMPLE_RATES, why="manifest data is resampled to it at build; LibriSpeech is 16 kHz"),
+    "features.window_ms": _above(0.0),
+    "features.hop_ms": _above(0.0),
+    "features.eps": _above(0.0, "log(power + eps) of a silent frame"),
+    "features.freq_masks": Range(0),
+    "features.freq_mask_width": Range(0),
+    "features.time_masks": Range(0),
+    "features.time_mask_max_fraction": FRACTION,
+    "waveform.noise_prob": FRACTION,
+    "waveform.noise_snr_db_min": Range(),
+    "waveform.noise_snr_db_max": Range(),
+    "waveform.speed_prob": FRACTION,
+    "waveform.speed_min": _above(0.0, "a speed factor"),
+    "waveform.speed_max": _above(0.0, "a speed factor"),
+    "waveform.gain_prob": FRACTION,
+    "waveform.gain_db_min": Range(),
+    "waveform.gain_db_max": Range(),
+    "waveform.rir_prob": FRACTION,
+    "model.num_conv_layers": Range(1, geometry.MAX_CONV_LAYERS),
+    "model.conv_channels": Range(1),
+    "model.num_rnn_layers": Range(1),
+    "model.rnn_size": Range(1),
+    "model.row_conv_context": Range(0),
+    "model.batch_norm_momentum": DECAY,
+    "model.batch_norm_epsilon": _above(0.0, "a channel of zero variance divides by it"),
+    "model.scan_unroll": Range(1),
+    "optimizer.learning_rate": _above(0.0),
+    "optimizer.b1": DECAY,
+    "optimizer.b2": Range(0.0, 1.0, open_high=True, why="1 makes Adam's bias correction divide by 0"),
+    "optimizer.eps": _above(0.0, "0 divides by 0 where a gradient is 0"),
+    "optimizer.clip_global_norm": _above(0.0, "the largest gradient norm; <= 0 reverses or zeroes every step"),
+    "optimizer.warmup_steps": Range(0),
+    "optimizer.decay_rate": Range(0.0, 1.0, open_low=True, why="'exponential': the factor per decay_steps"),
+    "optimizer.decay_steps": Range(0),
+    "optimizer.max_consecutive_skips": Range(1),
+    "eval.max_utterances": Range(0),
+    "eval.num_examples_to_print": Range(0),
+    "decoding.beam_width": Range(0, why="0 = greedy only"),
+    "decoding.alpha": Range(0.0),
+    "decoding.beta": Range(),
+    "decoding.beam_prune_logp": Range(high=0.0, open_high=True, why="a log-probability"),
+    "decoding.token_min_logp": Range(high=0.0, open_high=True, why="a log-probability"),
+    "decoding.unk_score_offset": Range(also=(-math.inf,), why="-inf = no out-of-lexicon words"),
+}
+
+NUMERIC = ("int", "float")  # the field types RANGES covers (annotations are strings here)
+
+
+def _check_ranges(obj) -> None:
+    """Refuses a numeric field of a section (or Settings) outside its RANGES row: NaN and inf too."""
+    prefix = f"{obj.KEY}." if hasattr(obj, "KEY") else ""
+    for f in dataclasses.fields(obj):
+        if f.type not in NUMERIC:
+            continue
+        key, value = prefix + f.name, getattr(obj, f.name)
+        if key not in RANGES:
+            if type(obj).__module__ != __name__:  # a subclass's own field (model.ModelConfig.num_bins)
+                continue
+            raise TypeError(f"settings.RANGES has no row for the numeric setting {key}: add one")
+        if not RANGES[key].holds(value):
+            finite = "" if isinstance(value, int) or math.isfinite(value) else "a finite number "
+            raise ValueError(f"{key}={value!r}: must be {finite}{RANGES[key].text()}")
 
 
 def _one_of(name: str, value, allowed) -> None:
@@ -75,6 +208,7 @@ class Faults:
     kill_input_worker_at_step: int = -1  # The input worker making this step's batch dies.
 
     def __post_init__(self):
+        _check_ranges(self)
         try:
             resilience.parse_steps(self.nan_at_steps)
         except ValueError:
@@ -133,6 +267,7 @@ class Dataset:
     build_workers: int = -1  # Processes decoding audio at build; -1 = the cores present, 0 = inline.
 
     def __post_init__(self):
+        _check_ranges(self)
         _one_of("dataset.name", self.name, DATASETS)
         _one_of("dataset.stereo", self.stereo, STEREO)
         if self.build_workers < -1:
@@ -147,14 +282,12 @@ class Dataset:
         if not 0 <= self.min_duration_s < self.max_duration_s:
             raise ValueError(f"dataset.min_duration_s={self.min_duration_s} must be >= 0 and < "
                              f"dataset.max_duration_s={self.max_duration_s}")
-        if not 1 <= self.num_buckets <= MAX_BUCKETS:
-            raise ValueError(f"dataset.num_buckets={self.num_buckets}: must be 1..{MAX_BUCKETS} (each bucket is a "
-                             "compiled shape)")
+        if self.synthetic_min_duration_s > self.synthetic_max_duration_s:
+            raise ValueError(f"dataset.synthetic_min_duration_s={self.synthetic_min_duration_s} must be <= "
+                             f"dataset.synthetic_max_duration_s={self.synthetic_max_duration_s}")
         if self.name == "librispeech_local" and not (self.manual_dir or self.data_dir):
             raise ValueError("dataset.name='librispeech_local' needs dataset.manual_dir (the LibriSpeech tree or "
                              "archives)")
-        if self.num_workers < -1:
-            raise ValueError(f"dataset.num_workers={self.num_workers}: must be -1 (auto), 0 (inline) or a count")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -207,12 +340,13 @@ class Features(SpecAugment, Spectrogram):
     (config.features holds both sets of fields, the spectrogram's first)."""
 
     def __post_init__(self):
-        if not SAMPLE_RATES[0] <= self.sample_rate <= SAMPLE_RATES[1]:
-            raise ValueError(f"features.sample_rate={self.sample_rate}: must be {SAMPLE_RATES[0]}..{SAMPLE_RATES[1]} "
-                             "Hz")
-        _at_least("features.", self, 0, "freq_masks", "freq_mask_width", "time_masks")
-        if not 0 <= self.time_mask_max_fraction <= 1:
-            raise ValueError(f"features.time_mask_max_fraction={self.time_mask_max_fraction}: must be in [0, 1]")
+        _check_ranges(self)
+        if self.hop < 1 or self.window < 1:
+            raise ValueError(f"features.window_ms={self.window_ms} and hop_ms={self.hop_ms} must each be at least one "
+                             f"sample ({1000 / self.sample_rate} ms)")
+        if self.window % self.hop:  # features._frames frames the audio in hops: refused there at the first step
+            raise ValueError(f"features.window_ms={self.window_ms} must be a multiple of features.hop_ms={self.hop_ms} "
+                             f"(a window of {self.window} samples in hops of {self.hop})")
 
     @property
     def spectrogram(self) -> Spectrogram:
@@ -251,6 +385,7 @@ class Waveform:
     rir_prob: float = 0.0  # Share of utterances reverberated.
 
     def __post_init__(self):
+        _check_ranges(self)
         for key in ("noise_prob", "speed_prob", "gain_prob", "rir_prob"):
             if not 0 <= getattr(self, key) <= 1:
                 raise ValueError(f"waveform.{key}={getattr(self, key)}: must be in [0, 1] (a share of utterances)")
@@ -312,6 +447,7 @@ class Model:
     alphabet: str = ""
 
     def __post_init__(self):
+        _check_ranges(self)
         geometry.conv_specs(self.num_conv_layers)  # validates the range
         if self.alphabet:
             try:
@@ -328,11 +464,6 @@ class Model:
         if self.rnn_impl == "mosaic" and self.dtype != "bfloat16":
             raise ValueError(f"model.rnn_impl='mosaic' computes in bfloat16; set model.dtype='bfloat16' (got "
                              f"{self.dtype!r}) or use 'auto'")
-        if self.num_rnn_layers < 1 or self.rnn_size < 1 or self.conv_channels < 1:
-            raise ValueError("model.num_rnn_layers, rnn_size and conv_channels must be >= 1")
-        if not self.bidirectional and self.row_conv_context < 0:
-            raise ValueError("model.row_conv_context must be >= 0")
-        _at_least("model.", self, 1, "scan_unroll")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -364,14 +495,11 @@ class Optimizer:
     max_consecutive_skips: int = 20  # Non-finite steps in a row before stopping.
 
     def __post_init__(self):
+        _check_ranges(self)
         _one_of("optimizer.schedule", self.schedule, SCHEDULES)
-        _at_least("optimizer.", self, 0, "decay_steps")
         if self.decay_steps == 0 and self.schedule == "exponential":
             raise ValueError("optimizer.decay_steps=0 with optimizer.schedule='exponential': 0 (decay to the last "
                              "step) is for 'cosine'; give the steps per optimizer.decay_rate")
-        if self.learning_rate <= 0:
-            raise ValueError(f"optimizer.learning_rate={self.learning_rate}: must be > 0")
-        _at_least("optimizer.", self, 1, "max_consecutive_skips")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -383,7 +511,7 @@ class Eval:
     num_examples_to_print: int = 3  # Reference/hypothesis pairs logged.
 
     def __post_init__(self):
-        _at_least("eval.", self, 0, "max_utterances", "num_examples_to_print")
+        _check_ranges(self)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -402,16 +530,11 @@ class Decoding:
     unk_score_offset: float = float("-inf")  # Score of an out-of-lexicon word (output as <unk>); -inf = none.
 
     def __post_init__(self):
-        if self.beam_width < 0:
-            raise ValueError(f"decoding.beam_width must be >= 0 (0 = greedy only), got {self.beam_width}")
+        _check_ranges(self)
         if self.lm_path and self.beam_width == 0:
             raise ValueError(f"decoding.lm_path={self.lm_path!r} is used by beam search only: set decoding.beam_width > 0")
         if self.lexicon_path and not self.lm_path:
             raise ValueError(f"decoding.lexicon_path={self.lexicon_path!r} is used with an LM only: set decoding.lm_path")
-        if self.alpha < 0:
-            raise ValueError(f"decoding.alpha must be >= 0, got {self.alpha}")
-        if self.beam_prune_logp >= 0 or self.token_min_logp >= 0:
-            raise ValueError("decoding.beam_prune_logp and decoding.token_min_logp must be < 0 (log-probabilities)")
 
     @property
     def beam(self) -> bool:
@@ -467,15 +590,12 @@ class Settings:
     decoding: Decoding = dataclasses.field(default_factory=Decoding)
 
     def __post_init__(self):
-        _at_least("", self, 1, "num_train_steps", "per_device_batch_size", "log_every_steps",
-                  "checkpoint_every_steps", "keep_checkpoints")
-        _at_least("", self, 0, "eval_every_steps", "num_devices")  # devices present: parallel.make
+        _check_ranges(self)  # num_devices: the devices present are checked by parallel.make
         _one_of("parallelism", self.parallelism, PARALLELISMS)
         if self.dataset.name in LIBRISPEECH_DATASETS and self.features.sample_rate != 16_000:
             raise ValueError(f"features.sample_rate={self.features.sample_rate} with dataset.name="
                              f"{self.dataset.name!r}: LibriSpeech is stored at 16000 Hz; other rates need "
                              "dataset.name='manifest' (resampled at build)")
-        _at_least("", self, 0, "keep_best_checkpoints")
         if self.keep_best_checkpoints and not self.eval_every_steps:
             raise ValueError(f"keep_best_checkpoints={self.keep_best_checkpoints} ranks checkpoints by the in-training "
                              "eval's WER: set eval_every_steps > 0")

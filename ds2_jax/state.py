@@ -192,8 +192,9 @@ def restore_state(config: settings.Settings, workdir: str, step: int | str | Non
             raise FileNotFoundError(f"no checkpoint in {os.path.join(workdir, 'checkpoints')}: train first")
     elif step in mgr.all_steps():
         if (missing := checkpoint.unfinished(mgr, step)) is not None:
-            raise errors.CheckpointError(f"checkpoint {step} in {mgr.directory} was never finished (no {missing}); "
-                                         f"choose another step of {sorted(mgr.all_steps())}")
+            raise errors.CheckpointError(f"checkpoint {step} in {mgr.directory} was never finished (no {missing}): "
+                                         "a training run may be writing it now (wait for it), or a save was cut "
+                                         f"short; or choose another step of {sorted(mgr.all_steps())}")
         try:
             state = mgr.restore(step, args=checkpoint.ocp.args.StandardRestore(template))
         except Exception as e:  # noqa: BLE001  (orbax raises many types)
@@ -202,6 +203,9 @@ def restore_state(config: settings.Settings, workdir: str, step: int | str | Non
                 f"({type(e).__name__}: {' '.join(str(e).split())[:200]}); if the model settings differ from "
                 f"{os.path.join(workdir, 'config.json')}, use those, or choose another step"
             ) from e
+        if (bad := checkpoint.non_finite(state)) is not None:
+            raise errors.CheckpointError(f"checkpoint {step} in {mgr.directory} is not finite (NaN or inf in {bad}): "
+                                         f"choose another step of {sorted(mgr.all_steps())}")
     else:
         raise FileNotFoundError(f"no checkpoint at step {step} in {mgr.directory} (it has {sorted(mgr.all_steps())})")
     return state.replace(apply_fn=template.apply_fn, tx=template.tx), int(step)

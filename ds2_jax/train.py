@@ -101,8 +101,9 @@ def train_step(
     """One optimizer step on this device's shard: `loss_gradients` (its keyword arguments in
     `loss_kwargs`), gradients psum'd over `axis_name`, Adam.
 
-    A step whose loss or gradient is not finite leaves parameters, optimizer and batch-norm
-    statistics unchanged.
+    A step whose loss or gradient is not finite, or whose new parameters or optimizer state
+    are not (a finite gradient through a learning rate, eps or b2 that divides by 0), leaves
+    parameters, optimizer and batch-norm statistics unchanged: a NaN never enters the state.
     """
     grads, (new_stats, loss_sum, count, used) = loss_gradients(state, batch, rng, axis_name=axis_name, **loss_kwargs)
     grads = psum(grads, axis_name)
@@ -111,6 +112,7 @@ def train_step(
     finite = jnp.isfinite(loss_sum) & jnp.isfinite(grad_norm)
 
     updated = state.apply_gradients(grads=grads, batch_stats=new_stats)
+    finite = finite & all_finite((updated.params, updated.opt_state))
     keep = lambda new, old: jax.tree_util.tree_map(lambda n, o: jnp.where(finite, n, o), new, old)
     new_state = updated.replace(
         params=keep(updated.params, state.params),
@@ -134,6 +136,12 @@ def train_step(
     return new_state, step_metrics
 
 
+def all_finite(tree) -> jax.Array:
+    """<bool>[]: every floating-point entry of `tree` is finite (integer leaves, e.g. Adam's count, are)."""
+    leaves = [x for x in jax.tree_util.tree_leaves(tree) if jnp.issubdtype(jnp.asarray(x).dtype, jnp.inexact)]
+    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves])) if leaves else jnp.bool_(True)
+
+
 def compile_train_step(config: settings.Settings) -> Callable:
     """The train step compiled for config.parallelism, or eager with config.compile=False."""
     return parallel.make(config).compile(train_step, step_kwargs(config))
@@ -146,15 +154,17 @@ def train_and_evaluate(config, workdir: str) -> TrainState:
     """Trains for config.num_train_steps, resuming from the latest checkpoint in workdir
     (one already at that step returns its state: "nothing to train").
 
-    SIGTERM/SIGINT checkpoint at the next step boundary and return; a step with a
+    SIGTERM/SIGINT/SIGHUP checkpoint at the next step boundary and return; a step with a
     non-finite loss is skipped (config.optimizer.max_consecutive_skips in a row stop
     the run); no progress for config.step_timeout_s ends the process (exit 3). A second
     run on the same workdir is refused while this one holds its lock (workdir/run.lock).
     """
     config = settings.from_config_dict(config)
-    with resilience.WorkdirLock(workdir, enabled=jax.process_index() == 0), \
+    # The stop signals are caught from the start: one arriving while the model is built or the step
+    # compiles (minutes) stops the run at the first step boundary, not with a traceback or a kill.
+    with resilience.Preemption() as preemption, resilience.WorkdirLock(workdir, enabled=jax.process_index() == 0), \
             checkpoint.managed(workdir, config.keep_checkpoints, config.keep_best_checkpoints) as mgr:
-        return _train(config, workdir, mgr)
+        return _train(config, workdir, mgr, preemption)
 
 
 def _nothing_to_train(start: int, config: settings.Settings, workdir: str) -> bool:
@@ -172,8 +182,9 @@ def _nothing_to_train(start: int, config: settings.Settings, workdir: str) -> bo
     return True
 
 
-def _train(config: settings.Settings, workdir: str, mgr) -> TrainState:
-    """train_and_evaluate's loop, with the workdir locked and the checkpoint manager `mgr` open."""
+def _train(config: settings.Settings, workdir: str, mgr, preemption: resilience.Preemption) -> TrainState:
+    """train_and_evaluate's loop, with the workdir locked, the checkpoint manager `mgr` open and the
+    stop signals caught (`preemption`)."""
     if config.init_from and not mgr.all_steps():  # before the data is built: a bad source fails at once
         finetune.check_source(config)
     par, sharding, source = _devices_and_data(config)
@@ -198,7 +209,7 @@ def _train(config: settings.Settings, workdir: str, mgr) -> TrainState:
     with reporting.Reporter(config, workdir, start, is_chief=jax.process_index() == 0) as report:
         report.resume_changes(start, changes)
         log.info("compiling the train step for batch shapes %s (the first step: minutes for a large batch)", source.shapes())
-        with report.showing_bar(), resilience.Preemption() as preemption, contextlib.closing(batches):
+        with report.showing_bar(), contextlib.closing(batches):
             for step in range(start, config.num_train_steps):
                 hooks.step_start(step)
                 batch = report.next_batch(batches)
@@ -210,7 +221,7 @@ def _train(config: settings.Settings, workdir: str, mgr) -> TrainState:
                 report.wait_in_flight(resilience.STEPS_IN_FLIGHT)  # bounded: a stop waits for few steps, not ~30
                 if done % config.log_every_steps == 0 or done == config.num_train_steps:
                     report.interval_end(state)
-                    _stop_if_diverged(state, done, config)
+                    _stop_if_diverged(state, done, config, mgr)
                 if config.eval_every_steps and done % config.eval_every_steps == 0:
                     hooks.eval_start(done)
                     with report.evaluating(done) as on_batch:
@@ -343,12 +354,14 @@ def _run_step(p_train, state, batch, rng, config: settings.Settings, first: bool
         raise
 
 
-def _stop_if_diverged(state, step: int, config: settings.Settings) -> None:
-    """A FloatingPointError after optimizer.max_consecutive_skips non-finite steps in a row."""
+def _stop_if_diverged(state, step: int, config: settings.Settings, mgr) -> None:
+    """A FloatingPointError after optimizer.max_consecutive_skips non-finite steps in a row, naming
+    the checkpoint to resume from (never a non-finite one: the step keeps none, the save refuses one)."""
     consecutive = reporting.first(state.consecutive_skips)
     if consecutive >= config.optimizer.max_consecutive_skips:
         raise FloatingPointError(
-            f"{int(consecutive)} consecutive steps had a non-finite loss or gradient (up to step {step}); "
-            "training stopped. Lower optimizer.learning_rate, check the data, or raise "
-            "optimizer.max_consecutive_skips. The last checkpoint is intact."
+            f"{int(consecutive)} consecutive steps had a non-finite loss, gradient or update (up to step {step}); "
+            f"training stopped; {checkpoint.newest_words(mgr)} (a non-finite state is never saved). Rerun "
+            "with a lower optimizer.learning_rate, after checking the data, or raise "
+            "optimizer.max_consecutive_skips"
         )

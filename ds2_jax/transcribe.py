@@ -1,4 +1,6 @@
-"""Audio files -> text with a trained workdir: one 'path<TAB>text' line per file on stdout.
+"""Audio files -> text with a trained workdir: one 'path<TAB>text' line per file on stdout,
+printed as each batch of --batch_size files is done (a tab, newline or backslash in a path is
+written \\t, \\n, \\\\, so each line splits at its one tab).
 
     python -m ds2_jax.transcribe --workdir=W a.flac b.wav ...                 # greedy
     python -m ds2_jax.transcribe --workdir=W --lm=lm.arpa [--beam_width=32 \\
@@ -12,7 +14,9 @@ count: channels are averaged, other rates resampled with soxr to the model's
 (model.alphabet) come from W/config.json. A missing, empty or undecodable file gets
 an 'error: <path>: <reason>' line on stderr and the rest still run; the exit code is 1
 if any file failed. Long files run in overlapping windows (WINDOW_SECONDS), so memory is
-bounded by the window, not by the file.
+bounded by the window, not by the file. Flags are checked before the model loads (exit 2);
+Ctrl-C keeps the lines printed and says how far it got (exit 130); a reader that stops
+reading (`| head -1`) ends it quietly.
 """
 
 from __future__ import annotations
@@ -54,6 +58,10 @@ def _open(path: str):
     if os.path.getsize(path) == 0:
         raise errors.AudioError("empty file (0 bytes)")
     try:
+        open(path, "rb").close()
+    except OSError as e:  # libsndfile would call it "System error"
+        raise errors.AudioError(f"cannot be read: {(e.strerror or str(e)).lower()}") from e
+    try:
         f = soundfile.SoundFile(path)
     except (soundfile.LibsndfileError, RuntimeError, TypeError) as e:
         raise errors.AudioError(f"not audio that libsndfile reads (WAV, FLAC, OGG, ...): {e}") from e
@@ -64,6 +72,8 @@ def _open(path: str):
 
 
 def _int16(audio: np.ndarray) -> np.ndarray:
+    if not np.isfinite(audio).all():  # a float WAV can hold them; int16 has no NaN
+        raise errors.AudioError(f"{int(np.sum(~np.isfinite(audio)))} samples are NaN or infinite")
     return np.clip(np.round(audio * 32768.0), -32768, 32767).astype(np.int16)
 
 
@@ -164,14 +174,23 @@ class Transcriber:
                         min(first + core, total) - start))
         return out
 
+    def _too_short(self, num_samples: int) -> errors.AudioError | None:
+        """An AudioError for audio too short to give the model one output frame."""
+        hop, length = self.config.features.hop, self.config.features.window
+        frames = geometry.output_frames(geometry.num_frames(num_samples, length, hop), self.config.model.num_conv_layers)
+        if frames >= 1:
+            return None
+        return errors.AudioError(f"too short: {1000 * num_samples / self.sample_rate:.0f} ms gives the model no output "
+                                 "frame")
+
     def frame_outputs(self, waveforms: list[np.ndarray]) -> list[np.ndarray | Exception]:
         """Per waveform: <int32>[T] greedy ids (or <float32>[T, 29] log-probs with a beam decoder)
         of its windows joined, or the error of a batch holding one of its windows."""
         pad = int(PAD_SECONDS * self.sample_rate)
-        pieces = [(i, *w) for i, wav in enumerate(waveforms) for w in self.windows(len(wav))]
+        failed: dict[int, Exception] = {i: e for i, wav in enumerate(waveforms) if (e := self._too_short(len(wav)))}
+        pieces = [(i, *w) for i, wav in enumerate(waveforms) if i not in failed for w in self.windows(len(wav))]
         order = sorted(range(len(pieces)), key=lambda p: pieces[p][2] - pieces[p][1])
         kept: list = [None] * len(pieces)
-        failed: dict[int, Exception] = {}
         key = "ids" if self.beam is None else "log_probs"
         for first in range(0, len(order), self.batch_size):
             rows = order[first : first + self.batch_size]
@@ -213,11 +232,49 @@ def define_flags(fv) -> None:
     flags.DEFINE_integer("batch_size", 8, "Files per forward pass.", flag_values=fv)
 
 
+# Flags checked against the settings' ranges (settings.RANGES) before anything loads.
+FLAG_RANGES = {"alpha": "decoding.alpha", "beta": "decoding.beta", "beam_width": "decoding.beam_width"}
+
+
+def check_flags(args) -> None:
+    """A usage error (exit 2) for a flag value the run cannot use, before the model loads."""
+    from ds2_jax import cli
+
+    for flag, key in FLAG_RANGES.items():
+        value = getattr(args, flag)
+        if value is not None and not settings.RANGES[key].holds(value):
+            cli.usage_error(f"--{flag}={value}: must be {settings.RANGES[key].text()}")
+    if args.batch_size < 1:
+        cli.usage_error(f"--batch_size={args.batch_size}: must be >= 1")
+
+
+def decoder_settings(args, base: settings.Decoding) -> settings.Decoding:
+    """The decoding settings of the flags over the workdir's (`base`): a flag given (0 too) wins; without
+    --beam_width, the workdir's, or LM_BEAM_WIDTH with --lm when that is 0."""
+    beam_width = args.beam_width if args.beam_width is not None else (
+        base.beam_width or (settings.LM_BEAM_WIDTH if args.lm else 0))
+    lm_path = args.lm if args.lm else (base.lm_path if beam_width else "")
+    return dataclasses.replace(
+        base,
+        beam_width=beam_width,
+        lm_path=lm_path,
+        lexicon_path=args.lexicon or (base.lexicon_path if lm_path == base.lm_path else ""),
+        alpha=base.alpha if args.alpha is None else args.alpha,
+        beta=base.beta if args.beta is None else args.beta,
+    )
+
+
+def shown(path: str) -> str:
+    """`path` for a 'path<TAB>text' line: backslash, tab and newline escaped, so the line splits at one tab."""
+    return path.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     from ds2_jax import cli
 
     args, files = cli.parse_args(argv, define_flags, __doc__, positional="audio files")
-    step = cli.checkpoint_step(args.step, "--step")
+    step = cli.checkpoint_step(args.step, "--step")  # None, a number or 'best'
+    check_flags(args)
 
     from absl import logging as absl_logging
 
@@ -225,41 +282,51 @@ def main(argv: list[str] | None = None) -> int:
     from ds2_jax import workdir_config
 
     config = workdir_config.load_config(args.workdir)  # read once: the Transcriber is handed it
-    base = config.decoding
-    beam_width = args.beam_width if args.beam_width is not None else (
-        base.beam_width or (settings.LM_BEAM_WIDTH if args.lm else 0))
-    lm_path = args.lm if args.lm else (base.lm_path if beam_width else "")
     try:
-        cfg = dataclasses.replace(
-            base,
-            beam_width=beam_width,
-            lm_path=lm_path,
-            lexicon_path=args.lexicon or (base.lexicon_path if lm_path == base.lm_path else ""),
-            alpha=base.alpha if args.alpha is None else args.alpha,
-            beta=base.beta if args.beta is None else args.beta,
-        )
+        cfg = decoder_settings(args, config.decoding)
         transcriber = Transcriber(args.workdir, cfg, step=step, batch_size=args.batch_size, config=config)
     except ValueError as e:  # names decoding.* settings: say which flag
         raise ValueError(cli.in_flag_names(str(e), FLAG_OF_SETTING)) from e
 
-    paths, waveforms, failed = [], [], 0
-    for path in files:
+    done = failed = 0
+    try:
+        for first in range(0, len(files), args.batch_size):  # printed batch by batch: a pipe sees results as they come
+            failed += _transcribe_batch(transcriber, files[first : first + args.batch_size])
+            done = min(first + args.batch_size, len(files))
+    except KeyboardInterrupt:
+        print(f"transcribe: interrupted after {done} of {len(files)} files (their lines are above)", file=sys.stderr,
+              flush=True)
+        return 130
+    except BrokenPipeError:  # the reader stopped reading (| head -1): end quietly, as a shell tool does
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # Python's final flush of stdout must not fail again
+        return 141  # 128 + SIGPIPE, as a tool the pipe's signal ended
+    return 1 if failed else 0
+
+
+def _transcribe_batch(transcriber: Transcriber, paths: list[str]) -> int:
+    """Prints each file's line (stdout) or error (stderr); returns how many failed."""
+    loaded, waveforms, failed = [], [], 0
+    for path in paths:
         try:
             waveforms.append(load_audio(path, transcriber.sample_rate))
-            paths.append(path)
+            loaded.append(path)
         except errors.AudioError as e:
             failed += 1
             print(f"error: {path}: {e}", file=sys.stderr, flush=True)
         except Exception as e:  # noqa: BLE001  (any unreadable file: report it, go on)
             failed += 1
             print(f"error: {path}: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
-    for path, t in zip(paths, transcriber.transcribe_each(waveforms)):
-        if isinstance(t, BaseException):
+    for path, t in zip(loaded, transcriber.transcribe_each(waveforms) if waveforms else []):
+        if isinstance(t, errors.AudioError):
+            failed += 1
+            print(f"error: {path}: {t}", file=sys.stderr, flush=True)
+        elif isinstance(t, BaseException):
             failed += 1
             print(f"error: {path}: {type(t).__name__}: {errors.one_line(t)[:300]}", file=sys.stderr, flush=True)
         else:
-            print(f"{path}\t{t}", flush=True)
-    return 1 if failed else 0
+            print(f"{shown(path)}\t{t}", flush=True)
+    return failed
 
 
 if __name__ == "__main__":

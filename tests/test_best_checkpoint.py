@@ -89,4 +89,4 @@ def test_a_kill_while_the_best_are_chosen_loses_none_of_them(tmp_path):
     result = json.load(open(tmp_path / f"eval-dev-clean-{_best(wers)}-greedy.json"))
     assert result["best_checkpoint"]["step"] == result["step"] == _best(wers)
     bad = helpers.launch(*common, "--mode=eval", "--eval_step=newest")
-    assert bad.returncode == 2 and bad.stderr.strip() == "error: --eval_step=newest: expected a step number or 'best'"
+    assert bad.returncode == 2 and bad.stderr.strip() == "error: --eval_step=newest: must be a step number (>= 0) or 'best'"

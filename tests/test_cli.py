@@ -41,6 +41,12 @@ USAGE_MISTAKES = [
     (("-m", "ds2_jax.transcribe", "--workdir={w}", "--beam_width=wide", "a.wav"), "error: --beam_width=wide: expected an integer"),
     (("-m", "ds2_jax.transcribe", "--workdir={w}"), "error: no audio files given"),
     (("-m", "ds2_jax.tools.tune_lm", "--workdir={w}"), "error: --lm is required"),
+    (("-m", "ds2_jax.tools.tune_lm", "--workdir={w}", "--lm=lm.arpa", "--alphas=0,x"), "error: --alphas=0,x: 'x' is not"),
+    (("-m", "ds2_jax.tools.tune_lm", "--workdir={w}", "--lm=lm.arpa", "--betas=0,nan"), "error: --betas=0,nan: nan must be"),
+    (("-m", "ds2_jax.tools.tune_lm", "--workdir={w}", "--lm=lm.arpa", "--beam_width=0"), "error: --beam_width=0: must be"),
+    (("-m", "ds2_jax.tools.tune_lm", "--workdir={w}", "--lm=none.arpa"), "error: --lm=none.arpa: no such file"),
+    (("-m", "ds2_jax.tools.build_lm", "--order=7", "--out={w}/lm.arpa", "--transcripts=a.txt"),
+     "error: --order=7: must be 1..6"),
     (("-m", "ds2_jax.tools.build_lm", "--order=x", "--out={w}/lm.arpa"), "error: --order=x: expected an integer"),
     (("-m", "ds2_jax.tools.build_lm", "--out={w}/lm.arpa"), "error: give --transcripts and/or --manual_dir"),
     (("-m", "ds2_jax.tools.make_corpus", "--max_seconds=long"), "error: --max_seconds=long: expected a number"),
@@ -146,3 +152,30 @@ def test_a_command_that_fails_on_its_input_says_so_in_one_line(tmp_path, args, e
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 1 and lines and lines[-1].startswith(expected.format(w=w)), proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("result", ["checkpoints/3/default/x", "metrics.jsonl", "eval-dev-clean-3-greedy.json",
+                                    "tune_lm-dev-clean-3-beam32-lm-lm-0123abcd.json", "tensorboard/events.out",
+                                    "config_changes.jsonl", "curves.png", None])
+def test_cleanup_after_a_failure_removes_only_a_workdir_without_a_result(tmp_path, result):
+    """issue 40: the clean-up of a half-made workdir must never delete a checkpoint or a result, and
+    never a workdir that existed before the command."""
+    from ds2_jax import cli
+
+    w = tmp_path / "w"
+
+    def failing_run():
+        for name in (*cli.SCAFFOLDING, *([result] if result else [])):
+            (w / name).parent.mkdir(parents=True, exist_ok=True)
+            (w / name).write_text("x")
+        raise ValueError("a failed check")
+
+    with pytest.raises(ValueError):
+        cli.removing_new_workdir_on_error(failing_run, str(w))()
+    assert w.exists() == (result is not None)
+    if result:
+        assert (w / result).read_text() == "x"
+    w.mkdir(exist_ok=True)  # a workdir that existed before is kept, even holding scaffolding only
+    with pytest.raises(ValueError):
+        cli.removing_new_workdir_on_error(failing_run, str(w))()
+    assert w.exists()

@@ -143,3 +143,78 @@ def test_a_split_with_every_utterance_skipped_says_why(tmp_path):
     td.write_chapter(split_dir, 1, 1, {"1-1-0000.flac": td.flac_bytes(td.tone(1600))}, b"1-1-0000 " + b"A" * 200 + b"\n")
     with pytest.raises(ValueError, match=r"dev_clean: kept 0 of 1 .*ctc_infeasible=1.*1-1-0000: 200 labels"):
         build.build(str(tmp_path / "manual"), str(tmp_path / "tfds"))
+
+
+def test_a_linked_speaker_folder_is_read_loops_once_and_a_broken_link_is_counted(tmp_path, caplog):
+    """issue 40: a speaker folder that is a symbolic link was left out ("kept 13 of 13, skipped:
+    none"). Linked folders are read like any other, a link back up (a loop) is read once and named,
+    a broken link to a .flac is counted, and the data record's fingerprint sees the linked files."""
+    split = tmp_path / "manual" / "LibriSpeech" / "dev-clean"
+    texts = b"1-10-0000 ONE\n1-10-0001 TWO\n"
+    td.write_chapter(str(split), 1, 10, {f"1-10-{i:04d}.flac": td.flac_bytes(td.tone(td.RATE)) for i in range(2)}, texts)
+    elsewhere = tmp_path / "other_disk"
+    td.write_chapter(str(elsewhere), 2, 20, {"2-20-0000.flac": td.flac_bytes(td.tone(td.RATE))},
+                     b"2-20-0000 THREE\n2-20-0001 FOUR\n")
+    os.symlink(elsewhere / "2", split / "2")  # speaker 2 linked in
+    os.symlink(split, elsewhere / "2" / "20" / "loop")  # a link back up: a loop
+    os.symlink(tmp_path / "gone.flac", elsewhere / "2" / "20" / "2-20-0001.flac")  # broken
+    report = librispeech_local.SplitReport("dev-clean")
+    with caplog.at_level("WARNING"):
+        keys = [key for key, _ in librispeech_local.generate_from_tree(str(split), report)]
+    assert sorted(keys) == ["1-10-0000", "1-10-0001", "2-20-0000"]  # each once, the loop not re-read
+    assert report.kept == 3 and report.skipped["corrupt_audio"] == 1
+    assert "2-20-0001: unreadable" in report.examples["corrupt_audio"][0]
+    assert "loop" in caplog.text and str(split) in caplog.text
+    before = build.source_of(str(tmp_path / "manual"))
+    assert before["files"] == 6  # 1/10: 2 flac + trans; 2/20: flac, trans and the broken link (sized -1)
+    with open(elsewhere / "2" / "20" / "2-20.trans.txt", "ab") as f:
+        f.write(b"2-20-0002 FIVE\n")
+    assert build.source_of(str(tmp_path / "manual"))["content_fingerprint"] != before["content_fingerprint"]
+
+
+def test_a_truncated_archive_names_itself_and_says_to_download_it_again(tmp_path):
+    """issue 40: a .tar.gz cut short mid-download was an EOFError traceback from inside tfds."""
+    staging = tmp_path / "staging" / "dev-other"
+    td.write_bad_inputs(str(staging))
+    (tmp_path / "manual").mkdir()
+    archive = tmp_path / "manual" / "dev-other.tar.gz"
+    td.tar_split(str(staging), str(archive))
+    data = archive.read_bytes()
+    archive.write_bytes(data[: len(data) * 2 // 3])  # cut mid-file
+    report = librispeech_local.SplitReport("dev-other")
+    with pytest.raises(OSError, match=rf"{archive} is truncated or damaged .*: download it again"):
+        list(librispeech_local.generate_from_tar(str(archive), report))
+    with pytest.raises(Exception) as built:  # through tfds's build too: the cause names the archive
+        build.build(str(tmp_path / "manual"), str(tmp_path / "tfds"))
+    chain, err = [], built.value
+    while err is not None:
+        chain.append(str(err))
+        err = err.__cause__ or err.__context__
+    assert any("download it again" in text for text in chain), chain
+    assert isinstance(built.value, OSError), type(built.value)  # one `error:` line, not a traceback
+
+
+def test_a_second_build_into_one_fresh_data_dir_waits_for_the_first_and_uses_its_dataset(tmp_path, caplog):
+    """issue 40: two builds (or two runs) into one fresh data_dir raced in tfds's temporary folders."""
+    import fcntl
+    import threading
+    import time
+
+    manual = tmp_path / "manual"
+    td.write_bad_inputs(str(manual / "LibriSpeech" / "dev-clean"))
+    data_dir = tmp_path / "tfds"
+    data_dir.mkdir()
+    built = []
+    with open(data_dir / build.BUILD_LOCK, "a") as held:  # a first build holds the lock
+        fcntl.flock(held, fcntl.LOCK_EX)
+        with caplog.at_level("WARNING", logger="ds2_jax"):
+            second = threading.Thread(target=lambda: built.append(build.build(str(manual), str(data_dir))))
+            second.start()
+            deadline = time.time() + 60
+            while "another process is building" not in caplog.text and time.time() < deadline:
+                second.join(0.05)
+        second.join(3.0)  # a build of this corpus takes about a second: still waiting
+        assert "another process is building librispeech_local" in caplog.text and not built  # it waits
+        fcntl.flock(held, fcntl.LOCK_UN)
+    second.join(120)
+    assert built and built[0].is_prepared()

@@ -181,3 +181,40 @@ def test_each_project_error_ends_a_command_with_one_error_line(tmp_path):
         lines = proc.stderr.strip().splitlines()
         assert proc.returncode == 1 and len(lines) == 1 and lines[0].startswith("error: "), (name, proc.stderr)
         assert "Traceback" not in proc.stderr and "disk full" not in lines[0], (name, lines[0])
+
+
+KEEPS_EVERY_ERROR = """
+import logging, os, sys
+from ds2_jax import errors
+w = sys.argv[1]
+absl = logging.getLogger("absl")
+background = compile("log.error('background save failed', exc_info=RuntimeError('tensorstore: first'))",
+                     os.path.join("site", "orbax", "x.py"), "exec")
+
+def run():
+    with errors.background_errors_to_log(w, "orbax", "Event loop is closed"):
+        exec(background, {"log": absl})
+        raise ValueError("the error that ends the run")
+
+sys.exit(errors.run_explained(run, w))
+"""
+
+
+def test_error_log_keeps_every_error_an_earlier_run_a_background_thread_and_the_last(tmp_path):
+    """issue 40: the final write to error.log must append, never truncate what orbax's background
+    threads (or an earlier run) wrote there."""
+    import subprocess
+    import sys
+
+    from tests import helpers
+
+    (tmp_path / "error.log").write_text("--- an earlier run's error\n")
+    proc = subprocess.run([sys.executable, "-c", KEEPS_EVERY_ERROR, str(tmp_path)], cwd=helpers.ROOT,
+                          env=helpers.repo_env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1] == (f"error: the error that ends the run [traceback: "
+                                                    f"{tmp_path / 'error.log'}]")
+    text = (tmp_path / "error.log").read_text()
+    earlier, background, last = (text.index("an earlier run's error"), text.index("tensorstore: first"),
+                                 text.index("ValueError: the error that ends the run"))
+    assert earlier < background < last

@@ -106,5 +106,5 @@ def test_several_splits_are_each_scored_on_their_own_and_written_to_their_own_fi
         r = results[split]
         assert (r["split"], r["step"], r["utterances"]) == (split, 3, n)
         assert np.isfinite(r["loss"]) and r["beam"]["beam_width"] == 2
-        saved = json.load(open(os.path.join(w, f"eval-{split}-3-beam2.json")))
+        saved = json.load(open(os.path.join(w, f"eval-{split}-3-beam2-max16.json")))
         assert (saved["split"], saved["utterances"]) == (split, n) and saved["beam"]["wer"] == r["beam"]["wer"]

@@ -26,7 +26,7 @@ import jax
 import numpy as np
 import pytest
 
-from ds2_jax import checkpoint, errors, evaluation, memory, metrics, resilience, train, workdir_config
+from ds2_jax import checkpoint, errors, evaluation, files, memory, metrics, resilience, train, workdir_config
 from ds2_jax import state as state_lib
 from ds2_jax.data.batch import Sharding
 from ds2_jax.data.source import make_source
@@ -298,14 +298,14 @@ def test_eval_restores_with_the_workdirs_config_and_names_what_differs(six_steps
     assert "model.rnn_size (trained 32, --config 64)" in caplog.text
     assert "optimizer.learning_rate" in caplog.text and "damaged" not in caplog.text
     assert result["step"] == 6 and result["utterances"] == 8 and np.isfinite(result["loss"])
-    greedy = json.load(open(os.path.join(w, "eval-dev-clean-6-greedy.json")))
+    greedy = json.load(open(os.path.join(w, "eval-dev-clean-6-greedy-max8.json")))
     assert greedy["wer"] == result["wer"] and "beam" not in greedy
 
     pytest.importorskip("pyctcdecode")
     beam = evaluation.evaluate_checkpoint(run_config(**{"decoding.beam_width": 4}), w)
-    assert json.load(open(os.path.join(w, "eval-dev-clean-6-beam4.json")))["beam"]["wer"] == beam["beam"]["wer"]
+    assert json.load(open(os.path.join(w, "eval-dev-clean-6-beam4-max8.json")))["beam"]["wer"] == beam["beam"]["wer"]
     evaluation.evaluate_checkpoint(run_config(), w)  # greedy again: the beam results stay
-    assert os.path.exists(os.path.join(w, "eval-dev-clean-6-beam4.json"))
+    assert os.path.exists(os.path.join(w, "eval-dev-clean-6-beam4-max8.json"))
 
 
 def test_eval_config_takes_training_settings_from_the_workdir_and_eval_settings_from_the_flags(tmp_path):
@@ -342,7 +342,7 @@ def test_eval_into_a_read_only_workdir_logs_the_result_then_fails_clearly(six_st
     with caplog.at_level("INFO", logger="ds2_jax"), pytest.raises(OSError, match="could not write") as err:
         evaluation.evaluate_checkpoint(run_config(), w)
     assert "eval dev-clean at step 6: greedy WER" in caplog.text  # the result is not lost
-    assert "Make " + w + " writable" in str(err.value) and "eval-dev-clean-6-greedy.json" in str(err.value)
+    assert "Make " + w + " writable" in str(err.value) and "eval-dev-clean-6-greedy-max8.json" in str(err.value)
     assert err.value.results["dev-clean"]["step"] == 6
 
 
@@ -392,20 +392,62 @@ def test_non_finite_steps_skipped_counted_and_bounded(tmp_path):
     common = {"log_every_steps": 1, "eval_every_steps": 0, "checkpoint_every_steps": 100}
     # Both runs compile the same step (same fault steps); only the host-side bound differs.
     train.train_and_evaluate(tiny_config(num_train_steps=6, **common, **{"faults.nan_at_steps": "2-4"}), str(tmp_path / "a"))
-    records = [json.loads(l) for l in open(tmp_path / "a" / "metrics.jsonl")]
+    def strict(text):  # JSON as the standard has it: a bare NaN or Infinity is not a number there
+        return json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} in metrics.jsonl: not JSON"))
+
+    records = [strict(l) for l in open(tmp_path / "a" / "metrics.jsonl")]
     assert [r["skipped_steps"] for r in records] == [0, 0, 1, 2, 3, 3]
-    assert all(np.isfinite(r["loss"]) for r in records)
-    bad = tiny_config(num_train_steps=6, **common, **{"faults.nan_at_steps": "2-4", "optimizer.max_consecutive_skips": 3})
+    # An interval of skipped steps has no loss or gradient norm (null), never a 0 that reads as perfect.
+    assert [r["loss"] is None for r in records] == [r["grad_norm"] is None for r in records] == \
+        [False, False, True, True, True, False]
+    assert all(np.isfinite(r["loss"]) and r["loss"] > 0 for r in records if r["loss"] is not None)
+    bad = tiny_config(num_train_steps=6, **{**common, "checkpoint_every_steps": 2},
+                      **{"faults.nan_at_steps": "2-4", "optimizer.max_consecutive_skips": 3})
     handlers = [h for name in ("", "ds2_jax") for h in logging.getLogger(name).handlers]
     own_handles = [h.__dict__.get("handle") for h in handlers]
-    with pytest.raises(FloatingPointError, match="3 consecutive steps had a non-finite loss or gradient \\(up to step 5\\)"):
+    with pytest.raises(FloatingPointError, match="3 consecutive steps had a non-finite loss, gradient or update "
+                                                 "\\(up to step 5\\)") as stopped:
         train.train_and_evaluate(bad, str(tmp_path / "b"))
+    # The way out names the checkpoint to resume from (step 4: written after two skipped steps, finite).
+    assert f"the newest checkpoint, step 4 in {tmp_path / 'b' / 'checkpoints'}, holds finite parameters" \
+        in str(stopped.value)
     # A caller that catches the error keeps its process: the watchdog stopped (left running
     # it would os._exit step_timeout_s later), and the progress bar let go of the log handlers.
     for t in [t for t in threading.enumerate() if t.name == "ds2-watchdog"]:
         t.join(timeout=10)
         assert not t.is_alive(), "the watchdog outlived the failed run"
     assert [h.__dict__.get("handle") for h in handlers] == own_handles
+
+
+def test_a_non_finite_state_is_never_saved_and_one_saved_before_is_skipped_on_restore(six_steps, tmp_path, caplog):
+    """issue 40: NaN parameters were saved to every checkpoint, so a resume with a good rate failed
+    again. A save of a non-finite state is refused (nothing written, the message naming the checkpoint
+    to resume from); a non-finite checkpoint already on disk (an older ds2_jax) is passed over like a
+    damaged one and moved aside, and the previous one restores."""
+    workdir = copy_of(six_steps, tmp_path)
+    state = six_steps[1]
+    poisoned = state.replace(params=jax.tree_util.tree_map(lambda x: np.full_like(x, np.nan), state.params))
+    mgr = checkpoint.manager(workdir)
+    with pytest.raises(FloatingPointError) as refused:
+        checkpoint.save_or_explain(mgr, 7, poisoned)
+    assert str(refused.value).startswith("not writing checkpoint 7: the state is not finite (NaN or inf in ")
+    assert f"the newest checkpoint, step 6 in {mgr.directory}, holds finite parameters" in str(refused.value)
+    checkpoint.finish_or_explain(mgr)
+    assert sorted(mgr.all_steps()) == [3, 6] and not os.path.exists(os.path.join(mgr.directory, "7"))
+    checkpoint.save(mgr, 9, poisoned, wait=True)  # as an older ds2_jax wrote it
+    mgr.close()
+    _, step = checkpoint.restore_latest(checkpoint.manager(workdir), state)  # eval, transcribe: passed over, kept
+    assert step == 6 and os.path.isdir(os.path.join(workdir, "checkpoints", "9"))
+    with caplog.at_level(logging.WARNING, logger="ds2_jax"):
+        restored, step = checkpoint.restore_latest(checkpoint.manager(workdir), state, move_damaged=True)
+    assert step == 6 and "checkpoint 9" in caplog.text and "not finite" in caplog.text
+    assert_same_state(restored, state)
+    assert any(n.startswith("9.damaged-") for n in os.listdir(os.path.join(workdir, "checkpoints")))
+    other = str(tmp_path / "other")  # --eval_step / transcribe --step naming it: refused, not evaluated
+    with checkpoint.managed(other) as mgr:
+        checkpoint.save(mgr, 9, poisoned, wait=True)
+    with pytest.raises(errors.CheckpointError, match=r"checkpoint 9 in .* is not finite \(NaN or inf in "):
+        state_lib.restore_state(tiny_settings(**RUN), other, 9)
 
 
 @pytest.mark.slow
@@ -494,6 +536,25 @@ def test_prepared_dataset_refuses_a_different_manual_dir_naming_both(tmp_path, c
     config = tiny_settings(**{"dataset.name": "librispeech_local", "dataset.manual_dir": str(other),
                               "dataset.data_dir": data_dir})
     with pytest.raises(errors.DatasetMismatch, match="holds other files"):  # the training path too
+        tfds_source._open_builder(DataSettings.of(config), Sharding(16))
+    # issue 40: the record follows the umask (another user of a shared data_dir reads it), and a
+    # record that is there but unreadable or torn is refused, never "unchecked" (the wrong corpus).
+    record = build._record_path(builder)
+    assert os.stat(record).st_mode & 0o777 == 0o666 & ~files.umask()
+    os.remove(record)
+    if os.geteuid() == 0:  # root reads a 000 file: a folder in its place fails open() the same way
+        os.mkdir(record)
+    else:
+        with open(record, "w") as f:
+            f.write("{}")
+        os.chmod(record, 0)
+    with pytest.raises(OSError, match=rf"{record}, the record .* is unreadable \(.*\), so the data cannot be "
+                                      r"checked.*chmod a\+r"):
+        build.build(str(first), data_dir)
+    os.chmod(record, 0o644) if os.path.isfile(record) else os.rmdir(record)
+    with open(record, "w") as f:
+        f.write('{"manual_dir": ')
+    with pytest.raises(ValueError, match=rf"{record}, the record .* is not JSON"):
         tfds_source._open_builder(DataSettings.of(config), Sharding(16))
 
 
@@ -773,10 +834,12 @@ class _FakeScalar:
         return np.ones((), dtype or np.float32)
 
 
-def test_a_stop_signal_checkpoints_within_two_steps_of_the_device(six_steps, tmp_path, monkeypatch, caplog):
+@pytest.mark.parametrize("stop", ["SIGTERM", "SIGHUP"])
+def test_a_stop_signal_checkpoints_within_two_steps_of_the_device(six_steps, tmp_path, monkeypatch, caplog, stop):
     """The loop dispatches at most resilience.STEPS_IN_FLIGHT steps ahead of the device, so
     SIGTERM is answered by a checkpoint a step or two after the one running (the seed config
-    without a GPU queued ~30 steps of 38 s: 20 minutes)."""
+    without a GPU queued ~30 steps of 38 s: 20 minutes). SIGHUP (the terminal closed) is a
+    SIGTERM: it ended the run at once with no checkpoint (issue 40)."""
     w = copy_of(six_steps, tmp_path)
     device = _FakeDevice(step_s=0.2)  # slow enough that a loaded machine delivers the signal within a step
     monkeypatch.setattr(train, "_run_step", device.step)
@@ -786,7 +849,7 @@ def test_a_stop_signal_checkpoints_within_two_steps_of_the_device(six_steps, tmp
         while device.finished < 3:
             time.sleep(0.001)
         at_signal.append(device.finished)
-        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), getattr(signal, stop))
 
     threading.Thread(target=stop_after_three, daemon=True).start()
     try:
@@ -795,8 +858,27 @@ def test_a_stop_signal_checkpoints_within_two_steps_of_the_device(six_steps, tmp
     finally:
         device.close()
     saved = checkpoint.manager(w).latest_step()
-    assert "received SIGTERM" in caplog.text and f"preempted at step {saved}" in caplog.text
+    assert f"received {stop}" in caplog.text and f"preempted at step {saved}" in caplog.text
     assert saved - 6 <= at_signal[0] + 2 + 1, (saved, at_signal)  # 2 in flight, 1 for the race with the signal
+
+
+def test_a_stop_signal_while_the_model_is_built_stops_at_the_first_step_with_a_checkpoint(tmp_path, monkeypatch,
+                                                                                         caplog):
+    """issue 40: a Ctrl-C before the loop (building the data, the model, the first compile) was a
+    KeyboardInterrupt traceback, SIGTERM a kill leaving a stale lock; now both are the loop's stop."""
+    real = train.make_source
+
+    def source_then_signal(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGINT)  # arrives while the run is being set up
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(train, "make_source", source_then_signal)
+    w = str(tmp_path / "w")
+    with caplog.at_level("INFO", logger="ds2_jax"):
+        state = train.train_and_evaluate(run_config(num_train_steps=1000), w)
+    assert int(state.step) == 1 and "received SIGINT" in caplog.text and "preempted at step 1" in caplog.text
+    assert checkpoint.manager(w).latest_step() == 1 and not os.path.exists(os.path.join(w, resilience.LOCK_FILE))
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handlers are given back
 
 
 def test_a_second_signal_abandons_the_wait_at_once_with_a_clear_line(monkeypatch, capfd):
@@ -891,9 +973,12 @@ def test_eval_result_names_tell_every_decoder_apart_and_are_written_atomically(s
     assert names[:3] == [os.path.join("w", f"eval-dev-clean-6-{t}.json") for t in ("greedy", "beam32", "beam8")]
     assert os.path.basename(names[4]).startswith("eval-dev-clean-6-beam32-lm-lm-a0.5-b1-")
     assert names[4] == evaluation.result_path("w", "dev-clean", 6, beam(lm_path="a/lm.arpa"))  # same decoder, same name
+    # issue 40: a result over a subset (eval.max_utterances) never replaces the whole split's
+    subsets = [evaluation.result_path("w", "dev-clean", 6, d, n) for d in (None, beam()) for n in (0, 8, 16)]
+    assert len(set(subsets)) == 6 and subsets[0] == names[0] and subsets[1].endswith("-greedy-max8.json")
 
     w = copy_of(six_steps, tmp_path)
-    path = os.path.join(w, "eval-dev-clean-6-greedy.json")
+    path = os.path.join(w, "eval-dev-clean-6-greedy-max8.json")
     open(path, "w").write('{"old": 1}')
 
     def torn_dump(obj, f, **kwargs):

@@ -265,3 +265,66 @@ print(sum(len(b) for b in kept), "arrays kept until exit")
                           env={**os.environ, "JAX_PLATFORMS": "cpu"})
     assert proc.returncode == 0 and "arrays kept until exit" in proc.stdout, proc.stderr[-3000:]
     assert "leaked shared_memory" not in proc.stderr, proc.stderr[-3000:]
+
+
+ORPHAN_SCRIPT = """
+import json, multiprocessing, sys, time
+from multiprocessing import resource_tracker
+from ds2_jax import settings
+from ds2_jax.data import loader
+from ds2_jax.data.batch import Sharding
+from ds2_jax.data.source import make_source
+from tests.helpers import tiny_settings
+config = tiny_settings(**{"dataset.num_workers": 2, "per_device_batch_size": 1,
+                          "dataset.synthetic_min_duration_s": 0.5, "dataset.synthetic_max_duration_s": 0.6})
+source = make_source(config, Sharding(2))
+batches = loader.train_batches(config, Sharding(2), source, 0, 1000)
+next(batches)
+print(json.dumps({"workers": [p.pid for p in multiprocessing.active_children()],
+                  "tracker": resource_tracker._resource_tracker._pid}), flush=True)
+time.sleep(600)
+"""
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (a container's init may never reap an orphan)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.timeout(180)
+def test_input_workers_and_the_resource_tracker_die_with_a_killed_trainer():
+    """issue 40: after kill -9 of the trainer with num_workers=2 both workers and the resource
+    tracker stayed alive, holding 110 /dev/shm segments. Workers watch their parent and exit."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests import helpers
+
+    proc = subprocess.Popen([sys.executable, "-c", ORPHAN_SCRIPT], cwd=helpers.ROOT, env=helpers.repo_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    pids = {"workers": []}
+    try:
+        line = proc.stdout.readline()
+        assert line, proc.stderr.read()[-2000:]
+        pids = json.loads(line)
+        assert len(pids["workers"]) == 2 and all(_running(p) for p in pids["workers"])
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        deadline = time.time() + 60
+        while any(_running(p) for p in [*pids["workers"], pids["tracker"]] if p) and time.time() < deadline:
+            time.sleep(0.2)
+        assert not any(_running(p) for p in pids["workers"]), "an input worker outlived the killed trainer"
+        assert not (pids["tracker"] and _running(pids["tracker"])), "the resource tracker outlived the trainer"
+    finally:  # a failing run leaves no orphans behind either
+        proc.kill()
+        for pid in pids["workers"]:
+            if _running(pid):
+                os.kill(pid, signal.SIGKILL)

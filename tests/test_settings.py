@@ -103,7 +103,7 @@ def test_every_section_is_frozen(section):
     ("optimizer.learning_rate", 0.0, r"optimizer.learning_rate=0.0: must be > 0"),
     ("optimizer.max_consecutive_skips", 0, r"optimizer.max_consecutive_skips=0"),
     ("eval.max_utterances", -1, r"eval.max_utterances=-1"),
-    ("decoding.beam_width", -1, r"decoding.beam_width must be >= 0"),
+    ("decoding.beam_width", -1, r"decoding.beam_width=-1: must be >= 0"),
     ("decoding.lm_path", "lm.arpa", r"decoding.lm_path='lm.arpa' is used by beam search only"),
     ("keep_best_checkpoints", -1, r"keep_best_checkpoints=-1: must be >= 0"),
 ])
@@ -113,6 +113,71 @@ def test_a_bad_value_names_its_key_and_what_is_allowed(key, value, message):
         settings.from_config_dict(config)
     with pytest.raises(ValueError, match=message):  # a Settings changed after building is checked again
         settings.override(settings.Settings(), {key: value})
+
+
+# ----------------------------------------------------------------------------- ranges (issue 40)
+
+NUMERIC_KEYS = [row["key"] for row in settings.describe(settings.defaults()) if row["type"] in ("int", "float")]
+
+
+def test_every_numeric_setting_has_a_row_in_the_one_range_table_and_its_default_is_in_it():
+    assert NUMERIC_KEYS and set(NUMERIC_KEYS) == set(settings.RANGES)
+    for row in settings.describe(settings.Settings()):
+        if row["key"] in settings.RANGES:
+            assert settings.RANGES[row["key"]].holds(row["default"]), row["key"]
+
+
+def _just_outside(r: settings.Range, integer: bool) -> list:
+    """Values next to each finite end of `r`, on its outside (the end itself when it is open)."""
+    step = 1 if integer else 1e-6
+    out = []
+    if r.low != -float("inf"):
+        out.append(r.low if r.open_low else r.low - step)
+    if r.high != float("inf"):
+        out.append(r.high if r.open_high else r.high + step)
+    return out
+
+
+@pytest.mark.parametrize("key", NUMERIC_KEYS)
+def test_every_numeric_setting_refuses_nan_inf_and_values_past_its_range_naming_the_key(key):
+    """The class of `x <= 0` checks that let NaN through: over the whole schema, not key by key.
+    A float setting refuses NaN and both infinities (unless its row names one, e.g. -inf = none);
+    every setting refuses the values just outside its range, through ConfigDict and override alike."""
+    r = settings.RANGES[key]
+    node = settings.defaults()
+    for part in key.split("."):
+        node = node[part]
+    integer = isinstance(node, int)
+    bad = _just_outside(r, integer)
+    if not integer:
+        bad += [float("nan")] + [v for v in (float("inf"), -float("inf")) if v not in r.also]
+    assert bad, f"{key}: a range that refuses nothing"
+    for value in bad:
+        with pytest.raises(ValueError, match=rf"^{key.replace('.', '[.]')}=") as refused:
+            settings.override(settings.Settings(), {key: value})
+        assert "must be" in str(refused.value)
+        with pytest.raises(ValueError, match=key.replace(".", "[.]")):
+            settings.from_config_dict(with_key(key, value))
+    for value in ([r.low] if r.low != -float("inf") and not r.open_low else []) + list(r.also):
+        try:
+            settings.override(settings.Settings(), {key: value})
+        except ValueError as e:  # only a check relating two settings may refuse an end of the range
+            assert not str(e).startswith(f"{key}="), e
+
+
+def test_the_values_that_trained_nan_or_never_learned_are_refused():
+    """issue 40's cases: each was accepted and trained a NaN or a silently wrong model."""
+    for key, value in [("optimizer.learning_rate", float("nan")), ("optimizer.eps", 0.0), ("optimizer.b2", 1.0),
+                       ("optimizer.clip_global_norm", -1.0), ("optimizer.clip_global_norm", 0.0),
+                       ("model.batch_norm_momentum", 1.0), ("features.eps", 0.0), ("features.hop_ms", 0.0),
+                       ("dataset.max_duration_s", float("inf")), ("step_timeout_s", float("nan"))]:
+        with pytest.raises(ValueError, match=rf"{key.replace('.', '[.]')}={value!r}: must be"):
+            settings.override(settings.Settings(), {key: value})
+    # A window the spectrogram cannot frame in hops failed at the first step, deep in features.py.
+    for changes in ({"features.window_ms": 25.0}, {"features.hop_ms": 0.01}):
+        with pytest.raises(ValueError, match=r"features.window_ms=.* must (be|each be)"):
+            settings.override(settings.Settings(), changes)
+    assert settings.override(settings.Settings(), {"features.window_ms": 40.0, "features.hop_ms": 20.0})
 
 
 # ----------------------------------------------------------------------------- boundaries

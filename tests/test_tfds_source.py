@@ -355,3 +355,24 @@ def test_eval_keeps_utterances_longer_than_the_largest_bucket_each_in_the_smalle
     extra = shapes[(s1 + 1, 5)]
     assert extra[0] > s1 and extra[0] % src.spectrogram.hop == 0 and extra[1] >= l1
     assert shapes[(s0 - 160, 6 + l1)] == extra and extra[1] >= 6 + l1  # too many labels for every bucket
+
+
+def test_a_torn_split_index_cache_is_rebuilt_with_a_warning_and_written_whole(tmp_path, caplog):
+    """issue 40: the cache was written to one fixed temporary name (two builders at once mixed their
+    bytes) and a torn .npz was an unexplained zipfile traceback at every start."""
+    from ds2_jax.data import split_index
+
+    built = []
+
+    def build():
+        built.append(1)
+        return split_index.flat_index([(1600, "a b"), (3200, "c")], 2)
+
+    path = tmp_path / "index.npz"
+    path.write_bytes(b"PK\x03\x04 a torn zip")
+    with caplog.at_level("WARNING"):
+        first = split_index.cached(str(path), 2, build, "dev_clean")
+    assert "the cached index of dev_clean" in caplog.text and "is torn" in caplog.text and built == [1]
+    again = split_index.cached(str(path), 2, build, "dev_clean")  # read back, not rebuilt
+    assert built == [1] and list(again.num_samples) == list(first.num_samples) == [1600, 3200]
+    assert sorted(os.listdir(tmp_path)) == ["index.npz"]  # no temporary left beside it

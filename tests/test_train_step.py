@@ -208,6 +208,31 @@ def test_step_with_finite_loss_but_nan_gradient_keeps_everything(setup, monkeypa
     assert all(np.isfinite(x).all() for x in leaves(good.params))
 
 
+def _poisoned_state() -> optax.GradientTransformation:
+    """SGD whose own state turns NaN while its updates stay finite."""
+    def update(updates, state, params=None):
+        return jax.tree_util.tree_map(lambda g: -1e-3 * g, updates), jnp.full_like(state, jnp.nan)
+
+    return optax.GradientTransformation(lambda params: jnp.zeros(()), update)
+
+
+@pytest.mark.parametrize("tx", [
+    pytest.param(lambda: optax.adam(float("nan")), id="nan_learning_rate"),
+    pytest.param(lambda: optax.adam(1e-3, b2=1.0), id="b2_of_1"),  # bias correction 1 - b2**t = 0
+    pytest.param(_poisoned_state, id="nan_optimizer_state"),
+])
+def test_step_whose_new_parameters_or_optimizer_state_are_not_finite_keeps_the_old_state(setup, tx):
+    """issue 40: loss and gradient finite, the update not (a bad rate, eps or b2 reaching the
+    optimizer by any path, or its state): the step is skipped like a NaN loss, never applied."""
+    config, state, batch = setup
+    start = state.replace(tx=tx())
+    start = start.replace(opt_state=start.tx.init(start.params))
+    new, m = run_step(config, start, batch, 8, cache=False)
+    assert float(m["finite_steps"]) == 0 and float(m["loss_sum"]) == float(m["loss_count"]) == 0
+    assert_state_kept(new, start)
+    assert all(np.isfinite(x).all() for x in leaves((new.params, new.opt_state)))
+
+
 def test_learning_rate_warms_up_linearly_from_zero_then_decays():
     opt = tiny_settings(**{"optimizer.learning_rate": 1e-3, "optimizer.warmup_steps": 10, "optimizer.decay_steps": 100,
                          "optimizer.schedule": "exponential", "optimizer.decay_rate": 0.5}).optimizer

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import soundfile
 
-from ds2_jax import errors, transcribe
+from ds2_jax import errors, settings, transcribe
 from tests.helpers import CORPUS
 
 TEST_CLEAN = os.path.join(CORPUS, "LibriSpeech", "test-clean")
@@ -194,3 +194,121 @@ def test_beam_search_with_an_arpa_lm_prints_only_the_transcripts(trained):
     proc = _transcribe_command(f"--workdir={trained.workdir}", f"--lm={trained.lm}", flac)
     assert proc.returncode == 0 and proc.stdout.count("\n") == 1 and proc.stdout.startswith(f"{flac}\t"), proc.stderr
     assert "Loading the LM" not in proc.stderr and "****" not in proc.stderr and "----5---10" not in proc.stderr
+
+
+# ----------------------------------------------------------------------------- a tool people pipe (issue 40)
+
+
+@pytest.fixture(scope="module")
+def untrained(tmp_path_factory) -> str:
+    """A workdir holding the smoke model's initial state as checkpoint 0: texts are noise, the paths real."""
+    import jax
+
+    from ds2_jax import checkpoint, workdir_config
+    from ds2_jax import state as state_lib
+    from tests.helpers import tiny_settings
+
+    w = str(tmp_path_factory.mktemp("untrained"))
+    config = tiny_settings()
+    bins = config.features.num_bins
+    state = state_lib.create_state(config, jax.random.PRNGKey(0), np.zeros(bins, np.float32), np.ones(bins, np.float32))
+    with checkpoint.managed(w) as mgr:
+        checkpoint.save(mgr, 0, jax.device_get(state), wait=True)
+    workdir_config.save_config(config, w)
+    return w
+
+
+@pytest.mark.parametrize("flag", ["--alpha=nan", "--alpha=-1", "--beta=inf", "--batch_size=0", "--beam_width=-1",
+                                  "--step=-1"])
+def test_flags_are_checked_before_the_model_loads_as_a_usage_error(tmp_path, capsys, flag):
+    with pytest.raises(SystemExit) as exited:  # the workdir does not even exist: nothing was read
+        transcribe.main(["--workdir", str(tmp_path / "none"), flag, "a.wav"])
+    assert exited.value.code == 2
+    name, value = flag.split("=")
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {name}=") and ": must be " in err and float(err.split("=")[1].split(":")[0]) == \
+        float(value) or value == "nan" and f"error: {name}=nan: must be" in err
+
+
+def test_a_short_clip_nan_samples_and_a_tab_in_a_path_each_get_their_own_line(untrained, tmp_path, capsys):
+    """A 1 ms clip and a float WAV with NaN samples: one message each, the others transcribed; a path
+    with a tab is escaped, so every output line splits at exactly one tab."""
+    rate = 16_000
+    files = {"ok": str(tmp_path / "ok.wav"), "short": str(tmp_path / "short.wav"), "nan": str(tmp_path / "nan.wav"),
+             "tab": str(tmp_path / "a\tb.wav")}
+    tone = np.sin(np.arange(rate) / 10).astype(np.float32) * 0.3
+    soundfile.write(files["ok"], tone, rate, subtype="PCM_16")
+    soundfile.write(files["tab"], tone, rate, subtype="PCM_16")
+    soundfile.write(files["short"], tone[: rate // 1000], rate, subtype="PCM_16")
+    soundfile.write(files["nan"], np.where(np.arange(rate) % 100 == 0, np.nan, tone).astype(np.float32), rate,
+                    subtype="FLOAT")
+    code = transcribe.main(["--workdir", untrained, "--batch_size=2", *files.values()])
+    out, err = capsys.readouterr()
+    assert code == 1
+    assert f"error: {files['short']}: too short: 1 ms gives the model no output frame" in err
+    assert f"error: {files['nan']}: 160 samples are NaN or infinite" in err
+    assert err.count("error:") == 2 and "Traceback" not in err
+    lines = out.splitlines()
+    assert [line.count("\t") for line in lines] == [1, 1]
+    assert [line.split("\t")[0] for line in lines] == [files["ok"], str(tmp_path / "a\\tb.wav")]
+
+
+def _run_transcribe(workdir, files, *flags):
+    import subprocess
+    import sys
+
+    from tests import helpers
+
+    return subprocess.Popen([sys.executable, "-m", "ds2_jax.transcribe", f"--workdir={workdir}", *flags, *files],
+                            cwd=helpers.ROOT, env=helpers.repo_env(JAX_PLATFORMS="cpu"), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.timeout(300)
+def test_lines_come_as_they_are_done_a_closed_pipe_ends_quietly_and_ctrl_c_says_how_far(untrained, tmp_path):
+    """`transcribe ... | head -1`: the first line comes before the last file is read, the closed pipe
+    ends the run with no traceback; Ctrl-C keeps what was printed and prints one line, exit 130."""
+    import signal
+
+    wav = str(tmp_path / "a.wav")
+    soundfile.write(wav, np.zeros(16_000, np.float32), 16_000, subtype="PCM_16")
+    many = [wav] * 400  # far more than are done when the first line is read
+    proc = _run_transcribe(untrained, many, "--batch_size=1")
+    assert proc.stdout.readline().startswith(wav + "\t")  # printed before the other 399 are done
+    proc.stdout.close()  # as `head -1` does
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) == 141, err[-2000:]
+    assert "Traceback" not in err and "BrokenPipe" not in err and "error:" not in err
+    proc = _run_transcribe(untrained, many, "--batch_size=1")
+    first = proc.stdout.readline()
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-2000:]
+    done = 1 + len(out.splitlines())
+    assert first.startswith(wav + "\t") and "Traceback" not in err
+    assert err.strip().splitlines()[-1].startswith("transcribe: interrupted after ")
+    assert f"interrupted after {done} of 400 files" in err or f"interrupted after {done + 1} of 400 files" in err
+
+
+def test_every_numeric_flag_at_zero_is_used_or_refused_never_taken_for_unset(untrained, tmp_path, capsys):
+    """issue 40: `--alpha=0` was ignored by an `or` that took 0 for "not given". Each numeric flag of
+    transcribe at 0: a value the run uses (the workdir's own is not), or a usage error."""
+    import types
+
+    from ds2_jax import cli
+
+    base = settings.Decoding(beam_width=8, lm_path="lm.arpa", alpha=0.5, beta=1.0)
+    flags = dict(lm="", lexicon="", beam_width=None, alpha=None, beta=None)
+    for flag, field in (("alpha", "alpha"), ("beta", "beta"), ("beam_width", "beam_width")):
+        cfg = transcribe.decoder_settings(types.SimpleNamespace(**{**flags, flag: 0}), base)
+        assert getattr(cfg, field) == 0, flag
+    assert transcribe.decoder_settings(types.SimpleNamespace(**flags), base) == base  # not given: the workdir's
+    fv_args = ["--workdir", untrained]
+    with pytest.raises(SystemExit) as exited:
+        transcribe.main([*fv_args, "--batch_size=0", "a.wav"])
+    assert exited.value.code == cli.USAGE_EXIT
+    wav = str(tmp_path / "a.wav")
+    soundfile.write(wav, np.zeros(16_000, np.float32), 16_000, subtype="PCM_16")
+    capsys.readouterr()
+    assert transcribe.main([*fv_args, "--step=0", "--beam_width=0", "--alpha=0", "--beta=0", wav]) == 0  # step 0 is a step
+    assert capsys.readouterr().out.startswith(wav + "\t")

@@ -8,11 +8,12 @@ import functools
 import logging
 import os
 import re
+import zipfile
 from typing import Callable, Iterable
 
 import numpy as np
 
-from ds2_jax import text
+from ds2_jax import files, text
 
 
 def split_names(spec: str) -> list[str]:
@@ -78,16 +79,22 @@ def flat_index(examples: Iterable[tuple[int, str | bytes]], n: int, alphabet: te
 
 
 def cached(path: str, n: int, build: Callable[[], FlatIndex], name: str = "") -> SplitIndex:
-    """The index cached at `path` if it holds `n` utterances, else `build()`'s, then cached there."""
+    """The index cached at `path` if it holds `n` utterances, else `build()`'s, then cached there.
+    Written under a temporary name of its own and renamed (files.replacing): two processes building
+    it at once never mix their files; one torn anyway (an older version's) is rebuilt with a warning."""
     if os.path.exists(path):
-        with np.load(path) as z:
-            if len(z["num_samples"]) == n:
-                return SplitIndex.from_flat(z["num_samples"], z["labels"], z["label_offsets"], z["bad_text"])
+        try:
+            with np.load(path) as z:
+                if len(z["num_samples"]) == n:
+                    return SplitIndex.from_flat(z["num_samples"], z["labels"], z["label_offsets"], z["bad_text"])
+        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
+            logging.warning("the cached index of %s at %s is torn (%s: %s): rebuilding it", name, path,
+                            type(e).__name__, e)
     num_samples, flat, offsets, bad_text = build()
     index = SplitIndex.from_flat(num_samples, flat, offsets, bad_text)
     try:
-        np.savez(path + ".tmp.npz", num_samples=num_samples, labels=flat, label_offsets=offsets, bad_text=bad_text)
-        os.replace(path + ".tmp.npz", path)
+        with files.replacing(path, "wb") as f:
+            np.savez(f, num_samples=num_samples, labels=flat, label_offsets=offsets, bad_text=bad_text)
     except OSError as e:
         logging.warning("could not cache the index of %s at %s: %s", name, path, e)
     return index

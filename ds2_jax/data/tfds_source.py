@@ -11,6 +11,7 @@ function of (seed, step), are data.plan's. No jax.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import hashlib
 import logging
 import os
@@ -19,7 +20,7 @@ from typing import Iterator
 
 import numpy as np
 
-from ds2_jax import text
+from ds2_jax import files, text
 from ds2_jax.data import augment
 from ds2_jax.data import plan as plan_lib
 from ds2_jax.data.batch import Sharding, pad_batch
@@ -207,21 +208,23 @@ class TfdsSource:
         """`stats` over `feature_stats_utterances` random training utterances, computed once
         and cached as .npz in the dataset's data dir."""
         n = min(self.num_stats_utterances, len(self._train_record))
-        window, hop = self.spectrogram.window, self.spectrogram.hop
-        key = f"{'+'.join(self.train_splits)}|{n}|{self.seed}|{window}|{hop}"
+        rng = np.random.default_rng([self.seed, _FEATURE_STATS_SALT])
+        rows = np.sort(rng.choice(len(self._train_record), size=n, replace=False))
+        # The key is every input of the result: the utterances read (which the filters, the seed and
+        # the count decide) and the whole spectrogram (eps too), so no other run shares the file.
+        chosen = [(self.train_splits[int(self._train_split[r])], int(self._train_record[r])) for r in rows]
+        key = f"{chosen}|{sorted(dataclasses.asdict(self.spectrogram).items())}"
         digest = hashlib.sha1(key.encode()).hexdigest()[:12]
         path = os.path.join(os.fspath(self.builder.data_dir), f"feature_stats_{digest}.npz")
         if os.path.exists(path):
             with np.load(path) as z:
                 return z["mean"], z["std"]
-        rng = np.random.default_rng([self.seed, _FEATURE_STATS_SALT])
-        rows = np.sort(rng.choice(len(self._train_record), size=n, replace=False))
         waves = (self._read(self._train_split[[r]], self._train_record[[r]])[0] for r in rows)
         mean, std = stats(waves, self.spectrogram)
-        logging.info("feature stats from %d utterances (%s) -> %s", n, key, path)
+        logging.info("feature stats from %d utterances of %s -> %s", n, "+".join(self.train_splits), path)
         try:
-            np.savez(path + ".tmp.npz", mean=mean, std=std)
-            os.replace(path + ".tmp.npz", path)
+            with files.replacing(path, "wb") as f:  # a temporary name of its own: concurrent runs never mix
+                np.savez(f, mean=mean, std=std)
         except OSError as e:
             logging.warning("could not cache feature stats at %s: %s", path, e)
         return mean, std

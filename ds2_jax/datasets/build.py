@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import fcntl
 import hashlib
 import json
 import logging
@@ -118,11 +119,11 @@ def source_of(manual_dir: str) -> dict:
         if kind == "tar":
             entries.append((split, os.path.basename(path), os.path.getsize(path)))
             continue
-        for root, dirs, names in os.walk(path):
-            dirs.sort()
-            for name in sorted(names):
+        for root, _, names in librispeech_local.walk(path):  # the build's walk: linked folders too
+            for name in names:
                 full = os.path.join(root, name)
-                entries.append((split, os.path.relpath(full, path), os.path.getsize(full)))
+                size = os.path.getsize(full) if os.path.exists(full) else -1  # -1: a broken link
+                entries.append((split, os.path.relpath(full, path), size))
                 if name.lower().endswith(TEXT_SUFFIXES):
                     with open(full, "rb") as f:
                         texts.update(entries[-1][1].encode() + b"\0" + f.read() + b"\0")
@@ -143,11 +144,22 @@ def _record_path(builder) -> str:
 
 
 def recorded_source(builder) -> dict | None:
+    """The prepared dataset's record of its manual dir; None where it has none. A record that is
+    there but cannot be read is refused, never taken for none: the data would go unchecked."""
+    path = _record_path(builder)
+    way_out = "or set dataset.data_dir to a directory of your own"
     try:
-        with open(_record_path(builder)) as f:
+        with open(path) as f:
             return json.load(f)
-    except (OSError, ValueError):
+    except FileNotFoundError:
         return None
+    except OSError as e:
+        raise OSError(f"{path}, the record of the files this prepared dataset was built from, is unreadable "
+                      f"({e.strerror or e}), so the data cannot be checked against dataset.manual_dir: ask its owner "
+                      f"to make it readable (chmod a+r), {way_out}") from e
+    except ValueError as e:
+        raise ValueError(f"{path}, the record of the files this prepared dataset was built from, is not JSON ({e}): "
+                         f"delete it to record dataset.manual_dir as it is now (unchecked), {way_out}") from e
 
 
 def record_source(builder, source: dict) -> None:
@@ -202,6 +214,31 @@ def check_source(builder, manual_dir: str) -> None:
     )
 
 
+BUILD_LOCK = ".build.lock"  # in the dataset's folder of the tfds data dir: one build at a time
+
+
+@contextlib.contextmanager
+def _one_build_at_a_time(builder):
+    """Holds data_dir's build lock (flock: released when a holder dies); a second build (or a second run
+    starting on a fresh data_dir) says so and waits, then finds the dataset the first one prepared."""
+    root = os.path.dirname(os.path.dirname(os.fspath(builder.data_dir)))  # <data_dir>/<name>/<version>
+    if "://" in root:  # a remote data dir: tfds's own rules
+        yield
+        return
+    os.makedirs(root, exist_ok=True)
+    with open(os.path.join(root, BUILD_LOCK), "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            logging.getLogger("ds2_jax").warning("another process is building %s in %s: waiting for it to "
+                                                 "finish (%s)", builder.name, root, f.name)
+            fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 def build(manual_dir: str, data_dir: str = "", name: str = "librispeech_local",
           options: manifest.Options | None = None):
     """Prepares the dataset `name` (only checks check_source if already prepared); returns its builder."""
@@ -216,11 +253,18 @@ def build(manual_dir: str, data_dir: str = "", name: str = "librispeech_local",
                    "LibriSpeech/<split>/... or <split>.tar.gz archives")
         raise FileNotFoundError(f"dataset.manual_dir={manual_dir!r} is missing or empty: point it at a directory "
                                 f"holding {holding}")
-    with librispeech_local.quiet_tfds(), _local_shuffle_files(data_dir), _uncompressed_records():
-        builder.download_and_prepare(
-            download_config=tfds.download.DownloadConfig(manual_dir=os.path.abspath(manual_dir))
-        )
-    record_source(builder, _source_of(builder, manual_dir))
+    with _one_build_at_a_time(builder):
+        with librispeech_local.quiet_tfds():
+            builder = get_builder(data_dir, name, options)  # afresh: the build this one waited for may have prepared it
+            prepared = builder.is_prepared()
+        if prepared:
+            check_source(builder, manual_dir)
+            return builder
+        with librispeech_local.quiet_tfds(), _local_shuffle_files(data_dir), _uncompressed_records():
+            builder.download_and_prepare(
+                download_config=tfds.download.DownloadConfig(manual_dir=os.path.abspath(manual_dir))
+            )
+        record_source(builder, _source_of(builder, manual_dir))
     logging.getLogger("ds2_jax").info("%s: built %s from %s", name, builder.data_dir, manual_dir)
     return builder
 

@@ -26,13 +26,14 @@ import logging
 import os
 import re
 import tarfile
+import zlib
 from typing import Iterator
 
 import numpy as np
 import soundfile
 import tensorflow_datasets as tfds
 
-from ds2_jax import geometry, text
+from ds2_jax import files, geometry, text
 
 SAMPLE_RATE = 16_000
 # The conv stack the CTC feasibility check assumes (the default model's).
@@ -170,10 +171,26 @@ def _utt_id(name: str) -> str | None:
     return stem if _UTT_RE.match(stem) else None
 
 
-def generate_from_tree(split_dir: str, report: SplitReport) -> Iterator:
-    """Walks <split>/<speaker>/<chapter>/ in sorted order; one chapter in memory at a time."""
-    for root, dirs, files in os.walk(split_dir):
+def walk(top: str) -> Iterator[tuple[str, list[str], list[str]]]:
+    """os.walk in sorted order, following symbolic links to folders (a speaker linked in from
+    another disk belongs to the split), each real folder read once: a link to a folder already
+    read (a loop, or a second link) is named in a warning and not read again."""
+    seen: set[str] = set()
+    for root, dirs, files in os.walk(top, followlinks=True):
+        real = os.path.realpath(root)
+        if real in seen:
+            logging.warning("%s links to %s, which is already read: not read again (a loop or a second link)",
+                            root, real)
+            dirs[:] = []
+            continue
+        seen.add(real)
         dirs.sort()
+        yield root, dirs, sorted(files)
+
+
+def generate_from_tree(split_dir: str, report: SplitReport) -> Iterator:
+    """Walks <split>/<speaker>/<chapter>/ in sorted order (`walk`); one chapter in memory at a time."""
+    for root, dirs, files in walk(split_dir):
         flacs = sorted(f for f in files if f.endswith(".flac"))
         trans_files = [f for f in files if f.endswith(".trans.txt")]
         transcripts = {}
@@ -187,8 +204,12 @@ def generate_from_tree(split_dir: str, report: SplitReport) -> Iterator:
                 logging.warning("ignoring %s: not named <speaker>-<chapter>-<utt>.flac", name)
                 continue
             seen.add(utt_id)
-            with open(os.path.join(root, name), "rb") as f:
-                flac = f.read()
+            try:
+                with open(os.path.join(root, name), "rb") as f:
+                    flac = f.read()
+            except OSError as e:  # a broken link, a file of another user's: counted, never a silent drop
+                report.skip("corrupt_audio", utt_id, f"unreadable: {e.strerror or e}")
+                continue
             ex = make_example(utt_id, flac, transcripts.get(utt_id), report)
             if ex is not None:
                 yield ex
@@ -201,6 +222,15 @@ def generate_from_tar(path: str, report: SplitReport) -> Iterator:
     A chapter's .flac files may come before its .trans.txt, so they wait in memory until
     it arrives; archives are grouped by chapter, so that is one chapter at most.
     """
+    try:
+        yield from _generate_from_tar(path, report)
+    except (EOFError, tarfile.TarError, zlib.error, OSError) as e:  # cut short mid-download, or damaged
+        raise OSError(f"{path} is truncated or damaged ({type(e).__name__}: {e}): download it again (and check its "
+                      "size against openslr.org/12), or remove it from dataset.manual_dir to build the other "
+                      "splits") from e
+
+
+def _generate_from_tar(path: str, report: SplitReport) -> Iterator:
     transcripts: dict[str, dict[str, str]] = {}  # chapter -> {utt id: text}
     pending: dict[str, list[tuple[str, bytes]]] = collections.defaultdict(list)
     seen: set[str] = set()
@@ -329,8 +359,7 @@ class LibrispeechLocal(tfds.core.GeneratorBasedBuilder):
         yield from gen(path, report)
         # Runs once the writer has drained the generator; data_dir is the build's
         # temporary dir here, which tfds renames to the final one on success.
-        with open(report_path(os.fspath(self.data_dir), split), "w") as f:
-            json.dump(report.to_json(), f, indent=1)
+        files.write_text(report_path(os.fspath(self.data_dir), split), json.dumps(report.to_json(), indent=1))
         # A warning when anything was dropped, so a skip is never silent.
         dropped = sum(report.skipped.values()) + report.transcripts_without_audio
         logging.log(logging.WARNING if dropped else logging.INFO, "%s", report.summary())

@@ -36,7 +36,7 @@ import sys
 import tarfile
 from collections.abc import Iterable, Iterator
 
-from ds2_jax import text
+from ds2_jax import files, text
 
 BOS, EOS, UNK = "<s>", "</s>", "<unk>"
 FALLBACK_DISCOUNTS = (0.5, 1.0, 1.5)  # lmplz --discount_fallback
@@ -216,8 +216,7 @@ def write_arpa(probs: list[dict], backoffs: list[dict], path: str) -> dict[int, 
     order = len(probs)
     unigrams = dict(probs[0])
     sizes = {k + 1: len(probs[k]) + (1 if k == 0 else 0) for k in range(order)}  # + <s>
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
+    with files.replacing(path, "w") as f:  # atomic, under a temporary name of its own
         f.write("\\data\\\n")
         f.writelines(f"ngram {k}={sizes[k]}\n" for k in range(1, order + 1))
         for k in range(1, order + 1):
@@ -234,11 +233,12 @@ def write_arpa(probs: list[dict], backoffs: list[dict], path: str) -> dict[int, 
                     line += f"\t{math.log10(bo) if bo else 0.0:.6f}"
                 f.write(line + "\n")
         f.write("\n\\end\\\n")
-    os.replace(tmp, path)
     return sizes
 
 
 # ----------------------------------------------------------------------------- CLI
+
+MAX_ORDER = 6  # the highest order flashlight-text's KenLM is compiled for (KENLM_MAX_ORDER); order 7 fails to load
 
 
 def define_flags(fv) -> None:
@@ -260,6 +260,9 @@ def main(argv: list[str] | None = None) -> int:
     from ds2_jax import cli
 
     args, _ = cli.parse_args(argv, define_flags, __doc__)
+    if not 1 <= args.order <= MAX_ORDER:  # before reading any text: a model the decoder cannot load is no use
+        cli.usage_error(f"--order={args.order}: must be 1..{MAX_ORDER} (the decoder's KenLM loads models up to order "
+                        f"{MAX_ORDER})")
     config = None
     if args.workdir:
         from ds2_jax import workdir_config

@@ -74,8 +74,9 @@ def tune(config: settings.Settings, workdir: str, lm: str, split: str, alphas, b
         "split": split, "step": step, "lm": lm, "beam_width": beam_width, "utterances": len(out.references),
         "greedy": metrics.error_rates(out.references, out.greedy), "best": best, "grid": grid,
     }
-    # One file per (split, step, beam, LM): tuning against another LM never replaces this one.
-    path = os.path.join(workdir, f"tune_lm-{split}-{step}-beam{beam_width}-lm-{evaluation.lm_name(lm)}.json")
+    # One file per (split, step, beam, LM, subset): tuning against another LM, or on a subset, never replaces this one.
+    subset = f"-max{max_utterances}" if max_utterances else ""
+    path = os.path.join(workdir, f"tune_lm-{split}-{step}-beam{beam_width}-lm-{evaluation.lm_name(lm)}{subset}.json")
     files.write_text(path, json.dumps(result, indent=2))
     result["path"] = path
     log.info("greedy WER %.4f CER %.4f; best alpha %.3g beta %.3g: WER %.4f CER %.4f -> %s",
@@ -83,9 +84,36 @@ def tune(config: settings.Settings, workdir: str, lm: str, split: str, alphas, b
     return result
 
 
+def check_flags() -> None:
+    """A usage error (exit 2) for a flag or grid value the search cannot use, before the model pass
+    (and before anything is written in the workdir)."""
+    from ds2_jax import cli
+
+    for name, key in (("alphas", "decoding.alpha"), ("betas", "decoding.beta")):
+        values = getattr(FLAGS, name)
+        if not values:
+            cli.usage_error(f"--{name} is empty: give the values to try, e.g. --{name}=0,0.5,1")
+        for text in values:
+            try:
+                value = float(text)
+            except ValueError:
+                cli.usage_error(f"--{name}={','.join(values)}: {text!r} is not a number")
+            if not settings.RANGES[key].holds(value):
+                cli.usage_error(f"--{name}={','.join(values)}: {text} must be {settings.RANGES[key].text()}")
+    if FLAGS.beam_width < 1:
+        cli.usage_error(f"--beam_width={FLAGS.beam_width}: must be >= 1 (the LM weights act in beam search only)")
+    if FLAGS.max_utterances < 0:
+        cli.usage_error(f"--max_utterances={FLAGS.max_utterances}: must be >= 0 (0 = the whole split)")
+    if FLAGS.step is not None and FLAGS.step < 0:
+        cli.usage_error(f"--step={FLAGS.step}: must be >= 0")
+    if not os.path.isfile(FLAGS.lm):
+        cli.usage_error(f"--lm={FLAGS.lm}: no such file (build one with python -m ds2_jax.tools.build_lm)")
+
+
 def main(argv):
     from ds2_jax import cli, errors
 
+    check_flags()
     cli.setup_logging(FLAGS.workdir)
     # An explained error is one `error: ...` line (traceback in WORKDIR/error.log), as in launch.py.
     return errors.run_explained(_tune_and_print, FLAGS.workdir, errors.traceback_wanted())
