@@ -318,6 +318,8 @@ def test_settings_are_built_once_at_the_entry_points_and_passed_down_typed():
 DIRECT_WRITES = {
     "ds2_jax/resilience.py": "the lock is created with O_EXCL (never rewritten) and the write probe is removed at once",
     "ds2_jax/tools/make_corpus.py": "creates a new corpus tree (nothing there to keep whole)",
+    "ds2_jax/tools/make_own_corpus.py": "creates a new corpus tree (nothing there to keep whole)",
+    "ds2_jax/datasets/manifest.py": "the alphabet and build reports go into tfds's temporary build folder, renamed whole at the end",
     "ds2_jax/transcribe.py": "os.devnull over a closed stdout",
 }
 WRITE_CALLS = ("savez", "savez_compressed", "save", "savefig", "write_bytes", "write_text", "tofile")

@@ -291,7 +291,7 @@ def test_train_eval_and_transcribe_on_common_voice_any_split_names(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "model.alphabet" not in proc.stderr  # an unset model.alphabet is no difference
     for split in ("test", "dev"):
-        with open(workdir / f"eval-{split}-10-greedy.json") as f:
+        with open(workdir / f"eval-{split}-10-greedy-max16.json") as f:
             result = json.load(f)
         assert result["utterances"] > 0 and set(result["examples"][0]["reference"]) <= set(alphabet.symbols)
     proc = subprocess.run([sys.executable, "-m", "ds2_jax.transcribe", f"--workdir={workdir}",
