@@ -42,7 +42,7 @@ BOUNDARY = "tests/test_settings.py::test_every_check_holds_at_its_boundary"
 SRC = "tests/test_tfds_source.py::"
 DURATION_LIMITS = SRC + "test_duration_filter_keeps_utterances_exactly_at_each_limit"
 CTC_LIMIT = SRC + "test_ctc_filter_keeps_an_utterance_whose_frames_equal_what_its_labels_need"
-RESTORE = "state = restored.replace(apply_fn=state.apply_fn, tx=state.tx)"  # train.py's resume
+RESTORE = "restored.replace(apply_fn=state.apply_fn, tx=state.tx)"  # train.py's resume
 RESUME = "tests/test_train.py::test_killed_and_resumed_run_matches_uninterrupted_in_every_field_and_counter"
 DEC = "tests/test_decoding.py::"
 NEW_WEIGHTS = DEC + "test_new_alpha_and_beta_change_what_the_decoder_outputs"
