@@ -385,10 +385,7 @@ class Waveform:
     rir_prob: float = 0.0  # Share of utterances reverberated.
 
     def __post_init__(self):
-        _check_ranges(self)
-        for key in ("noise_prob", "speed_prob", "gain_prob", "rir_prob"):
-            if not 0 <= getattr(self, key) <= 1:
-                raise ValueError(f"waveform.{key}={getattr(self, key)}: must be in [0, 1] (a share of utterances)")
+        _check_ranges(self)  # shares in [0, 1], speeds > 0, all finite
         if not 0 < self.speed_min <= self.speed_max:
             raise ValueError(f"waveform.speed_min={self.speed_min}, speed_max={self.speed_max}: the speed range must "
                              "be positive, min <= max (e.g. 0.9 and 1.1)")

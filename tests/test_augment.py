@@ -104,9 +104,10 @@ def test_process_shares_and_input_workers_give_the_one_process_batches(corpus, t
 
 
 @pytest.mark.parametrize("changes,message", [
-    ({"speed_min": 0.0}, r"waveform.speed_min=0.0, speed_max=1.1: the speed range must be positive"),
+    ({"speed_min": 0.0}, r"waveform.speed_min=0.0: must be > 0.0 \(a speed factor\)"),  # settings.RANGES
     ({"speed_min": 1.2}, r"the speed range must be positive, min <= max"),
-    ({"noise_prob": 1.5}, r"waveform.noise_prob=1.5: must be in \[0, 1\]"),
+    ({"noise_prob": 1.5}, r"waveform.noise_prob=1.5: must be in \[0.0, 1.0\]"),
+    ({"gain_prob": float("nan")}, r"waveform.gain_prob=nan: must be a finite number"),
     ({"noise_prob": 0.5}, r"waveform.noise_prob=0.5 needs waveform.noise_dir"),
     ({"noise_snr_db_min": 20.0}, r"waveform.noise_snr_db_min=20.0 must be <= waveform.noise_snr_db_max=15.0"),
 ])
