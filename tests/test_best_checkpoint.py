@@ -86,7 +86,7 @@ def test_a_kill_while_the_best_are_chosen_loses_none_of_them(tmp_path):
     assert checkpoint.manager(str(tmp_path)).all_steps() == sorted({_best(wers), 8})
     ev = helpers.launch(*common, "--mode=eval", "--eval_step=best")
     assert ev.returncode == 0, ev.stderr[-2000:]
-    result = json.load(open(tmp_path / f"eval-dev-clean-{_best(wers)}-greedy.json"))
+    result = json.load(open(tmp_path / f"eval-dev-clean-{_best(wers)}-greedy-max8.json"))  # eval.max_utterances=8
     assert result["best_checkpoint"]["step"] == result["step"] == _best(wers)
     bad = helpers.launch(*common, "--mode=eval", "--eval_step=newest")
     assert bad.returncode == 2 and bad.stderr.strip() == "error: --eval_step=newest: must be a step number (>= 0) or 'best'"
