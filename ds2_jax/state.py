@@ -165,7 +165,7 @@ def step_kwargs(config: settings.Settings) -> dict:
         feature_cfg=config.features.spectrogram,
         augment=config.features.augment,
         norm_by_times=config.loss.norm_by_times,
-        ctc_impl=config.loss.ctc_impl,  # 'auto': rnn.dispatch.ctc_impl, where the loss runs
+        ctc_impl=config.loss.ctc_impl,  # 'auto': kernels.dispatch.ctc_impl, where the loss runs
         learning_rate_fn=learning_rate_schedule(run_optimizer(config)),
         nan_steps=resilience.parse_steps(config.faults.nan_at_steps),
     )
