@@ -18,7 +18,8 @@ scaling() {  # name, flags...
   echo "$name ($((SECONDS - START)) s):"; grep -E '^\| (jax|torch|bfloat16|float32|any) ' $OUT/$name/results.md 2>/dev/null | cut -c1-150
 }
 for b in 16 32 64; do
-  scaling b$b --variants=jax,torch_cudnn_graphs --dtype=bfloat16,float32 --config.per_device_batch_size=$b
+  scaling b$b --variants=jax,torch_cudnn_graphs --dtype=bfloat16,float32 --config.per_device_batch_size=$b \
+      --profile_steps=$([ $b = 16 ] && echo 2 || echo 0)
 done
 scaling b16-16s --variants=jax,torch_cudnn_graphs --dtype=bfloat16 --config.per_device_batch_size=16 \
     --config.dataset.synthetic_min_duration_s=16 --config.dataset.synthetic_max_duration_s=16
