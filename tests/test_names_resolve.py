@@ -39,7 +39,7 @@ def prose_files() -> list[pathlib.Path]:
     code = [p for pattern in ("ds2_jax/**/*.py", "tests/*.py", "benchmarks/*.py", "configs/*.py", "*.py")
             for p in ROOT.glob(pattern)]
     docs = [ROOT / name for name in ("README.md", "BUILD_NOTES.md", "benchmarks/README.md", "Makefile")]
-    return sorted(code) + [p for p in docs if p.exists()] + sorted(ROOT.glob("*.md"))
+    return sorted(code) + [p for p in docs if p.exists()] + sorted(ROOT.glob("*.md")) + sorted(ROOT.glob("docs/*.md"))
 
 
 def prose(path: pathlib.Path) -> str:
