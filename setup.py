@@ -46,4 +46,14 @@ setup(
     python_requires=">=3.11",
     install_requires=INSTALL_REQUIRES,
     extras_require=EXTRAS,
+    # The commands (ds2_jax/commands.py): ds2-train is launch.py, the others their `python -m` forms.
+    entry_points={"console_scripts": [
+        "ds2-train=ds2_jax.commands:train",
+        "ds2-eval=ds2_jax.commands:evaluate",
+        "ds2-build=ds2_jax.commands:build",
+        "ds2-transcribe=ds2_jax.commands:transcribe",
+        "ds2-build-lm=ds2_jax.commands:build_lm",
+        "ds2-tune-lm=ds2_jax.commands:tune_lm",
+        "ds2-plot=ds2_jax.commands:plot",
+    ]},
 )

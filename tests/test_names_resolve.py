@@ -12,6 +12,7 @@ text around them kept the old names, and nothing failed. This test reads the pro
 import ast
 import functools
 import importlib
+import importlib.util
 import io
 import os
 import pathlib
@@ -61,9 +62,13 @@ def resolves(dotted: str) -> bool:
         parts = parts[:-1]
     for cut in range(len(parts), 0, -1):
         try:
-            obj = importlib.import_module(".".join(parts[:cut]))
+            if importlib.util.find_spec(".".join(parts[:cut])) is None:
+                continue
         except ModuleNotFoundError:
             continue
+        if cut == len(parts):
+            return True  # a module: found without importing it (some define absl flags at import)
+        obj = importlib.import_module(".".join(parts[:cut]))
         for attr in parts[cut:]:
             if not hasattr(obj, attr):
                 return False
