@@ -8,9 +8,7 @@ set -u
 START=$SECONDS
 left() { echo $(( ${BUDGET_S:-480} - (SECONDS - START) )); }
 cap() { local l=$(left); echo $(( l < $1 ? l : $1 )); }
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD:${PYTHONPATH:-} JAX_COMPILATION_CACHE_DIR=/tmp/xla_cache
-nvidia-smi -L | tee $OUT/gpu.txt
+. benchmarks/gpu_host.sh || exit 1  # wheels, PYTHONPATH, compilation cache, $OUT/gpu.txt
 scaling() {  # name, flags...
   local name=$1; shift
   [ $(left) -lt 45 ] && { echo "$name: out of time"; return; }
