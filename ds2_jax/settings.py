@@ -254,7 +254,7 @@ class Dataset:
         -1,
         "Worker processes (grain) that read, decode and pad training batches off the step's critical "
         'path; 0 = inline in the training process; -1 = from the cores present '
-        '(ds2_jax.data.loader.resolve_num_workers: cores - 2, at most 16; 0 for synthetic data).',
+        '(ds2_jax.pipeline.loader.resolve_num_workers: cores - 2, at most 16; 0 for synthetic data).',
     )
     worker_buffer_size: int = setting(2, 'Batches each worker keeps ready.')
     # Synthetic source: utterances uniform in [min_duration_s, max_duration_s] of the
@@ -398,7 +398,7 @@ class Features(SpecAugment, Spectrogram):
 
 @dataclasses.dataclass(frozen=True)
 class Waveform:
-    """Waveform augmentation of training utterances (ds2_jax.data.augment: in the input workers,
+    """Waveform augmentation of training utterances (ds2_jax.pipeline.augment: in the input workers,
     before padding; a pure function of (seed, step, row)); every part off by default."""
 
     KEY: ClassVar[str] = "waveform"

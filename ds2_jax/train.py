@@ -26,8 +26,8 @@ import optax
 
 from ds2_jax import (checkpoint, ctc, determinism, errors, eval_step, evaluation, faults, features, finetune,
                      memory, model, parallel, reporting, resilience, settings, workdir_config)
-from ds2_jax.data import loader
-from ds2_jax.data.source import make_source, with_data_alphabet
+from ds2_jax.pipeline import loader
+from ds2_jax.pipeline.source import make_source, with_data_alphabet
 from ds2_jax.batch_axis import psum
 from ds2_jax.state import TrainState, idle_steps_warning, initial_state, run_optimizer, step_kwargs
 

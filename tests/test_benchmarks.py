@@ -106,8 +106,8 @@ def test_torch_twins_have_the_jax_parameter_count(overrides, rnn_impl):
 
 def _batch(n=3, seed=0):
     from ds2_jax import features
-    from ds2_jax.data.batch import Sharding
-    from ds2_jax.data.source import make_source
+    from ds2_jax.pipeline.batch import Sharding
+    from ds2_jax.pipeline.source import make_source
 
     config = tiny_settings(**{"dataset.synthetic_min_duration_s": 0.4, "dataset.synthetic_max_duration_s": 0.9})
     source = make_source(config, Sharding(n))
@@ -344,7 +344,7 @@ def test_graphed_cudnn_step_equals_the_eager_one(dtype):
 
 def test_manifest_build_benchmark_measures_each_worker_count(tmp_path):
     out = tmp_path / "b"
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.manifest_build", "--manual_dir=data/tiny_es/common_voice",
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.manifest_build", "--manual_dir=corpora/tiny_es/common_voice",
                            "--split=dev", "--copies=2", "--workers=0,1", f"--out={out}"], cwd=ROOT,
                           capture_output=True, text=True, timeout=300, env=dict(os.environ, PYTHONPATH=ROOT))
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -23,7 +23,7 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 FULL_NAME = re.compile(r"\bds2_jax(?:\.[A-Za-z_]\w*)+")
-SUBPACKAGES = ("rnn", "kernels", "data", "datasets", "tools")
+SUBPACKAGES = ("rnn", "kernels", "pipeline", "datasets", "tools")
 SHORT_NAME = re.compile(rf"(?<![\w./-])(?:{'|'.join(SUBPACKAGES)})(?:\.[A-Za-z_]\w*)+")
 FILE_NAME = re.compile(r"(?<![\w.-])([\w/]*\w)\.py\b")
 # Prose that reads like a module path but is not one: `data` is the DataSettings argument there.

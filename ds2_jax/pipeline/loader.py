@@ -24,8 +24,8 @@ from typing import Iterator
 import numpy as np
 
 from ds2_jax import errors, faults, settings
-from ds2_jax.data.batch import Sharding
-from ds2_jax.data.source import DataSettings, open_source
+from ds2_jax.pipeline.batch import Sharding
+from ds2_jax.pipeline.source import DataSettings, open_source
 
 log = logging.getLogger("ds2_jax")
 MAX_AUTO_WORKERS = 16

@@ -9,10 +9,10 @@ from typing import Iterator
 import numpy as np
 
 from ds2_jax import geometry, text
-from ds2_jax.data import augment
-from ds2_jax.data import plan as plan_lib
-from ds2_jax.data.batch import Sharding, pad_batch
-from ds2_jax.data.source import DataSettings, StatsFn
+from ds2_jax.pipeline import augment
+from ds2_jax.pipeline import plan as plan_lib
+from ds2_jax.pipeline.batch import Sharding, pad_batch
+from ds2_jax.pipeline.source import DataSettings, StatsFn
 
 EVAL_INDEX_OFFSET = 10**9  # Synthetic indices from here on stand in for a held-out split.
 MAX_CACHED_POOLS = 4  # Padded synthetic batches kept: at most this many pools' worth of rows.
