@@ -118,6 +118,7 @@ RANGES: dict[str, Range] = {
     "dataset.feature_stats_utterances": Range(1),
     "dataset.num_workers": Range(-1, why="-1 (auto), 0 (inline) or a count"),
     "dataset.build_workers": Range(-1, why="-1 (the cores), 0 (inline) or a count"),
+    "dataset.alphabet_min_count": Range(1, why="1 = every character of the train splits"),
     "dataset.worker_buffer_size": Range(1),
     "dataset.synthetic_min_duration_s": _above(0.0),
     "dataset.synthetic_max_duration_s": _above(0.0),
@@ -265,6 +266,10 @@ class Dataset:
     # supersets and side files (validated, invalidated, other, reported, ...).
     manifest_splits: str = ""
     build_workers: int = -1  # Processes decoding audio at build; -1 = the cores present, 0 = inline.
+    # A derived alphabet keeps the characters seen at least this often in the train splits; a
+    # rarer one (a typo, a stray foreign letter: a label too rare to learn) is left out and its
+    # utterances skipped, both counted in the build report. 1 keeps every character.
+    alphabet_min_count: int = 2
 
     def __post_init__(self):
         _check_ranges(self)
