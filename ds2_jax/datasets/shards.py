@@ -90,10 +90,12 @@ def _alphabet(symbols: str):
 
 
 def example_bytes(wav, normalized: str, key: str, speaker: str) -> bytes:
-    """The serialized tfds example of one utterance, as GeneratorBasedBuilder's writer makes it."""
+    """The serialized tfds example of one utterance, as GeneratorBasedBuilder's writer makes it but
+    with the proto's features in a fixed order (protobuf's map order varies from run to run), so a
+    build gives the same bytes every time."""
     features, serializer = _serializer()
     example = {"audio": wav, "text": normalized, "id": key, "speaker": speaker, "num_samples": len(wav)}
-    return serializer.serialize_example(features.encode_example(example))
+    return serializer.get_tf_example(features.encode_example(example)).SerializeToString(deterministic=True)
 
 
 def utterance(job: ShardJob, audio_path: str, normalized: str):
