@@ -99,6 +99,22 @@ def test_one_and_two_processes_write_the_same_shards_in_tfds_order(both, tmp_pat
     assert ids == sorted(ids, key=lambda k: int(hashlib.md5(b"train" + k.encode()).hexdigest(), 16))
 
 
+def test_a_workers_records_are_tfds_own_serialization():
+    """shards.example_bytes builds the proto directly: the example tfds's serializer makes of the same
+    utterance (for manifest.features()), byte for byte, and decodes back to it."""
+    from tensorflow_datasets.core import example_serializer
+
+    wav = np.array([0, 1, -1, 32767, -32768, 12345], np.int16)
+    example = {"audio": wav, "text": "¿qué? ñu", "id": "clips/a", "speaker": "s1", "num_samples": len(wav)}
+    features = manifest.features()
+    tfds_bytes = example_serializer.ExampleSerializer(features.get_serialized_info()).get_tf_example(
+        features.encode_example(example)).SerializeToString(deterministic=True)
+    assert shards.example_bytes(wav, "¿qué? ñu", "clips/a", "s1") == tfds_bytes
+    back = features.deserialize_example_np(tfds_bytes)
+    np.testing.assert_array_equal(back["audio"], wav)
+    assert back["text"].decode() == "¿qué? ñu" and back["num_samples"] == 6
+
+
 def test_a_file_whose_work_raises_in_a_worker_is_a_counted_skip(tmp_path):
     """write_shard: an utterance whose labels cannot be encoded (a job out of step with its alphabet)
     is a 'failed' skip naming the error; the shard goes on and holds the next one."""
