@@ -104,13 +104,15 @@ def test_a_workers_records_are_tfds_own_serialization():
     utterance (for manifest.features()), byte for byte, and decodes back to it."""
     from tensorflow_datasets.core import example_serializer
 
-    wav = np.array([0, 1, -1, 32767, -32768, 12345], np.int16)
-    example = {"audio": wav, "text": "¿qué? ñu", "id": "clips/a", "speaker": "s1", "num_samples": len(wav)}
     features = manifest.features()
-    tfds_bytes = example_serializer.ExampleSerializer(features.get_serialized_info()).get_tf_example(
-        features.encode_example(example)).SerializeToString(deterministic=True)
-    assert shards.example_bytes(wav, "¿qué? ñu", "clips/a", "s1") == tfds_bytes
-    back = features.deserialize_example_np(tfds_bytes)
+    serializer = example_serializer.ExampleSerializer(features.get_serialized_info())
+    for wav, speaker in ((np.arange(-200, 100_000, 7).astype(np.int16), ""), (np.zeros(1, np.int16), "s" * 300)):
+        example = {"audio": wav, "text": "¿qué? ñu", "id": "clips/a", "speaker": speaker, "num_samples": len(wav)}
+        want = serializer.get_tf_example(features.encode_example(example)).SerializeToString(deterministic=True)
+        assert shards.example_bytes(wav, "¿qué? ñu", "clips/a", speaker) == want
+    wav = np.array([0, 1, -1, 32767, -32768, 12345], np.int16)
+    ours = shards.example_bytes(wav, "¿qué? ñu", "clips/a", "s1")
+    back = features.deserialize_example_np(ours)
     np.testing.assert_array_equal(back["audio"], wav)
     assert back["text"].decode() == "¿qué? ñu" and back["num_samples"] == 6
 
