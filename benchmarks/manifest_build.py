@@ -139,6 +139,7 @@ def measure(args) -> dict:
             main_cpu, workers_cpu = [a - b for a, b in zip(cpu_s(), cpu)]
             if profiler is not None:
                 profiler.disable()
+                os.makedirs(os.path.dirname(os.path.abspath(args.profile)), exist_ok=True)
                 profiler.dump_stats(args.profile)
             kept = builder.info.splits["train"].num_examples
             rows.append({"processes": processes, "build_workers": workers, "utterances": n, "kept": kept,
