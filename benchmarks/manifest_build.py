@@ -102,6 +102,29 @@ def bare_decode(jobs: list, processes: int, chunk: int = 16) -> None:
         list(pool.map(decoded_samples, chunks))
 
 
+def per_file(jobs: list, sample_rate: int, root: str, reps: int = 5) -> dict:
+    """CPU ms per file, the median of `reps` interleaved rounds in this process: the bare decode
+    (audio.load) against a build worker's whole per-file work (shards.write_shard: decode, CTC check,
+    the record, the array_record write) on the same files. No process start, manifest or tfds
+    bookkeeping: the per-process ratio a long build approaches, steady even on a busy host."""
+    from ds2_jax import text
+    from ds2_jax.datasets import audio, shards
+
+    items = tuple((i, f"u{i}", path, "a", "") for i, (path, _, _) in enumerate(jobs))
+    job = shards.ShardJob("train", 0, os.path.join(root, "per_file.tmp"), items, text.Alphabet(" a").symbols,
+                          sample_rate, "downmix", round(sample_rate * 0.02), round(sample_rate * 0.01))
+    bare, work = [], []
+    for _ in range(reps):
+        t = time.process_time()
+        audio.load_many(jobs)
+        bare.append(time.process_time() - t)
+        t = time.process_time()
+        shards.write_shard(job)
+        work.append(time.process_time() - t)
+    b, w = sorted(bare)[reps // 2] * 1e3 / len(jobs), sorted(work)[reps // 2] * 1e3 / len(jobs)
+    return {"files": len(jobs), "bare_cpu_ms": round(b, 3), "build_cpu_ms": round(w, 3), "build_over_bare": round(b / w, 3)}
+
+
 def measure(args) -> dict:
     from ds2_jax import settings
     from ds2_jax.data.source import DataSettings
@@ -114,6 +137,8 @@ def measure(args) -> dict:
         jobs = [(e.audio, args.sample_rate, "downmix") for e in m.entries]
         for job in jobs[: min(len(jobs), 64)]:  # warm the page cache and the decoders
             audio.load(*job)
+        steady = per_file(jobs[: min(len(jobs), 200)], args.sample_rate, root)
+        print(json.dumps({"per_file": steady}), flush=True)
         rows = []
         for processes in args.processes:
             workers = 0 if processes == 1 else processes  # one process: the build inline
@@ -157,7 +182,7 @@ def measure(args) -> dict:
         return {"input": args.librispeech or f"{args.manual_dir}:{args.split}", "copies": args.copies,
                 "join": args.join,
                 "utterances": len(jobs), "audio_s": round(audio_s, 1), "sample_rate": args.sample_rate,
-                "cpu_count": os.cpu_count(), "rows": rows}
+                "cpu_count": os.cpu_count(), "per_file": steady, "rows": rows}
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -176,6 +201,9 @@ def write(result: dict, out: str) -> None:
         lines.append(f"| {r['processes']} | {r['bare_utt_per_s']} | {r['build_utt_per_s']} | {r['build_over_bare']:.2f} "
                      f"| {r['build_audio_s_per_s']} | {r['bare_cpu_ms']} | {r['build_main_cpu_ms']} "
                      f"| {r['build_workers_cpu_ms']} | {r['load_average']} |")
+    p = result["per_file"]
+    lines += ["", f"per file, one process, median of 5 rounds over {p['files']} files: bare decode {p['bare_cpu_ms']} CPU "
+              f"ms, a build worker's whole work {p['build_cpu_ms']} ms: {p['build_over_bare']:.2f} of the bare rate"]
     with open(os.path.join(out, "results.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
 
