@@ -13,6 +13,7 @@ file and the way out; its traceback goes to <workdir>/error.log, and to stderr w
 | `OutOfMemory` | a step failed and `is_out_of_memory` (XLA's words, never a full disk) | `out_of_memory`, train |
 | `DatasetMismatch` | prepared data came from other files than dataset.manual_dir | datasets.build |
 | `InputWorkerError` | a batch worker process died or failed | loader |
+| `BuildWorkerError` | a dataset build worker process died | datasets.shards |
 | `AudioError` | a file gives no audio (missing, empty, undecodable) | transcribe, one line per file |
 
 Checks of settings and sizes raise the built-in types (`ValueError`, `OSError`, `MemoryError`
@@ -69,6 +70,10 @@ class DatasetMismatch(Ds2Error, ValueError):
 
 class InputWorkerError(Ds2Error, RuntimeError):
     """A batch worker process died or failed; the message says which setting to change."""
+
+
+class BuildWorkerError(Ds2Error, RuntimeError):
+    """A dataset build worker process died; the message names its shard, how it died, what to change."""
 
 
 class AudioError(Ds2Error, ValueError):

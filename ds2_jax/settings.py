@@ -118,6 +118,7 @@ RANGES: dict[str, Range] = {
     "dataset.feature_stats_utterances": Range(1),
     "dataset.num_workers": Range(-1, why="-1 (auto), 0 (inline) or a count"),
     "dataset.build_workers": Range(-1, why="-1 (the cores), 0 (inline) or a count"),
+    "dataset.alphabet_min_count": Range(1, why="1 = every character of the train splits"),
     "dataset.worker_buffer_size": Range(1),
     "dataset.synthetic_min_duration_s": _above(0.0),
     "dataset.synthetic_max_duration_s": _above(0.0),
@@ -281,6 +282,12 @@ class Dataset:
         "Manifest datasets (name='manifest'), read at build time; the prepared data records them. The "
         "alphabet: a vocabulary file (one symbol a line, the space as '<space>'); '' = derived from the "
         'transcripts of the train_splits at build time.',
+    )
+    alphabet_min_count: int = setting(
+        2,
+        "A derived alphabet keeps the characters seen at least this often in the train splits; a rarer "
+        "one (a typo, a stray foreign letter: a label too rare to learn) is left out and its utterances "
+        "skipped, both counted in the build report. 1 keeps every character.",
     )
     lower_case: bool = setting(True, 'Transcripts lower-cased (text.normalize).')
     strip_punctuation: bool = setting(True, 'Punctuation and symbols removed, apostrophes kept (text.normalize).')

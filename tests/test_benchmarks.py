@@ -5,6 +5,7 @@ import contextlib
 import json
 import math
 import os
+import pstats
 import re
 import subprocess
 import sys
@@ -342,19 +343,20 @@ def test_graphed_cudnn_step_equals_the_eager_one(dtype):
         assert err < tol, (name, err.item())
 
 
-def test_manifest_build_benchmark_measures_each_worker_count(tmp_path):
+def test_manifest_build_benchmark_measures_each_process_count(tmp_path):
     out = tmp_path / "b"
     proc = subprocess.run([sys.executable, "-m", "benchmarks.manifest_build", "--manual_dir=corpora/tiny_es/common_voice",
-                           "--split=dev", "--copies=2", "--workers=0,1", f"--out={out}"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300, env=dict(os.environ, PYTHONPATH=ROOT))
+                           "--split=dev", "--copies=2", "--processes=1,2", f"--out={out}", f"--profile={tmp_path / 'p'}"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300, env=dict(os.environ, PYTHONPATH=ROOT))
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads((out / "results.json").read_text())
-    assert [r["workers"] for r in result["rows"]] == [0, 1]
+    assert [(r["processes"], r["build_workers"]) for r in result["rows"]] == [(1, 0), (2, 2)]
     for row in result["rows"]:
         assert row["utterances"] == row["kept"] == 40  # dev's 20 clips, twice, every one built
         assert row["bare_utt_per_s"] > 0 and row["build_utt_per_s"] > 0 and row["bare_cpu_ms"] > 0
     assert result["rows"][0]["build_workers_cpu_ms"] == 0 < result["rows"][1]["build_workers_cpu_ms"]
-    assert "| 1 |" in (out / "results.md").read_text()
+    assert "| 2 |" in (out / "results.md").read_text()
+    assert "write_shard" in "".join(str(k) for k in pstats.Stats(str(tmp_path / "p")).stats)  # the inline build
 
 
 @pytest.mark.slow

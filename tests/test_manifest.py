@@ -3,9 +3,11 @@ build to the same examples, the alphabet is derived and stored, every bad input 
 skip or one `error:` line naming the file and line, and a model trains, evaluates and
 transcribes on it end to end."""
 
+import hashlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import unicodedata
@@ -16,7 +18,7 @@ import soundfile
 
 from ds2_jax import settings, text
 from ds2_jax.pipeline.source import DataSettings
-from ds2_jax.datasets import audio, build, manifest
+from ds2_jax.datasets import audio, build, manifest, shards
 from tests.helpers import ROOT, launch, repo_env
 
 CV = os.path.join(ROOT, "corpora", "tiny_es", "common_voice")
@@ -77,6 +79,85 @@ def test_both_layouts_build_to_the_same_examples(both):
     assert got["text"].decode() == text.normalize(first[3]) != first[3]  # normalized: capitals, '.', '¿' gone
 
 
+def shard_files(builder, split: str) -> list[bytes]:
+    """The bytes of a prepared split's array_record files, in shard order."""
+    folder = os.fspath(builder.data_dir)
+    paths = sorted(p for p in os.listdir(folder) if p.startswith(f"manifest-{split}.array_record-"))
+    return [open(os.path.join(folder, p), "rb").read() for p in paths]
+
+
+def test_one_and_two_processes_write_the_same_shards_in_tfds_order(both, tmp_path):
+    """The NeMo folder built inline and on 2 workers: byte-identical shard files (5 for train's 80
+    utterances), the examples in tfds's own order (md5 of the id salted with the split name)."""
+    _, on_two = both
+    inline = build.build(NEMO, str(tmp_path), "manifest", options(build_workers=0))
+    for split in SPLITS:
+        assert shard_files(inline, split) == shard_files(on_two, split)
+    assert len(shard_files(inline, "train")) == 5
+    ds = inline.as_data_source("train")
+    ids = [ds[i]["id"].decode() for i in range(len(ds))]
+    assert ids == sorted(ids, key=lambda k: int(hashlib.md5(b"train" + k.encode()).hexdigest(), 16))
+
+
+def test_a_workers_records_are_tfds_own_serialization():
+    """shards.example_bytes builds the proto directly: the example tfds's serializer makes of the same
+    utterance (for manifest.features()), byte for byte, and decodes back to it."""
+    from tensorflow_datasets.core import example_serializer
+
+    features = manifest.features()
+    serializer = example_serializer.ExampleSerializer(features.get_serialized_info())
+    for wav, speaker in ((np.arange(-200, 100_000, 7).astype(np.int16), ""), (np.zeros(1, np.int16), "s" * 300)):
+        example = {"audio": wav, "text": "¿qué? ñu", "id": "clips/a", "speaker": speaker, "num_samples": len(wav)}
+        want = serializer.get_tf_example(features.encode_example(example)).SerializeToString(deterministic=True)
+        assert shards.example_bytes(wav, "¿qué? ñu", "clips/a", speaker) == want
+    wav = np.array([0, 1, -1, 32767, -32768, 12345], np.int16)
+    ours = shards.example_bytes(wav, "¿qué? ñu", "clips/a", "s1")
+    back = features.deserialize_example_np(ours)
+    np.testing.assert_array_equal(back["audio"], wav)
+    assert back["text"].decode() == "¿qué? ñu" and back["num_samples"] == 6
+
+
+def test_a_file_whose_work_raises_in_a_worker_is_a_counted_skip(tmp_path):
+    """write_shard: an utterance whose labels cannot be encoded (a job out of step with its alphabet)
+    is a 'failed' skip naming the error; the shard goes on and holds the next one."""
+    from array_record.python import array_record_module
+
+    path = str(tmp_path / "s.tmp")
+    job = shards.ShardJob("train", 0, path, ((0, "a", clip(), "el gato", ""), (1, "b", clip(), "el", "")), " el",
+                          16_000, "downmix", 320, 160)
+    got = shards.write_shard(job)
+    assert isinstance(got[0], audio.Skip) and got[0].reason == "failed" and "'g'" in got[0].detail
+    assert got[1] == len(audio.load(clip(), 16_000))
+    assert array_record_module.ArrayRecordReader(path).num_records() == 1
+
+
+def test_a_dead_build_worker_is_one_error_line(tmp_path):
+    """A worker killed mid-build (as the out-of-memory killer would): one `error:` line naming the signal,
+    the shard and the way out; nothing prepared."""
+    proc = subprocess.Popen([sys.executable, "-m", "ds2_jax.datasets.build", "--name=manifest", f"--manual_dir={CV}",
+                             f"--data_dir={tmp_path}", "--workers=2"], cwd=ROOT, env=repo_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    killed = None
+    while killed is None and proc.poll() is None:
+        for pid in os.listdir("/proc"):
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    worker = b"spawn_main" in f.read()
+            except (OSError, ValueError, IndexError):
+                continue
+            if ppid == proc.pid and worker:
+                os.kill(int(pid), signal.SIGKILL)
+                killed = pid
+                break
+    _, err = proc.communicate(timeout=300)
+    line = one_error_line(subprocess.CompletedProcess(proc.args, proc.returncode, "", err))
+    assert killed and "a dataset build worker process died (killed by SIGKILL" in line, err
+    assert "shard " in line and "dataset.build_workers=0" in line
+    assert not build.get_builder(str(tmp_path), "manifest").is_prepared()
+
+
 def test_the_alphabet_is_derived_from_the_train_split_and_stored(both):
     cv, _ = both
     with open(os.path.join(CV, "train.tsv"), encoding="utf-8") as f:
@@ -92,7 +173,7 @@ def test_the_alphabet_is_derived_from_the_train_split_and_stored(both):
 def test_the_nemo_folder_builds_for_an_8_khz_model(tmp_path):
     """Window and hop stay in ms: 8 kHz audio of 160-sample windows, 81 bins."""
     builder = build.build(NEMO, str(tmp_path), "manifest", options(sample_rate=8000, manifest_splits="dev",
-                                                                     train_splits="dev"))
+                                                                     train_splits="dev", alphabet_min_count=1))
     spec = settings.Spectrogram(sample_rate=8000)
     assert (spec.window, spec.hop, spec.num_bins) == (160, 80, 81)
     got = examples(builder, "dev")
@@ -192,10 +273,35 @@ def test_every_bad_line_is_a_counted_skip_naming_its_file_and_line(bad_dir, tmp_
 
 
 def test_stereo_is_skipped_when_asked(bad_dir, tmp_path):
-    builder = build.build(str(bad_dir), str(tmp_path / "tfds"), "manifest", options(stereo="skip"))
+    builder = build.build(str(bad_dir), str(tmp_path / "tfds"), "manifest", options(stereo="skip",
+                                                                                      alphabet_min_count=1))
     report = report_of(builder, "train")
     assert report["skipped"]["not_mono"] == 1 and "clips/stereo" not in examples(builder, "train")
-    assert report["skipped"]["unknown_chars"] == 0  # a derived alphabet holds ß
+    assert report["skipped"]["unknown_chars"] == 0  # a derived alphabet of every character holds ß
+
+
+def test_a_derived_alphabet_leaves_out_characters_rarer_than_the_minimum_count(tmp_path):
+    """dataset.alphabet_min_count=2 (the default): the one-off 'ß' is no label; its utterance is a counted
+    unknown_chars skip, named with its count in the report, and the setting is part of the data's identity."""
+    d = tmp_path / "manual"
+    (d / "clips").mkdir(parents=True)
+    texts = {"u101": "el perro", "u102": "el perro", "u103": "la perra", "u104": "perro ßa"}
+    for name in texts:
+        shutil.copy(clip("common_voice_es_" + name[1:]), d / "clips" / f"{name}.wav")
+    (d / "train.jsonl").write_text("".join(json.dumps({"audio_filepath": f"clips/{n}.wav", "text": t}) + "\n"
+                                           for n, t in texts.items()), encoding="utf-8")
+    builder = build.build(str(d), str(tmp_path / "tfds"), "manifest", options())
+    report = report_of(builder, "train")
+    assert report["kept"] == 3 and report["skipped"]["unknown_chars"] == 1
+    assert report["rare_chars"] == {"ß": 1} and report["unknown_chars"] == {"ß": 1}
+    assert report["examples"]["unknown_chars"] == [
+        f"{d / 'train.jsonl'}:4: ß (seen fewer than dataset.alphabet_min_count times in the train splits)"]
+    assert "too rare for the alphabet (dataset.alphabet_min_count): 'ß' 1 time" in build.summary(report)
+    assert "ß" not in manifest.read_alphabet(os.fspath(builder.data_dir)).symbols
+    with pytest.raises(ValueError, match=r"alphabet_min_count 2 \(built\) vs 1 \(now\)"):
+        build.build(str(d), str(tmp_path / "tfds"), "manifest", options(alphabet_min_count=1))
+    every = build.build(str(d), str(tmp_path / "tfds1"), "manifest", options(alphabet_min_count=1))
+    assert report_of(every, "train")["kept"] == 4 and "ß" in manifest.read_alphabet(os.fspath(every.data_dir)).symbols
 
 
 def run_build(*args) -> subprocess.CompletedProcess:
@@ -220,7 +326,8 @@ def test_a_manifest_without_a_text_column_is_one_error_line(tmp_path):
     assert f"{d / 'train.csv'}:1: no text column" in line and "dataset.text_column" in line
     assert "'words'" in line  # names the columns it has
     (d / "train.csv").write_text("wav_filename,wav_filesize,words\n" + f"{clip()},100,hola\n")
-    proc = run_build(f"--manual_dir={d}", f"--data_dir={tmp_path / 'tfds'}", "--text_column=words")
+    proc = run_build(f"--manual_dir={d}", f"--data_dir={tmp_path / 'tfds'}", "--text_column=words",
+                     "--alphabet_min_count=1")  # one utterance: every character seen once
     assert proc.returncode == 0, proc.stderr
     assert "manifest/train: kept 1 of 1 utterances" in proc.stdout
 
@@ -232,7 +339,7 @@ def test_a_header_only_manifest_is_not_a_split_and_nothing_else_is_lost(tmp_path
     (d / "train.tsv").write_text("client_id\tpath\tsentence\nx\ta.wav\tHola.\n", encoding="utf-8")
     (d / "dev.tsv").write_text("client_id\tpath\tsentence\n", encoding="utf-8")
     (d / "reported.tsv").write_text("sentence_id\tsentence\treason\n1\tHola\tgrammar\n", encoding="utf-8")
-    proc = run_build(f"--manual_dir={d}", f"--data_dir={tmp_path / 'tfds'}")
+    proc = run_build(f"--manual_dir={d}", f"--data_dir={tmp_path / 'tfds'}", "--alphabet_min_count=1")
     assert proc.returncode == 0, proc.stderr
     assert f"{d / 'dev.tsv'} lists no utterances" in proc.stderr
     builder = build.get_builder(str(tmp_path / "tfds"), "manifest")

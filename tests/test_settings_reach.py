@@ -108,6 +108,7 @@ TABLE = {
     "model.alphabet": (" abcñ", {}, ["model"]),
     "dataset.lower_case": (False, {}, ["normalize"]),
     "dataset.strip_punctuation": (False, {}, ["normalize"]),
+    "dataset.alphabet_min_count": (1, {}, ["derived_alphabet"]),
     "waveform.noise_prob": (1.0, {"waveform.noise_dir": "NOISE"}, ["synthetic_data"]),
     "waveform.noise_snr_db_min": (5.0, {"waveform.noise_prob": 1.0, "waveform.noise_dir": "NOISE"}, ["synthetic_data"]),
     "waveform.noise_snr_db_max": (10.0, {"waveform.noise_prob": 1.0, "waveform.noise_dir": "NOISE"}, ["synthetic_data"]),
@@ -302,6 +303,16 @@ def _normalize(s):
     return text.normalize("¿Qué TAL, Señor?", s.dataset.lower_case, s.dataset.strip_punctuation)
 
 
+def _derived_alphabet(s):
+    """A manifest build's derived alphabet (and the characters left out) with the run's settings."""
+    from ds2_jax.datasets import manifest
+
+    options = manifest.Options(alphabet_min_count=s.dataset.alphabet_min_count)
+    entries = [manifest.Entry(i, str(i), "a.wav", t, normalized=t) for i, t in enumerate(["el niño", "la niña", "ß"])]
+    alphabet, _, rare = manifest.make_alphabet({"train": manifest.Manifest("train", "t.tsv", entries, [])}, options)
+    return alphabet.symbols, rare
+
+
 def test_the_table_covers_the_whole_schema_with_a_short_justified_allowlist():
     keys = [row["key"] for row in settings.describe(settings.defaults())]
     assert set(TABLE) | set(ALLOWED) == set(keys) and not set(TABLE) & set(ALLOWED)
@@ -338,6 +349,7 @@ def test_a_non_default_value_changes_what_its_consumer_does(key, consumer, corpu
         "reporter": lambda s: _reporter(s, tmp_path), "divergence_stop": lambda s: _divergence_stop(s, tmp_path),
         "decoder": lambda s: _decoder(s, lm_files),
         "normalize": _normalize,
+        "derived_alphabet": _derived_alphabet,
     }[consumer]
     assert observe(changed) != observe(base), f"{key}={value!r} does not reach {consumer}"
 

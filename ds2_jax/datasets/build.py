@@ -2,7 +2,7 @@
 
     python -m ds2_jax.datasets.build --manual_dir=DIR [--data_dir=D]
     python -m ds2_jax.datasets.build --name=manifest --manual_dir=DIR [--data_dir=D] [--train_splits=train] \
-        [--vocabulary=V] [--sample_rate=16000] [--workers=-1] [--config.dataset.KEY=VALUE ...]
+        [--vocabulary=V] [--sample_rate=16000] [--workers=-1] [--alphabet_min_count=2]
 
 DIR holds LibriSpeech/<split>/... or <split>.tar.gz (see librispeech_local.py), or, with
 --name=manifest, <split>.tsv/.csv/.jsonl/.json manifests (see manifest.py); D is the tfds
@@ -32,7 +32,7 @@ import types
 import tensorflow_datasets as tfds
 
 from ds2_jax import errors, files
-from ds2_jax.datasets import librispeech_local, manifest
+from ds2_jax.datasets import librispeech_local, manifest, shards
 
 SOURCE_RECORD = "ds2_source.json"  # in the prepared dataset's dir: manual_dir and its fingerprint
 
@@ -77,15 +77,10 @@ def _local_shuffle_files(data_dir: str):
         shuffle.tf = old
 
 
-# tfds writes array_record with the format's default compression (brotli). Int16 speech
-# barely compresses, and brotli decoding dominates a random read (figures: BUILD_NOTES.md,
-# "Input pipeline"), so the records are written uncompressed: a build-time setting only,
-# readers find it in each file.
-RECORD_OPTIONS = "group_size:1,uncompressed"
-
-
 @contextlib.contextmanager
 def _uncompressed_records():
+    """tfds's array_record writer with shards.RECORD_OPTIONS (the librispeech_local build; manifest
+    builds write their own shards)."""
     from array_record.python import array_record_module
     from tensorflow_datasets.core import file_adapters
 
@@ -93,7 +88,7 @@ def _uncompressed_records():
     old = adapter.__dict__["write_examples"]
 
     def write_examples(cls, path, iterator):
-        writer = array_record_module.ArrayRecordWriter(os.fspath(path), RECORD_OPTIONS)
+        writer = array_record_module.ArrayRecordWriter(os.fspath(path), shards.RECORD_OPTIONS)
         for _, serialized_example in iterator:
             writer.write(serialized_example)
         writer.close()
@@ -188,8 +183,9 @@ def check_source(builder, manual_dir: str) -> None:
     current = _source_of(builder, manual_dir)
     key = "content_fingerprint" if "content_fingerprint" in recorded else "fingerprint"  # older records: sizes only
     if current.get("options") != recorded.get("options"):
-        differ = {k: (v, current["options"].get(k)) for k, v in recorded["options"].items()
-                  if current["options"].get(k) != v}
+        was, now = recorded.get("options") or {}, current["options"]
+        differ = {k: (was.get(k, "not recorded"), now.get(k, "not recorded")) for k in {**was, **now}
+                  if was.get(k) != now.get(k)}
         raise errors.DatasetMismatch(
             f"the prepared {builder.name} in {where} was built with other settings: "
             + ", ".join(f"{k} {a!r} (built) vs {b!r} (now)" for k, (a, b) in differ.items())
@@ -327,6 +323,8 @@ def define_flags(fv) -> None:
     flags.DEFINE_string("path_column", "", "manifest: the audio path column (dataset.path_column).", flag_values=fv)
     flags.DEFINE_string("text_column", "", "manifest: the transcript column (dataset.text_column).", flag_values=fv)
     flags.DEFINE_string("stereo", "downmix", "manifest: 'downmix' or 'skip' (dataset.stereo).", flag_values=fv)
+    flags.DEFINE_integer("alphabet_min_count", 2, "manifest: a derived alphabet's characters are seen at least this "
+                         "often in the train splits (dataset.alphabet_min_count).", flag_values=fv)
     flags.DEFINE_string("manifest_splits", "", "manifest: the manifests to build, '+'-separated; '' = all "
                         "(dataset.manifest_splits).", flag_values=fv)
 
@@ -342,7 +340,7 @@ def options_of_flags(args) -> manifest.Options:
         "dataset.build_workers": args.workers, "dataset.lower_case": args.lower_case,
         "dataset.strip_punctuation": args.strip_punctuation, "dataset.path_column": args.path_column,
         "dataset.text_column": args.text_column, "dataset.stereo": args.stereo,
-        "dataset.manifest_splits": args.manifest_splits})
+        "dataset.manifest_splits": args.manifest_splits, "dataset.alphabet_min_count": args.alphabet_min_count})
     return manifest.Options.of(DataSettings.of(config))
 
 

@@ -15,11 +15,15 @@ utterance's id is its audio path relative to that folder without the extension
 Common Voice's supersets and side files (`CV_SIDE_FILES`: validated, invalidated, ...) are
 built only when dataset.manifest_splits names them.
 
-Audio (FLAC, WAV, OGG/Opus, MP3) is decoded and resampled once to features.sample_rate in
-worker processes (datasets.audio; dataset.build_workers). Transcripts go through
-text.normalize (dataset.lower_case, dataset.strip_punctuation); the alphabet is
-dataset.vocabulary's or the characters of the train splits' transcripts, written to
-`alphabet.txt` beside the prepared data. Every utterance is kept or skipped with a counted
+Audio (FLAC, WAV, OGG/Opus, MP3) is decoded and resampled once to features.sample_rate, and
+each shard of array_record examples written whole, by worker processes (datasets.shards;
+dataset.build_workers); the records and their order are tfds's own, whatever the worker
+count. Transcripts go through text.normalize (dataset.lower_case,
+dataset.strip_punctuation); the alphabet is dataset.vocabulary's or the characters of the
+train splits' transcripts seen at least dataset.alphabet_min_count times (a rarer one is
+left out, named in the build reports, and its utterances are `unknown_chars` skips: a label
+seen once cannot be learnt, and dropping it from the text would teach wrong transcripts),
+written to `alphabet.txt` beside the prepared data. Every utterance is kept or skipped with a counted
 reason (`REASONS`, with its file and line); characters outside the alphabet are counted
 too (`build_report_<split>.json`). A manifest that cannot be read as one (no text column,
 an asked split without a file) is a ValueError naming the file and line.
@@ -29,22 +33,19 @@ Host code: no jax, no TensorFlow.
 from __future__ import annotations
 
 import collections
-import concurrent.futures
 import csv
 import dataclasses
 import hashlib
 import json
 import logging
-import multiprocessing
 import os
 import re
-from typing import Iterator
 
 import numpy as np
 import tensorflow_datasets as tfds
 
-from ds2_jax import geometry, text
-from ds2_jax.datasets import audio as audio_lib
+from ds2_jax import text
+from ds2_jax.datasets import shards
 
 SUFFIXES = (".tsv", ".csv", ".jsonl", ".json")
 PATH_COLUMNS = ("path", "audio_filepath", "audio_path", "wav_filename", "audio", "file", "filename", "wav")
@@ -54,7 +55,6 @@ SPEAKER_COLUMNS = ("client_id", "speaker", "speaker_id")
 CV_SIDE_FILES = ("validated", "invalidated", "other", "reported", "clip_durations", "validated_sentences",
                  "unvalidated_sentences")
 ALPHABET_FILE = "alphabet.txt"  # beside the prepared data: the labels' alphabet (text.read_vocabulary)
-BUILD_NUM_CONV_LAYERS = 2  # the conv stack the build's CTC feasibility check assumes (the default model's)
 # Why an utterance was skipped; the build report counts each one.
 REASONS = (
     "bad_line",  # a manifest line that does not parse, or lacks the audio path or text
@@ -66,11 +66,10 @@ REASONS = (
     "empty_transcript",  # nothing left after normalization
     "unknown_chars",  # characters outside the alphabet (a given dataset.vocabulary)
     "ctc_infeasible",  # more labels than the 2-conv model emits frames for the audio
+    "failed",  # the file's build work raised (the error named in the report): that file alone is left out
 )
 REPORT_EXAMPLES = 5  # Utterances named per skip reason in the report.
 TOP_UNKNOWN = 10  # Characters outside the alphabet named in a summary.
-INFLIGHT_PER_WORKER = 4  # Tasks queued per build worker: bounds the decoded audio held in memory.
-TASK_SIZE = 8  # Utterances per worker task.
 
 
 def tfds_split(name: str) -> str:
@@ -97,6 +96,7 @@ class Options:
     train_splits: str = "train"
     manifest_splits: str = ""
     workers: int = -1
+    alphabet_min_count: int = 2
 
     @classmethod
     def of(cls, data) -> "Options":
@@ -105,7 +105,8 @@ class Options:
         return cls(sample_rate=spec.sample_rate, window=spec.window, hop=spec.hop, vocabulary=d.vocabulary,
                    lower_case=d.lower_case, strip_punctuation=d.strip_punctuation, path_column=d.path_column,
                    text_column=d.text_column, stereo=d.stereo, train_splits=d.train_splits,
-                   manifest_splits=d.manifest_splits, workers=d.build_workers)
+                   manifest_splits=d.manifest_splits, workers=d.build_workers,
+                   alphabet_min_count=d.alphabet_min_count)
 
     def normalize(self, transcript: str) -> str:
         return text.normalize(transcript, self.lower_case, self.strip_punctuation)
@@ -118,7 +119,8 @@ class Options:
                 vocab = hashlib.sha256(f.read()).hexdigest()[:16]
         return {"sample_rate": self.sample_rate, "vocabulary": vocab, "lower_case": self.lower_case,
                 "strip_punctuation": self.strip_punctuation, "path_column": self.path_column,
-                "text_column": self.text_column, "stereo": self.stereo}
+                "text_column": self.text_column, "stereo": self.stereo,
+                "alphabet_min_count": 0 if self.vocabulary else self.alphabet_min_count}
 
     def num_workers(self) -> int:
         return (os.cpu_count() or 1) if self.workers < 0 else self.workers
@@ -305,12 +307,13 @@ def read_manifests(manual_dir: str, options: Options) -> dict[str, Manifest]:
 # ----------------------------------------------------------------------------- the alphabet
 
 
-def make_alphabet(manifests: dict[str, Manifest], options: Options) -> tuple[text.Alphabet, str]:
-    """(alphabet, where it came from): dataset.vocabulary's, else the characters of the
-    normalized transcripts of the train splits (dataset.train_splits) present."""
+def make_alphabet(manifests: dict[str, Manifest], options: Options) -> tuple[text.Alphabet, str, dict[str, int]]:
+    """(alphabet, where it came from, the rare characters left out -> their count): dataset.vocabulary's,
+    else the characters of the normalized transcripts of the train splits (dataset.train_splits) present,
+    less those seen fewer than dataset.alphabet_min_count times there."""
     if options.vocabulary:
         try:
-            return text.read_vocabulary(options.vocabulary), f"dataset.vocabulary={options.vocabulary}"
+            return text.read_vocabulary(options.vocabulary), f"dataset.vocabulary={options.vocabulary}", {}
         except OSError as e:
             raise FileNotFoundError(f"dataset.vocabulary={options.vocabulary!r}: {e.strerror or e}") from e
     wanted = [tfds_split(s.strip()) for s in options.train_splits.split("+") if s.strip()]
@@ -319,8 +322,19 @@ def make_alphabet(manifests: dict[str, Manifest], options: Options) -> tuple[tex
         raise ValueError(f"dataset.train_splits={options.train_splits!r} names no manifest to derive the alphabet "
                          f"from (the manifests are {sorted(manifests) or 'none'}): set dataset.train_splits to the "
                          "training split(s), or give dataset.vocabulary")
-    alphabet = text.derive(e.normalized for s in present for e in manifests[s].entries if e.normalized)
-    return alphabet, f"the transcripts of {'+'.join(present)}"
+    counts = collections.Counter()
+    for s in present:
+        for e in manifests[s].entries:
+            counts.update(e.normalized)
+    rare = {c: n for c, n in sorted(counts.items(), key=lambda kv: (kv[1], kv[0])) if n < options.alphabet_min_count}
+    if len(rare) == len(counts):
+        raise ValueError(f"no character of the transcripts of {'+'.join(present)} is seen dataset.alphabet_min_count="
+                         f"{options.alphabet_min_count} times: lower it, or give dataset.vocabulary")
+    alphabet = text.derive([c for c in counts if c not in rare])
+    source = f"the transcripts of {'+'.join(present)}"
+    if options.alphabet_min_count > 1:
+        source += f", characters seen >= {options.alphabet_min_count} times (dataset.alphabet_min_count)"
+    return alphabet, source, rare
 
 
 def read_alphabet(data_dir: str) -> text.Alphabet:
@@ -347,6 +361,7 @@ class Report:
     skipped: collections.Counter = dataclasses.field(default_factory=collections.Counter)
     examples: dict = dataclasses.field(default_factory=lambda: collections.defaultdict(list))
     unknown: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # char -> utterances
+    rare: dict = dataclasses.field(default_factory=dict)  # char -> times in the train splits, left out of the alphabet
 
     def skip(self, reason: str, where: str, detail: str = "") -> None:
         assert reason in REASONS, reason
@@ -365,6 +380,7 @@ class Report:
             "skipped_total": sum(self.skipped.values()),
             "examples": dict(self.examples),
             "unknown_chars": dict(self.unknown.most_common()),
+            "rare_chars": self.rare,
             "transcripts_without_audio": 0,
         }
 
@@ -379,6 +395,12 @@ def unknown_summary(counts: dict) -> str:
     return ", ".join(f"{c!r} in {n}" for c, n in top) + more
 
 
+def rare_summary(rare: dict) -> str:
+    """"'ø' 1 time, 'ß' 1 time" of the characters left out of a derived alphabet (dataset.alphabet_min_count)."""
+    more = f" and {len(rare) - TOP_UNKNOWN} more" if len(rare) > TOP_UNKNOWN else ""
+    return ", ".join(f"{c!r} {n} time{'s' * (n != 1)}" for c, n in list(rare.items())[:TOP_UNKNOWN]) + more
+
+
 def summary(report: dict) -> str:
     """One line: kept, skipped by reason, the characters outside the alphabet."""
     skipped = ", ".join(f"{r}={n}" for r, n in report["skipped"].items() if n) or "none"
@@ -387,6 +409,8 @@ def summary(report: dict) -> str:
             f"; skipped: {skipped}")
     if report.get("unknown_chars"):
         line += f"; outside the alphabet: {unknown_summary(report['unknown_chars'])}"
+    if report.get("rare_chars"):
+        line += f"; too rare for the alphabet (dataset.alphabet_min_count): {rare_summary(report['rare_chars'])}"
     return line
 
 
@@ -397,40 +421,21 @@ def report_path(data_dir: str, split: str) -> str:
 # ----------------------------------------------------------------------------- building
 
 
-def _decoded(jobs: list[tuple[str, int, str]], workers: int) -> Iterator[np.ndarray | audio_lib.Skip]:
-    """audio.load of every job, in order: inline (workers=0) or on `workers` spawned processes
-    with at most INFLIGHT_PER_WORKER tasks of TASK_SIZE each queued per worker (memory stays
-    bounded however slowly the records are written)."""
-    tasks = [jobs[i : i + TASK_SIZE] for i in range(0, len(jobs), TASK_SIZE)]
-    if workers <= 0 or len(tasks) <= 1:
-        for task in tasks:
-            yield from audio_lib.load_many(task)
-        return
-    # spawn, not fork: a build may run inside a training process that runs jax's threads.
-    ctx = multiprocessing.get_context("spawn")
-    with concurrent.futures.ProcessPoolExecutor(min(workers, len(tasks)), mp_context=ctx) as pool:
-        pending: collections.deque = collections.deque()  # (future, its task), in order
-        it = iter(tasks)
-        for task in it:
-            pending.append((pool.submit(audio_lib.load_many, task), task))
-            if len(pending) >= workers * INFLIGHT_PER_WORKER:
-                break
-        while pending:
-            future, task = pending.popleft()
-            try:
-                results = future.result()
-            except concurrent.futures.process.BrokenProcessPool as e:
-                raise RuntimeError(f"a build worker process died (killed, for lack of memory, or a decoder crash on "
-                                   f"one of {task[0][0]!r} ... {task[-1][0]!r}); rerun with dataset.build_workers=0 "
-                                   "(--workers=0) to decode in one process and see which file") from e
-            nxt = next(it, None)
-            if nxt is not None:
-                pending.append((pool.submit(audio_lib.load_many, nxt), nxt))
-            yield from results
+def features() -> tfds.features.FeaturesDict:
+    """The examples' features (the builder's, and each build worker's encoder)."""
+    return tfds.features.FeaturesDict({
+        "audio": tfds.features.Tensor(shape=(None,), dtype=np.int16, encoding=tfds.features.Encoding.BYTES),
+        "text": tfds.features.Text(),
+        "id": tfds.features.Text(),
+        "speaker": tfds.features.Text(),
+        "num_samples": np.int64,
+    })
 
 
-def generate(m: Manifest, alphabet: text.Alphabet, options: Options, report: Report, fixed_alphabet: bool) -> Iterator:
-    """(key, example) of every kept utterance of a manifest, counting each skip in `report`."""
+def to_write(m: Manifest, alphabet: text.Alphabet, report: Report, fixed_alphabet: bool,
+             rare: dict[str, int] | None = None) -> list[tuple]:
+    """(position, id, audio path, normalized text, speaker) of the utterances of `m` whose audio is to be
+    read, in manifest order; every line left out before that is a skip counted in `report`."""
     for number, why in m.bad_lines:
         report.skip("bad_line", f"{m.path}:{number}", why)
     todo, seen = [], {}
@@ -440,36 +445,49 @@ def generate(m: Manifest, alphabet: text.Alphabet, options: Options, report: Rep
             report.skip("duplicate_id", where, f"{e.id} (first on line {seen[e.id]})")
             continue
         seen[e.id] = e.line
-        normalized = e.normalized
-        if not normalized:
+        if not e.normalized:
             report.skip("empty_transcript", where, e.id)
             continue
-        bad = alphabet.unknown_chars(normalized)
+        bad = alphabet.unknown_chars(e.normalized)
         if bad:
             report.unknown.update(bad)
-            report.skip("unknown_chars", where, "".join(sorted(bad)) + ("" if fixed_alphabet else " (not in the train "
-                                                                                                  "splits)"))
+            why = ("" if fixed_alphabet else " (seen fewer than dataset.alphabet_min_count times in the train splits)"
+                   if rare and bad <= rare.keys() else " (not in the train splits)")
+            report.skip("unknown_chars", where, "".join(sorted(bad)) + why)
             continue
-        todo.append((e, normalized))
-    jobs = [(e.audio, options.sample_rate, options.stereo) for e, _ in todo]
-    for (e, normalized), wav in zip(todo, _decoded(jobs, options.num_workers())):
-        where = f"{m.path}:{e.line}"
-        if isinstance(wav, audio_lib.Skip):
-            report.skip(wav.reason, where, f"{e.audio}: {wav.detail}")
-            continue
-        labels = alphabet.encode(normalized)
-        frames = geometry.output_frames(geometry.num_frames(len(wav), options.window, options.hop),
-                                        BUILD_NUM_CONV_LAYERS)
-        if frames < geometry.ctc_min_frames(labels):
-            report.skip("ctc_infeasible", where, f"{len(labels)} labels, {frames} frames")
-            continue
-        report.kept += 1
-        report.kept_samples += len(wav)
-        yield e.id, {"audio": wav, "text": normalized, "id": e.id, "speaker": e.speaker, "num_samples": len(wav)}
+        todo.append((len(todo), e.id, e.audio, e.normalized, e.speaker))
+    return todo
+
+
+def count_outcomes(m: Manifest, todo: list[tuple], outcomes: dict[int, object], report: Report) -> None:
+    """Counts each written utterance (sample count) or skip (audio.Skip) in `report`, in manifest order."""
+    lines = {e.id: e.line for e in m.entries}
+    for position, key, audio_path, _, _ in todo:
+        got = outcomes[position]
+        if isinstance(got, int):
+            report.kept += 1
+            report.kept_samples += got
+        else:
+            report.skip(got.reason, f"{m.path}:{lines[key]}", f"{audio_path}: {got.detail}")
+
+
+def finish_split(m: Manifest, report: Report, data_dir: str) -> None:
+    """Writes the split's build report and logs its summary; a split that kept nothing is a ValueError."""
+    with open(report_path(data_dir, m.split), "w") as f:
+        json.dump(report.to_json(), f, indent=1, ensure_ascii=False)
+    dropped = sum(report.skipped.values())
+    logging.log(logging.WARNING if dropped else logging.INFO, "%s", report.summary())
+    if not report.kept:
+        examples = [e for r in REASONS for e in report.examples.get(r, [])][:REPORT_EXAMPLES]
+        raise ValueError(f"{report.summary()}: every utterance of {m.path} was skipped, nothing to build (e.g. "
+                         f"{'; '.join(examples)}). Fix that manifest or leave it out (dataset.manifest_splits)")
 
 
 class ManifestDataset(tfds.core.GeneratorBasedBuilder):
-    """Your own speech from manifests (Common Voice, NeMo, CSV/TSV): int16 at one rate, no TF."""
+    """Your own speech from manifests (Common Voice, NeMo, CSV/TSV): int16 at one rate, no TF.
+
+    A normal tfds dataset (array_record shards, dataset_info.json, read by as_data_source), but
+    written by `_download_and_prepare` through datasets.shards, each shard by one worker."""
 
     name = "manifest"
     VERSION = tfds.core.Version("1.0.0")
@@ -488,42 +506,61 @@ class ManifestDataset(tfds.core.GeneratorBasedBuilder):
             return super().is_prepared()
 
     def _info(self) -> tfds.core.DatasetInfo:
-        return self.dataset_info_from_configs(
-            features=tfds.features.FeaturesDict({
-                "audio": tfds.features.Tensor(shape=(None,), dtype=np.int16, encoding=tfds.features.Encoding.BYTES),
-                "text": tfds.features.Text(),
-                "id": tfds.features.Text(),
-                "speaker": tfds.features.Text(),
-                "num_samples": np.int64,
-            }),
-            supervised_keys=("audio", "text"),
-        )
+        return self.dataset_info_from_configs(features=features(), supervised_keys=("audio", "text"))
 
     def _split_generators(self, dl_manager):
-        manual_dir = os.fspath(dl_manager.manual_dir)
+        raise NotImplementedError("manifest splits are written by _download_and_prepare (datasets.shards)")
+
+    def _generate_examples(self):
+        raise NotImplementedError("manifest splits are written by _download_and_prepare (datasets.shards)")
+
+    def _download_and_prepare(self, dl_manager, download_config=None) -> None:
+        """Reads the manifests, derives or reads the alphabet, has the workers write every split's
+        shards, then names them as tfds does and records the splits (tfds writes dataset_info.json)."""
+        manual_dir, data_dir = os.fspath(dl_manager.manual_dir), os.fspath(self.data_dir)  # the build's temp dir
         manifests = read_manifests(manual_dir, self.options)
         if not manifests:
             raise FileNotFoundError(f"no manifest with utterances in {manual_dir} (<split>.tsv, .csv, .jsonl or .json "
                                     "with an audio path and a text column)")
-        alphabet, source = make_alphabet(manifests, self.options)
+        alphabet, source, rare = make_alphabet(manifests, self.options)
         logging.info("manifest: alphabet of %s from %s", alphabet.describe(), source)
-        with open(os.path.join(os.fspath(self.data_dir), ALPHABET_FILE), "w", encoding="utf-8") as f:
+        if rare:
+            logging.warning("manifest: left out of the alphabet, seen fewer than dataset.alphabet_min_count=%d times "
+                            "in the train splits: %s", self.options.alphabet_min_count, rare_summary(rare))
+        with open(os.path.join(data_dir, ALPHABET_FILE), "w", encoding="utf-8") as f:
             f.write(f"# the alphabet of these labels ({source})\n" + alphabet.to_lines())
-        fixed = bool(self.options.vocabulary)
-        return {split: self._generate_examples(m, alphabet, fixed) for split, m in manifests.items()}
+        o, jobs, todos, reports = self.options, [], {}, {}
+        for split, m in manifests.items():
+            trains = {tfds_split(t.strip()) for t in o.train_splits.split("+")}
+            reports[split] = Report(m.split, m.path, o.sample_rate, rare=dict(rare) if split in trains else {})
+            todos[split] = to_write(m, alphabet, reports[split], bool(o.vocabulary), rare)
+            ordered = [todos[split][i] for i in shards.tfds_order([t[1] for t in todos[split]], split)]
+            jobs += shards.shard_jobs(split, ordered, data_dir, symbols=alphabet.symbols, sample_rate=o.sample_rate,
+                                      stereo=o.stereo, window=o.window, hop=o.hop)
+        outcomes = {split: {} for split in manifests}
+        written = {split: [] for split in manifests}  # (temp path, records) of each shard, in order
+        for job, got in shards.run(jobs, o.num_workers()):
+            outcomes[job.split].update((item[0], g) for item, g in zip(job.items, got))
+            written[job.split].append((job.path, sum(isinstance(g, int) for g in got)))
+        infos = []
+        for split, m in manifests.items():
+            count_outcomes(m, todos[split], outcomes[split], reports[split])
+            finish_split(m, reports[split], data_dir)
+            infos.append(self._name_shards(split, written[split]))
+        self.info.set_splits(tfds.core.SplitDict(infos))
 
-    def _generate_examples(self, m: Manifest, alphabet: text.Alphabet, fixed: bool):
-        report = Report(m.split, m.path, self.options.sample_rate)
-        yield from generate(m, alphabet, self.options, report, fixed)
-        # Runs once the writer has drained the generator; data_dir is the build's temporary dir.
-        with open(report_path(os.fspath(self.data_dir), m.split), "w") as f:
-            json.dump(report.to_json(), f, indent=1, ensure_ascii=False)
-        dropped = sum(report.skipped.values())
-        logging.log(logging.WARNING if dropped else logging.INFO, "%s", report.summary())
-        if not report.kept:  # tfds would fail with "No examples were yielded"
-            examples = [e for r in REASONS for e in report.examples.get(r, [])][:REPORT_EXAMPLES]
-            raise ValueError(f"{report.summary()}: every utterance of {m.path} was skipped, nothing to build (e.g. "
-                             f"{'; '.join(examples)}). Fix that manifest or leave it out (dataset.manifest_splits)")
+    def _name_shards(self, split: str, written: list[tuple[str, int]]) -> tfds.core.SplitInfo:
+        """Renames a split's non-empty shards to tfds's file names; its SplitInfo."""
+        for path, records in written:
+            if not records:
+                os.remove(path)
+        kept = [(path, n) for path, n in written if n]
+        template = self._get_filename_template(split_name=split)
+        for (path, _), final in zip(kept, template.sharded_filepaths(len(kept))):
+            os.replace(path, os.fspath(final))
+        return tfds.core.SplitInfo(name=split, shard_lengths=[n for _, n in kept], filename_template=template,
+                                   num_bytes=sum(os.path.getsize(os.fspath(p))
+                                                 for p in template.sharded_filepaths(len(kept))))
 
 
 def source_of(manual_dir: str, options: Options) -> dict:
