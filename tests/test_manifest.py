@@ -132,13 +132,23 @@ def test_a_file_whose_work_raises_in_a_worker_is_a_counted_skip(tmp_path):
 
 
 def test_a_dead_build_worker_is_one_error_line(tmp_path):
-    """A worker killed mid-build (as the out-of-memory killer would): one `error:` line naming the signal,
+    """A worker killed mid-shard (as the out-of-memory killer would): one `error:` line naming the signal,
     the shard and the way out; nothing prepared."""
-    proc = subprocess.Popen([sys.executable, "-m", "ds2_jax.datasets.build", "--name=manifest", f"--manual_dir={CV}",
-                             f"--data_dir={tmp_path}", "--workers=2"], cwd=ROOT, env=repo_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    d = tmp_path / "manual"
+    (d / "clips").mkdir(parents=True)
+    wav, rate = soundfile.read(clip(), dtype="int16")
+    soundfile.write(str(d / "long.wav"), np.tile(wav, 40), rate)  # ~1 min at 8 kHz: a shard takes a while
+    for i in range(120):
+        os.symlink(d / "long.wav", d / "clips" / f"u{i}.wav")
+    (d / "train.tsv").write_text("path\tsentence\n" + "".join(f"u{i}.wav\thola\n" for i in range(120)))
+    data_dir = tmp_path / "tfds"
+    proc = subprocess.Popen([sys.executable, "-m", "ds2_jax.datasets.build", "--name=manifest", f"--manual_dir={d}",
+                             f"--data_dir={data_dir}", "--workers=2", "--alphabet_min_count=1"], cwd=ROOT,
+                            env=repo_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     killed = None
     while killed is None and proc.poll() is None:
+        if not any(data_dir.rglob("*.shard*.tmp")):  # no worker has begun a shard yet
+            continue
         for pid in os.listdir("/proc"):
             try:
                 with open(f"/proc/{pid}/stat") as f:
@@ -155,7 +165,7 @@ def test_a_dead_build_worker_is_one_error_line(tmp_path):
     line = one_error_line(subprocess.CompletedProcess(proc.args, proc.returncode, "", err))
     assert killed and "a dataset build worker process died (killed by SIGKILL" in line, err
     assert "shard " in line and "dataset.build_workers=0" in line
-    assert not build.get_builder(str(tmp_path), "manifest").is_prepared()
+    assert not build.get_builder(str(data_dir), "manifest").is_prepared()
 
 
 def test_the_alphabet_is_derived_from_the_train_split_and_stored(both):

@@ -1,7 +1,7 @@
 """A split's array_record shards, each written whole by one build worker process.
 
-A build's per-file work (decode, resample, downmix, the CTC check, tfds's encoding and
-serialization, the record write) runs in the worker that owns the shard; the main process
+A build's per-file work (decode, resample, downmix, the CTC check, the tf.Example record and
+its write) runs in the worker that owns the shard; the main process
 only hands out `ShardJob`s and collects each utterance's outcome (its sample count, or the
 `audio.Skip` saying why not). So nothing per byte passes through one process, and the build
 scales with the workers (benchmarks/manifest_build.py).
@@ -147,9 +147,11 @@ def write_shard(job: ShardJob) -> list:
     return outcomes
 
 
-def _died(pool, job: ShardJob) -> errors.BuildWorkerError:
-    """The one-line error of a worker that died while `job` (or one queued with it) was running."""
-    codes = [p.exitcode for p in (getattr(pool, "_processes", None) or {}).values() if p.exitcode]
+def _died(processes: list, job: ShardJob) -> errors.BuildWorkerError:
+    """The one-line error of a worker (of `processes`) that died while `job` (or one beside it) was running."""
+    for p in processes:
+        p.join(timeout=5)  # the pool is broken: its workers are ending, their exit codes come with the join
+    codes = [p.exitcode for p in processes if p.exitcode]
     how = ", ".join(f"killed by {signal.Signals(-c).name}" if c < 0 and -c in signal.valid_signals() else f"exit {c}"
                     for c in codes) or "killed"
     return errors.BuildWorkerError(
@@ -167,18 +169,21 @@ def run(jobs: list[ShardJob], workers: int) -> Iterator[tuple[ShardJob, list]]:
         return
     # spawn, not fork: a build may run inside a training process that runs jax's threads.
     ctx = multiprocessing.get_context("spawn")
-    with concurrent.futures.ProcessPoolExecutor(min(workers, len(jobs)), mp_context=ctx) as pool:
+    pool = concurrent.futures.ProcessPoolExecutor(min(workers, len(jobs)), mp_context=ctx)
+    try:
         futures = [pool.submit(write_shard, job) for job in jobs]  # a job is a few KB: all queued at once
-        done = 0
-        for job, future in zip(jobs, futures):
+        # The workers, started by the submits: their exit codes say how one died (the pool forgets them).
+        processes = list((getattr(pool, "_processes", None) or {}).values())
+        for done, (job, future) in enumerate(zip(jobs, futures), 1):
             try:
                 outcomes = future.result()
             except concurrent.futures.process.BrokenProcessPool as e:
-                raise _died(pool, job) from e
-            done += 1
+                raise _died(processes, job) from e
             if done % max(1, len(jobs) // 10) == 0:
                 logging.getLogger("ds2_jax").info("manifest: %d of %d shards written", done, len(jobs))
             yield job, outcomes
+    finally:  # an error or Ctrl-C: the shards not started are dropped, not waited for
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def shard_jobs(split: str, items: list, folder: str, **common) -> list[ShardJob]:
