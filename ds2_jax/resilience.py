@@ -83,7 +83,7 @@ class Watchdog:
     only restart a process that exits. 0 disables it.
     """
 
-    EXIT_CODE = 3
+    EXIT_CODE = errors.PeerLost.exit_code  # one code for a dead peer, found either way
 
     def __init__(self, timeout_s: float):
         self.timeout_s = timeout_s

@@ -611,6 +611,57 @@ def test_an_unfinished_step_folder_is_set_aside_and_good_checkpoints_restore(six
     assert int(state.step) == 9 and restored_latest(w)[1] == 9
 
 
+@pytest.mark.parametrize("how", ["orbax_tmp_folder", "no_commit_marker"])
+def test_a_checkpoint_a_live_run_is_writing_is_waited_for_then_named_never_called_damaged(six_steps, tmp_path, how,
+                                                                                          monkeypatch, caplog):
+    """issue 40: eval/transcribe (state.restore_state) reading a workdir while its run writes checkpoint 6
+    (orbax's 6.orbax-checkpoint-tmp, or a step folder without its commit markers) took it for no
+    checkpoint or a damaged one, advising to move the checkpoints away. They wait (bounded) for it,
+    then use the newest finished one, or say it is being written."""
+    w = copy_of(six_steps, tmp_path)
+    done, ck = os.path.join(w, "checkpoints", "6"), os.path.join(w, "checkpoints")
+    writing = os.path.join(ck, "6.orbax-checkpoint-tmp")
+    shutil.move(done, writing)
+    if how == "no_commit_marker":  # written in place (a file system without atomic rename), half done
+        writing = done
+        shutil.copytree(os.path.join(ck, "6.orbax-checkpoint-tmp"), writing)
+        for marker in checkpoint.COMMIT_MARKERS:
+            os.remove(os.path.join(writing, marker))
+
+    def finish():
+        if how == "orbax_tmp_folder":
+            os.rename(writing, done)
+        else:
+            shutil.rmtree(done)
+            os.rename(os.path.join(ck, "6.orbax-checkpoint-tmp"), done)
+
+    timer = threading.Timer(1.0, finish)
+    timer.start()
+    with caplog.at_level("WARNING", logger="ds2_jax"):
+        state, step = restored_latest(w)  # the save finishes while it waits
+    timer.join()
+    assert step == 6 and "checkpoint 6 in" in caplog.text and "being written by a training run now" in caplog.text
+    assert_same_state(state, six_steps[1])
+
+    shutil.move(done, writing if how == "orbax_tmp_folder" else os.path.join(ck, "6.orbax-checkpoint-tmp"))
+    if how == "no_commit_marker":
+        shutil.copytree(os.path.join(ck, "6.orbax-checkpoint-tmp"), writing)
+        for marker in checkpoint.COMMIT_MARKERS:
+            os.remove(os.path.join(writing, marker))
+    monkeypatch.setattr(checkpoint, "SAVE_WAIT_S", 0.5)  # a save that never finishes while we wait
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="ds2_jax"):
+        _, step = restored_latest(w)
+    assert step == 3 and "checkpoint 6 in" in caplog.text and "using checkpoint 3, the newest finished" in caplog.text
+    assert "damaged" not in caplog.text and os.path.isdir(writing)  # nothing moved
+    shutil.rmtree(os.path.join(ck, "3"))  # the run's first save: no finished checkpoint yet
+    if how == "no_commit_marker":  # half written: orbax cannot read it
+        os.remove(os.path.join(writing, "default", "manifest.ocdbt"))
+    with pytest.raises(errors.CheckpointError, match="checkpoint 6 in .* is being written by a training run now") as e:
+        restored_latest(w)
+    assert "damaged" not in str(e.value) and "move" not in str(e.value)
+
+
 @pytest.mark.parametrize("how", ["truncated", "hand_edited", "bad_value", "not_an_object"])
 def test_a_torn_or_hand_edited_config_json_names_the_file_and_the_key(tmp_path, how):
     """Eval, transcription (load_config) and a resume read workdir/config.json: a broken one
