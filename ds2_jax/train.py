@@ -164,7 +164,8 @@ def train_and_evaluate(config, workdir: str) -> TrainState:
     try:
         # The stop signals are caught from the start: one arriving while the model is built or the step
         # compiles (minutes) stops the run at the first step boundary, not with a traceback or a kill.
-        with resilience.Preemption() as preemption, \
+        alone = jax.process_count() == 1  # a shared workdir is left to its processes
+        with resilience.Preemption(workdir if alone else None) as preemption, \
                 resilience.WorkdirLock(workdir, enabled=jax.process_index() == 0), \
                 checkpoint.managed(workdir, config.keep_checkpoints, config.keep_best_checkpoints) as mgr:
             return _train(config, workdir, mgr, preemption)

@@ -951,6 +951,32 @@ def test_a_second_signal_abandons_the_wait_at_once_with_a_clear_line(monkeypatch
     assert "received SIGINT again: exiting now without writing a checkpoint" in capfd.readouterr().err
 
 
+def test_a_second_ctrl_c_during_the_first_compile_exits_at_once_in_one_line_leaving_no_workdir(tmp_path):
+    """issue 40: Python's handler waits for the compile (C++, minutes) to return, so a second Ctrl-C there
+    did nothing until then, and the exit left the half-made workdir (lock, config.json, log) behind."""
+    w = tmp_path / "w"
+    proc = launch(w, "--config.num_train_steps=1000", wait=False)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stderr.readline, "")), daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 300
+    while not any("compiling the train step for batch shapes" in line for line in lines) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGINT)
+    second = time.monotonic()
+    proc.wait(timeout=300)
+    reader.join(10)
+    seen = "".join(lines)
+    assert proc.returncode == 128 + signal.SIGINT, seen[-3000:]
+    assert time.monotonic() - second < 5 and "first step (compile + run)" not in seen, seen[-3000:]  # in the compile
+    lines = seen.strip().splitlines()
+    assert lines[-1] == f"ds2_jax: received SIGINT again: exiting now without writing a checkpoint; removed {w}, " \
+                        "which this run created and wrote no result to", seen[-3000:]
+    assert "Traceback" not in seen and not w.exists()
+
+
 def test_the_watchdog_counts_compiles_evals_and_saves_as_progress(tmp_path, monkeypatch):
     """An eval longer than step_timeout_s (each batch slowed down here), the first compile and
     the checkpoint saves never trip the watchdog; a hang still does (test_hung_step_*)."""
