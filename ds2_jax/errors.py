@@ -9,7 +9,7 @@ file and the way out; its traceback goes to <workdir>/error.log, and to stderr w
 |---|---|---|
 | `WorkdirLocked` | another live run holds the workdir's lock | resilience.WorkdirLock |
 | `CheckpointError` | no checkpoint restores, or a save failed for any reason but a full disk | checkpoint, evaluation |
-| `DiskFull` | a write failed and `is_disk_full` (the OS's words for a full disk) | checkpoint, metrics |
+| `DiskFull` | a write failed and `is_disk_full` (the OS's words for a full disk) | checkpoint, metrics, datasets.build |
 | `OutOfMemory` | a step failed and `is_out_of_memory` (XLA's words, never a full disk) | `out_of_memory`, train |
 | `DatasetMismatch` | prepared data came from other files than dataset.manual_dir | datasets.build |
 | `InputWorkerError` | a batch worker process died or failed | loader |
@@ -140,6 +140,13 @@ def free_space(path: str) -> str:
         return "free space unknown"
 
 
+def disk_full(what: str, where: str, way_out: str) -> DiskFull:
+    """The project's disk-full line: '<what>: disk full (N MiB free in <where>); free disk space or
+    <way_out>, then rerun the same command'."""
+    return DiskFull(f"{what}: disk full ({free_space(where)} in {where}); free disk space or {way_out}, then rerun "
+                    "the same command")
+
+
 # Errors whose message is the whole story: the project's own, and the built-in types
 # its checks raise (config validation, files, memory, divergence).
 EXPLAINED = (Ds2Error, OSError, ValueError, MemoryError, FloatingPointError, NotImplementedError, ImportError)
@@ -262,9 +269,7 @@ def run_explained(fn: Callable[[], object], workdir: str | None, show_traceback:
         hint = f"traceback: {log_path}" if log_path else f"traceback: rerun with {TRACEBACK_ENV}=1"
         message = one_line(e)
         if is_disk_full(e) and not isinstance(e, (Ds2Error, MemoryError)):  # a write this code did not expect to fail
-            where = workdir or os.getcwd()
-            message = (f"disk full ({free_space(where)} in {where}): {message}; free disk space or choose another "
-                       "--workdir, then rerun the same command")
+            message = str(disk_full(message, workdir or os.getcwd(), "choose another --workdir"))
         # Other threads alive may be halfway through a line on stderr: start on a fresh one.
         fresh_line = "\n" if threading.active_count() > 1 else ""
         terminal = _divert_stderr(log_path)

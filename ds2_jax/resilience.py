@@ -103,9 +103,8 @@ class Preemption:
         state = (f"removed {self._workdir}, which this run created and wrote no result to" if removed else
                  "the checkpoints on disk are intact (rerun the same command to resume from the newest)")
         msg = f"received {signal.Signals(signum).name} again: exiting now without writing a checkpoint; {state}"
-        log.error(msg)
         sys.stderr.flush()
-        os.write(2, f"ds2_jax: {msg}\n".encode())
+        os.write(2, f"ds2_jax: {msg}\n".encode())  # the one line (logging it too would print it twice)
         os._exit(128 + signum)
 
     def __exit__(self, *exc):
