@@ -951,6 +951,7 @@ def test_a_second_signal_abandons_the_wait_at_once_with_a_clear_line(monkeypatch
     assert "received SIGINT again: exiting now without writing a checkpoint" in capfd.readouterr().err
 
 
+@pytest.mark.slow  # a launch.py run to its first compile: 30-120 s on a shared 2-core machine
 def test_a_second_ctrl_c_during_the_first_compile_exits_at_once_in_one_line_leaving_no_workdir(tmp_path):
     """issue 40: Python's handler waits for the compile (C++, minutes) to return, so a second Ctrl-C there
     did nothing until then, and the exit left the half-made workdir (lock, config.json, log) behind."""
