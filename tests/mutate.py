@@ -59,6 +59,7 @@ DRAWS = STEP + "::test_spec_augment_draws_differ_by_step_and_by_device_and_repea
 FEATURE_STATS = "tests/test_features.py::test_feature_statistics_count_each_utterances_valid_frames_only"
 FT = "tests/test_finetune.py::"
 AUG_SHARES = "tests/test_augment.py::test_process_shares_and_input_workers_give_the_one_process_batches"
+LIVE = "tests/test_faults.py::test_a_checkpoint_a_live_run_is_writing_is_waited_for_then_named_never_called_damaged"
 EVAL_LIMIT = SRC + "test_eval_keeps_utterances_longer_than_the_largest_bucket_each_in_the_smallest_shape"
 
 
@@ -572,6 +573,34 @@ MUTATIONS = [
              "    return int(samples) if stretch == 1.0 else int(np.ceil(samples * stretch)) + 1",
              "    return int(samples)", (AUG_SHARES,),
              "buckets padded for the original lengths: a slowed-down utterance does not fit its batch"),
+    # ---- issue 40, the last items: a checkpoint being written, a lost peer, Ctrl-C in the compile, a full disk
+    Mutation("saving_folder_needs_a_time", "ds2_jax/checkpoint.py", 'SAVING = re.compile(r"(\\d+)\\.orbax-checkpoint-tmp")',
+             'SAVING = re.compile(r"(\\d+)\\.orbax-checkpoint-tmp-")', (LIVE,),
+             "only older orbax's tmp-<time> folders are seen: a save under way is taken for no checkpoint"),
+    Mutation("wait_without_reload", "ds2_jax/checkpoint.py", "        time.sleep(poll_s)\n        mgr.reload()\n",
+             "        time.sleep(poll_s)\n", (LIVE,),
+             "the wait never rereads the steps: the checkpoint it waited for is not used"),
+    Mutation("no_wait", "ds2_jax/checkpoint.py", "SAVE_WAIT_S = 60.0", "SAVE_WAIT_S = 0.0", (LIVE,),
+             "eval/transcribe never wait for a save under way"),
+    Mutation("unfinished_called_damaged", "ds2_jax/checkpoint.py",
+             "    if all(reason.startswith(\"never finished\") for _, reason in failures):",
+             "    if False:", (LIVE,),
+             "only unfinished checkpoints: 'damaged, move them away'"),
+    Mutation("peer_lost_not_3", "ds2_jax/errors.py", "    exit_code = 3\n", "    exit_code = 1\n",
+             (ERR + "test_each_project_error_ends_a_command_with_one_error_line",),
+             "a dead peer exits 1, not the documented 3 a supervisor restarts on"),
+    Mutation("peer_lost_any_gloo_error", "ds2_jax/errors.py", 'PEER_LOST_TEXT = ("Connection reset by peer",',
+             'PEER_LOST_TEXT = ("Gloo", "Connection reset by peer",', (ERR + "test_a_lost_peer_",),
+             "any gloo error (a bug) is called a lost peer"),
+    Mutation("half_made_keeps_tensorboard_runs", "ds2_jax/resilience.py",
+             'SCAFFOLDING_PREFIXES = ("events.out.tfevents.",)', 'SCAFFOLDING_PREFIXES = ("events.out",)',
+             ("tests/test_cli.py::test_cleanup_after_a_failure_removes_only_a_workdir_without_a_result",),
+             "a clean-up deletes a workdir whose only result is its TensorBoard events"),
+    Mutation("build_disk_full_names_cwd", "ds2_jax/datasets/build.py",
+             "raise errors.disk_full(f\"building {name} in {root} from {manual_dir}\", root,",
+             "raise errors.disk_full(f\"building {name} in {os.getcwd()} from {manual_dir}\", os.getcwd(),",
+             ("tests/test_datasets.py::test_a_full_disk_during_the_build_",),
+             "the build's disk-full line names the current directory, not data_dir"),
 ]
 
 

@@ -172,8 +172,9 @@ def test_a_linked_speaker_folder_is_read_loops_once_and_a_broken_link_is_counted
     assert build.source_of(str(tmp_path / "manual"))["content_fingerprint"] != before["content_fingerprint"]
 
 
-def test_a_truncated_archive_names_itself_and_says_to_download_it_again(tmp_path):
-    """issue 40: a .tar.gz cut short mid-download was an EOFError traceback from inside tfds."""
+def test_a_truncated_archive_names_itself_and_says_to_download_it_again(tmp_path, monkeypatch):
+    """issue 40: a .tar.gz cut short mid-download was an EOFError traceback from inside tfds, after
+    the splits before it were built (and then discarded with the failed build)."""
     staging = tmp_path / "staging" / "dev-other"
     td.write_bad_inputs(str(staging))
     (tmp_path / "manual").mkdir()
@@ -184,8 +185,13 @@ def test_a_truncated_archive_names_itself_and_says_to_download_it_again(tmp_path
     report = librispeech_local.SplitReport("dev-other")
     with pytest.raises(OSError, match=rf"{archive} is truncated or damaged .*: download it again"):
         list(librispeech_local.generate_from_tar(str(archive), report))
+    td.write_bad_inputs(str(tmp_path / "manual" / "LibriSpeech" / "dev-clean"))  # a good split beside it
+    trees = []
+    monkeypatch.setattr(librispeech_local, "generate_from_tree",
+                        lambda *a, real=librispeech_local.generate_from_tree: trees.append(a) or real(*a))
     with pytest.raises(Exception) as built:  # through tfds's build too: the cause names the archive
         build.build(str(tmp_path / "manual"), str(tmp_path / "tfds"))
+    assert not trees  # found before any split was built: tfds discards a failed build whole
     chain, err = [], built.value
     while err is not None:
         chain.append(str(err))
