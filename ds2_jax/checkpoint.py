@@ -139,7 +139,8 @@ def _move_aside(mgr: ocp.CheckpointManager, step: int) -> str:
 
 
 FINISHED_MARKER = "_CHECKPOINT_METADATA"  # orbax writes it when a save is committed
-COMMIT_MARKERS = (FINISHED_MARKER, "commit_success.txt")  # the second: where a save is written in place
+COMMIT_MARKER = "commit_success.txt"  # the last file of a save; where it is written in place, the only sign
+COMMIT_MARKERS = (FINISHED_MARKER, COMMIT_MARKER)
 SAVING = re.compile(r"(\d+)\.orbax-checkpoint-tmp")  # orbax writes step N here, then renames it N
 
 
@@ -225,7 +226,7 @@ def restore_latest(mgr: ocp.CheckpointManager, target, move_damaged: bool = Fals
             state = mgr.restore(step, args=ocp.args.StandardRestore(target))
         except Exception as e:  # orbax raises many types for damaged files
             folder = os.path.join(os.fspath(mgr.directory), str(step))
-            if not any(os.path.isfile(os.path.join(folder, m)) for m in COMMIT_MARKERS):  # a save written in place
+            if not os.path.isfile(os.path.join(folder, COMMIT_MARKER)):  # a save written in place, under way
                 failures.append((step, "never finished: no commit marker and orbax cannot read it (being written "
                                        "by a training run now, or a save cut short)"))
                 log.warning("checkpoint %d in %s is unfinished, trying the previous one (%s)", step, mgr.directory,

@@ -622,20 +622,23 @@ def test_a_checkpoint_a_live_run_is_writing_is_waited_for_then_named_never_calle
     done, ck = os.path.join(w, "checkpoints", "6"), os.path.join(w, "checkpoints")
     writing = os.path.join(ck, "6.orbax-checkpoint-tmp")
     shutil.move(done, writing)
-    if how == "no_commit_marker":  # written in place (a file system without atomic rename), half done
+    if how == "no_commit_marker":  # written in place (no atomic rename): the metadata first, the commit marker last
         writing = done
         shutil.copytree(os.path.join(ck, "6.orbax-checkpoint-tmp"), writing)
-        for marker in checkpoint.COMMIT_MARKERS:
-            os.remove(os.path.join(writing, marker))
+        os.remove(os.path.join(writing, checkpoint.COMMIT_MARKER))
 
-    def finish():
+    def finish():  # once the reader waits for it (a loaded machine may take seconds to get there)
+        deadline = time.monotonic() + 120
+        while "being written by a training run now" not in caplog.text and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.3)
         if how == "orbax_tmp_folder":
             os.rename(writing, done)
         else:
             shutil.rmtree(done)
             os.rename(os.path.join(ck, "6.orbax-checkpoint-tmp"), done)
 
-    timer = threading.Timer(1.0, finish)
+    timer = threading.Thread(target=finish)
     timer.start()
     with caplog.at_level("WARNING", logger="ds2_jax"):
         state, step = restored_latest(w)  # the save finishes while it waits
@@ -646,8 +649,7 @@ def test_a_checkpoint_a_live_run_is_writing_is_waited_for_then_named_never_calle
     shutil.move(done, writing if how == "orbax_tmp_folder" else os.path.join(ck, "6.orbax-checkpoint-tmp"))
     if how == "no_commit_marker":
         shutil.copytree(os.path.join(ck, "6.orbax-checkpoint-tmp"), writing)
-        for marker in checkpoint.COMMIT_MARKERS:
-            os.remove(os.path.join(writing, marker))
+        os.remove(os.path.join(writing, checkpoint.COMMIT_MARKER))
     monkeypatch.setattr(checkpoint, "SAVE_WAIT_S", 0.5)  # a save that never finishes while we wait
     caplog.clear()
     with caplog.at_level("WARNING", logger="ds2_jax"):
