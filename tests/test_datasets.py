@@ -198,6 +198,7 @@ def test_a_truncated_archive_names_itself_and_says_to_download_it_again(tmp_path
         err = err.__cause__ or err.__context__
     assert any("download it again" in text for text in chain), chain
     assert isinstance(built.value, OSError), type(built.value)  # one `error:` line, not a traceback
+    assert "disk full" not in str(built.value)  # an OSError, but not the disk's
 
 
 def test_a_full_disk_during_the_build_is_the_projects_disk_full_line(tmp_path, monkeypatch):
