@@ -28,7 +28,7 @@ import math
 import typing
 from typing import Any, ClassVar
 
-from ds2_jax import geometry, resilience, text
+from ds2_jax import faults, geometry, text
 
 DATASETS = ("synthetic", "librispeech_local", "librispeech", "manifest")
 LIBRISPEECH_DATASETS = ("librispeech_local", "librispeech")  # stored at 16 kHz, LibriSpeech's alphabet
@@ -210,7 +210,7 @@ class Faults:
     def __post_init__(self):
         _check_ranges(self)
         try:
-            resilience.parse_steps(self.nan_at_steps)
+            faults.parse_steps(self.nan_at_steps)
         except ValueError:
             raise ValueError(f"faults.nan_at_steps={self.nan_at_steps!r}: expected steps like '5,7-9'") from None
         if self.kill_at:
