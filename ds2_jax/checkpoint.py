@@ -246,8 +246,8 @@ def restore_latest(mgr: ocp.CheckpointManager, target, move_damaged: bool = Fals
                             bad, _move_aside(mgr, bad), step + 1, bad)
             mgr.reload()
         return state, step
-    if all(reason.startswith("never finished") for _, reason in failures):  # none finished: not damaged
-        raise still_being_written(mgr, steps)
+    if not move_damaged and all(reason.startswith("never finished") for _, reason in failures):
+        raise still_being_written(mgr, steps)  # eval/transcribe beside a live run: not damaged (training holds the lock)
     # Name a failure orbax saw (a model mismatch, damaged files) before a merely unfinished folder.
     newest, reason = next(f for f in failures if not f[1].startswith("never finished"))
     raise errors.CheckpointError(
