@@ -15,6 +15,7 @@ import dataclasses
 import json
 import logging
 import os
+import re
 import shutil
 import signal
 import socket
@@ -659,9 +660,13 @@ def test_a_checkpoint_a_live_run_is_writing_is_waited_for_then_named_never_calle
     shutil.rmtree(os.path.join(ck, "3"))  # the run's first save: no finished checkpoint yet
     if how == "no_commit_marker":  # half written: orbax cannot read it
         os.remove(os.path.join(writing, "default", "manifest.ocdbt"))
-    with pytest.raises(errors.CheckpointError, match="checkpoint 6 in .* is being written by a training run now") as e:
+    try:
         restored_latest(w)
-    assert "damaged" not in str(e.value) and "move" not in str(e.value)
+        message = "restored"
+    except errors.CheckpointError as e:
+        message = str(e)
+    assert re.search("checkpoint 6 in .* is being written by a training run now", message), message
+    assert "damaged" not in message and "move" not in message, message
 
 
 @pytest.mark.parametrize("how", ["truncated", "hand_edited", "bad_value", "not_an_object"])
