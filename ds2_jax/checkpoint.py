@@ -10,6 +10,7 @@ import datetime
 import logging
 import os
 import re
+import time
 import weakref
 
 import jax
@@ -138,21 +139,65 @@ def _move_aside(mgr: ocp.CheckpointManager, step: int) -> str:
 
 
 FINISHED_MARKER = "_CHECKPOINT_METADATA"  # orbax writes it when a save is committed
+COMMIT_MARKER = "commit_success.txt"  # the last file of a save; where it is written in place, the only sign
+COMMIT_MARKERS = (FINISHED_MARKER, COMMIT_MARKER)
+SAVING = re.compile(r"(\d+)\.orbax-checkpoint-tmp")  # orbax writes step N here, then renames it N
 
 
 def unfinished(mgr: ocp.CheckpointManager, step: int) -> str | None:
     """What a step folder lacks that every finished save has (None: nothing), without
-    asking orbax (an empty or partial folder is a save that never finished). The marker
+    asking orbax (an empty or partial folder is a save that never finished). A marker
     counts only where another step has it (an orbax that writes none has no such rule)."""
     directory = os.fspath(mgr.directory)
     folder = os.path.join(directory, str(step))
     items = [n for n in os.listdir(folder) if os.path.isdir(os.path.join(folder, n))]
     if not items:
         return "item folder (e.g. default/): an empty or partial folder"
-    if not os.path.isfile(os.path.join(folder, FINISHED_MARKER)) and any(
-            os.path.isfile(os.path.join(directory, str(s), FINISHED_MARKER)) for s in mgr.all_steps() if s != step):
-        return FINISHED_MARKER
+    others = [os.path.join(directory, str(s)) for s in mgr.all_steps() if s != step]
+    for marker in COMMIT_MARKERS:
+        if not os.path.isfile(os.path.join(folder, marker)) and any(os.path.isfile(os.path.join(o, marker))
+                                                                    for o in others):
+            return marker
     return None
+
+
+def being_written(mgr: ocp.CheckpointManager) -> list[int]:
+    """Steps newer than the newest finished checkpoint whose save is under way (orbax's
+    temporary folder, or a step folder `unfinished` names), newest first."""
+    directory = os.fspath(mgr.directory)
+    names = os.listdir(directory) if os.path.isdir(directory) else []
+    saving = {int(m.group(1)) for n in names if (m := SAVING.match(n))}
+    steps = [s for s in mgr.all_steps() if os.path.isdir(os.path.join(directory, str(s)))]
+    open_steps = {s for s in steps if unfinished(mgr, s) is not None}
+    newest = max((s for s in steps if s not in open_steps), default=-1)
+    return sorted((s for s in saving | open_steps if s > newest), reverse=True)
+
+
+SAVE_WAIT_S = 60.0  # how long eval and transcribe wait for a checkpoint a training run is writing
+
+
+def wait_for_saves(mgr: ocp.CheckpointManager, wait_s: float | None = None, poll_s: float = 0.2) -> list[int]:
+    """Waits, at most `wait_s` (default SAVE_WAIT_S), while a training run writes a checkpoint newer
+    than the newest finished one (`being_written`); returns the steps still being written then."""
+    wait_s = SAVE_WAIT_S if wait_s is None else wait_s
+    pending = being_written(mgr)
+    if pending:
+        log.warning("checkpoint %d in %s is being written by a training run now: waiting for it (at most %.0f s)",
+                    pending[0], mgr.directory, wait_s)
+    deadline = time.monotonic() + wait_s
+    while pending and time.monotonic() < deadline:
+        time.sleep(poll_s)
+        mgr.reload()
+        pending = being_written(mgr)
+    return pending
+
+
+def still_being_written(mgr: ocp.CheckpointManager, steps: list[int]) -> errors.CheckpointError:
+    """The error for a workdir whose only checkpoints (`steps`) are still being written: never 'damaged'."""
+    return errors.CheckpointError(
+        f"checkpoint {steps[0]} in {mgr.directory} is being written by a training run now (or its save was cut "
+        f"short), and no earlier one is finished: rerun when that run has written it (the folder is then named "
+        f"{steps[0]})")
 
 
 def restore_latest(mgr: ocp.CheckpointManager, target, move_damaged: bool = False):
@@ -180,6 +225,13 @@ def restore_latest(mgr: ocp.CheckpointManager, target, move_damaged: bool = Fals
         try:
             state = mgr.restore(step, args=ocp.args.StandardRestore(target))
         except Exception as e:  # orbax raises many types for damaged files
+            folder = os.path.join(os.fspath(mgr.directory), str(step))
+            if not os.path.isfile(os.path.join(folder, COMMIT_MARKER)):  # a save written in place, under way
+                failures.append((step, "never finished: no commit marker and orbax cannot read it (being written "
+                                       "by a training run now, or a save cut short)"))
+                log.warning("checkpoint %d in %s is unfinished, trying the previous one (%s)", step, mgr.directory,
+                            failures[-1][1])
+                continue
             failures.append((step, f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"))
             log.warning("checkpoint %d in %s is damaged, trying the previous one (%s)", step, mgr.directory, failures[-1][1])
             continue
@@ -194,8 +246,10 @@ def restore_latest(mgr: ocp.CheckpointManager, target, move_damaged: bool = Fals
                             bad, _move_aside(mgr, bad), step + 1, bad)
             mgr.reload()
         return state, step
+    if not move_damaged and all(reason.startswith("never finished") for _, reason in failures):
+        raise still_being_written(mgr, steps)  # eval/transcribe beside a live run: not damaged (training holds the lock)
     # Name a failure orbax saw (a model mismatch, damaged files) before a merely unfinished folder.
-    newest, reason = next((f for f in failures if not f[1].startswith("never finished")), failures[0])
+    newest, reason = next(f for f in failures if not f[1].startswith("never finished"))
     raise errors.CheckpointError(
         f"none of the {len(steps)} checkpoints in {mgr.directory} restores into this model (step {newest}: "
         f"{reason[:200]}). If the model or optimizer settings differ from the run that wrote them, use its "

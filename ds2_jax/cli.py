@@ -348,31 +348,22 @@ def quiet_console():
         console.removeFilter(drop_info)
 
 
-# What a run writes before it has a result; a workdir holding only these (and empty
-# folders) is half-made.
-SCAFFOLDING = ("run.lock", "error.log", "config.json", LOG_FILE)
-
-
 def removing_new_workdir_on_error(fn: Callable[[], object], workdir: str) -> Callable[[], object]:
     """fn, but when it raises, a workdir that did not exist before and holds no result yet
-    (no checkpoint, no metrics) is removed: a failed check leaves nothing behind."""
+    (no checkpoint, no metrics: resilience.half_made) is removed: a failed check leaves nothing behind."""
     existed = os.path.exists(workdir)
 
     def wrapped():
         try:
             return fn()
         except BaseException:
-            if not existed and os.path.isdir(workdir) and _only_scaffolding(workdir):
-                import shutil
+            if not existed:
+                from ds2_jax import resilience
 
-                shutil.rmtree(workdir, ignore_errors=True)
+                resilience.remove_half_made(workdir)
             raise
 
     return wrapped
-
-
-def _only_scaffolding(workdir: str) -> bool:
-    return all(f in SCAFFOLDING for _, _, files in os.walk(workdir) for f in files)
 
 
 def parse_args(argv: list[str] | None, define: Callable[[flags.FlagValues], None], doc: str,

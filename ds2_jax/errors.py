@@ -9,12 +9,13 @@ file and the way out; its traceback goes to <workdir>/error.log, and to stderr w
 |---|---|---|
 | `WorkdirLocked` | another live run holds the workdir's lock | resilience.WorkdirLock |
 | `CheckpointError` | no checkpoint restores, or a save failed for any reason but a full disk | checkpoint, evaluation |
-| `DiskFull` | a write failed and `is_disk_full` (the OS's words for a full disk) | checkpoint, metrics |
+| `DiskFull` | a write failed and `is_disk_full` (the OS's words for a full disk) | checkpoint, metrics, datasets.build |
 | `OutOfMemory` | a step failed and `is_out_of_memory` (XLA's words, never a full disk) | `out_of_memory`, train |
 | `DatasetMismatch` | prepared data came from other files than dataset.manual_dir | datasets.build |
 | `InputWorkerError` | a batch worker process died or failed | loader |
 | `BuildWorkerError` | a dataset build worker process died | datasets.shards |
 | `AudioError` | a file gives no audio (missing, empty, undecodable) | transcribe, one line per file |
+| `PeerLost` | a multi-process step failed and `is_peer_lost` (a collective's words for a peer gone); exit code 3 | train |
 
 Checks of settings and sizes raise the built-in types (`ValueError`, `OSError`, `MemoryError`
 for the host's memory, `FloatingPointError` for divergence): `EXPLAINED` lists them. Any other
@@ -80,6 +81,13 @@ class AudioError(Ds2Error, ValueError):
     """A file that gives no audio: missing, empty, or not decodable; the message names it."""
 
 
+class PeerLost(Ds2Error, RuntimeError):
+    """Another process of a jax.distributed run is gone (killed, crashed): this one exits with
+    code 3, as the watchdog does for a collective that hangs, so a supervisor restarts the run."""
+
+    exit_code = 3
+
+
 # One rule each, not overlapping: XLA and tensorstore both say RESOURCE_EXHAUSTED, so that
 # word alone decides nothing; the operating system's words for a full disk decide disk full.
 DISK_FULL_TEXT = ("No space left on device", "Disk quota exceeded", "os_error_code='28'", "os_error_code='122'")
@@ -90,6 +98,25 @@ def is_disk_full(err: BaseException) -> bool:
     if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
         return True
     return any(t in str(err) for t in DISK_FULL_TEXT)
+
+
+# A collective whose peer process is gone: gloo (CPU) reports the closed connection, NCCL the exited
+# process, the coordination service the missed heartbeats. Only asked of multi-process runs.
+PEER_LOST_TEXT = ("Connection reset by peer", "Connection closed by peer", "remote process exited",
+                  "heartbeat timeout", "stopped sending heartbeats")
+
+
+def is_peer_lost(err: BaseException) -> bool:
+    """A multi-process step's error that says another process is gone (PEER_LOST_TEXT)."""
+    return any(t in str(err) for t in PEER_LOST_TEXT)
+
+
+def peer_lost(err: BaseException, process: int, processes: int) -> PeerLost:
+    """The explained form of `err` (is_peer_lost(err)) in process `process` of `processes`."""
+    return PeerLost(
+        f"process {process} of {processes}: another process of this run is gone (killed or crashed: "
+        f"{one_line(err)[:200]}); exiting with code 3 so a supervisor can restart the run (the checkpoints on "
+        "disk are intact; rerun the same command on every process to resume)")
 
 
 def is_out_of_memory(err: BaseException) -> bool:
@@ -116,6 +143,13 @@ def free_space(path: str) -> str:
         return f"{shutil.disk_usage(path or '.').free / 2**20:.0f} MiB free"
     except OSError:
         return "free space unknown"
+
+
+def disk_full(what: str, where: str, way_out: str) -> DiskFull:
+    """The project's disk-full line: '<what>: disk full (N MiB free in <where>); free disk space or
+    <way_out>, then rerun the same command'."""
+    return DiskFull(f"{what}: disk full ({free_space(where)} in {where}); free disk space or {way_out}, then rerun "
+                    "the same command")
 
 
 # Errors whose message is the whole story: the project's own, and the built-in types
@@ -224,7 +258,7 @@ def background_errors_to_log(workdir: str, package: str, unraisable: str):
 
 def run_explained(fn: Callable[[], object], workdir: str | None, show_traceback: bool = False) -> int:
     """fn()'s exit code (0 unless it returns an int); an explained error becomes `error: ...`
-    as the last line of stderr, and exit code 1.
+    as the last line of stderr, and exit code 1 (its `exit_code` where it has one: PeerLost's 3).
 
     The process then ends at once (os._exit). Before the message, stderr is pointed at
     the error log: orbax's and tensorstore's background threads otherwise print
@@ -240,12 +274,10 @@ def run_explained(fn: Callable[[], object], workdir: str | None, show_traceback:
         hint = f"traceback: {log_path}" if log_path else f"traceback: rerun with {TRACEBACK_ENV}=1"
         message = one_line(e)
         if is_disk_full(e) and not isinstance(e, (Ds2Error, MemoryError)):  # a write this code did not expect to fail
-            where = workdir or os.getcwd()
-            message = (f"disk full ({free_space(where)} in {where}): {message}; free disk space or choose another "
-                       "--workdir, then rerun the same command")
+            message = str(disk_full(message, workdir or os.getcwd(), "choose another --workdir"))
         # Other threads alive may be halfway through a line on stderr: start on a fresh one.
         fresh_line = "\n" if threading.active_count() > 1 else ""
         terminal = _divert_stderr(log_path)
         _wait_until_read(terminal)
         os.write(terminal, f"{fresh_line}error: {message} [{hint}]\n".encode())
-        os._exit(1)
+        os._exit(getattr(e, "exit_code", 1))  # and no atexit: jax.distributed's shutdown waits on a lost peer

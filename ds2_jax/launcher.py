@@ -43,10 +43,15 @@ def start_distributed() -> None:
 
     if jax.config.jax_platforms in ("cpu",) or os.environ.get("JAX_PLATFORMS") == "cpu":
         jax.config.update("jax_cpu_collectives_implementation", "gloo")  # CPU collectives across processes
+    # A peer that stops is the watchdog's (exit 3 after step_timeout_s, one line): the coordination
+    # service's own heartbeat check, when it comes first, aborts with a C++ stack trace.
+    timeout_s = FLAGS.config.step_timeout_s
+    heartbeat = {"heartbeat_timeout_seconds": int(timeout_s) + 60} if timeout_s else {}
     jax.distributed.initialize(
         coordinator_address=FLAGS.coordinator_address,
         num_processes=FLAGS.num_processes,
         process_id=FLAGS.process_id,
+        **heartbeat,
     )
     logging.getLogger("ds2_jax").info("jax.distributed: process %d of %d", jax.process_index(), jax.process_count())
 

@@ -45,35 +45,96 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # SIGHUP: the ter
 
 
 class Preemption:
-    """Turns SIGTERM / SIGINT / SIGHUP into a flag checked at step boundaries (main thread only)."""
+    """Turns SIGTERM / SIGINT / SIGHUP into a flag checked at step boundaries (main thread only).
 
-    def __init__(self):
+    A second signal exits at once (128 + signal) with one line, also while the main thread is
+    in a long call into C++ (the first compile: minutes), which holds Python's handler back: a
+    thread reads the signals off `signal.set_wakeup_fd` and exits when the handler has not.
+    A `workdir` this run created and wrote no result to is removed first (`remove_half_made`).
+    """
+
+    HANDLER_GRACE_S = 0.2  # the thread leaves the exit to the handler when it runs this soon
+
+    def __init__(self, workdir: str | None = None):
         self.signal: int | None = None
         self._previous: dict = {}
+        self._workdir = workdir if workdir and not os.path.exists(workdir) else None  # None: not this run's
+        self._exiting = threading.Lock()
+        self._wakeup: tuple[int, int] | None = None
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
             for sig in STOP_SIGNALS:
                 self._previous[sig] = signal.signal(sig, self._handle)
+            read, write = os.pipe()
+            os.set_blocking(write, False)
+            if signal.set_wakeup_fd(write, warn_on_full_buffer=False) != -1:  # someone else's: left to them
+                signal.set_wakeup_fd(-1)
+                os.close(read), os.close(write)
+            else:
+                self._wakeup = (read, write)
+                threading.Thread(target=self._watch, args=(read,), name="ds2-second-signal", daemon=True).start()
         return self
 
     def _handle(self, signum, frame):
         name = signal.Signals(signum).name
         if self.signal is not None:  # a second signal: the user will not wait for the checkpoint
-            msg = (f"received {name} again: exiting now without writing a checkpoint; the checkpoints on disk are "
-                   "intact (rerun the same command to resume from the newest)")
-            log.error(msg)
-            sys.stderr.flush()
-            os.write(2, f"ds2_jax: {msg}\n".encode())
-            os._exit(128 + signum)
+            self._exit_now(signum)
+            return
         self.signal = signum
         log.warning("received %s: checkpointing after the steps in flight (at most %d), then exiting; send it again "
                     "to exit at once without a checkpoint", name, STEPS_IN_FLIGHT)
 
+    def _watch(self, read: int) -> None:
+        """The second stop signal, seen as it arrives (the wakeup fd), even while the main thread is in C++."""
+        seen = 0
+        while data := os.read(read, 64):
+            for signum in data:
+                seen += signum in STOP_SIGNALS
+                if seen >= 2:
+                    time.sleep(self.HANDLER_GRACE_S)
+                    self._exit_now(signum)
+        os.close(read)
+
+    def _exit_now(self, signum: int) -> None:
+        if not self._exiting.acquire(blocking=False):  # the handler or the thread is at it already
+            return
+        removed = self._workdir is not None and remove_half_made(self._workdir)
+        state = (f"removed {self._workdir}, which this run created and wrote no result to" if removed else
+                 "the checkpoints on disk are intact (rerun the same command to resume from the newest)")
+        msg = f"received {signal.Signals(signum).name} again: exiting now without writing a checkpoint; {state}"
+        sys.stderr.flush()
+        os.write(2, f"ds2_jax: {msg}\n".encode())  # the one line (logging it too would print it twice)
+        os._exit(128 + signum)
+
     def __exit__(self, *exc):
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
+        if self._wakeup is not None:
+            signal.set_wakeup_fd(-1)
+            os.close(self._wakeup[1])  # the thread reads the end of the pipe and stops
+            self._wakeup = None
         return False
+
+
+# What a run writes before it has a result (a checkpoint, metrics); a workdir holding only these
+# (and empty folders) is half-made.
+SCAFFOLDING = ("run.lock", "error.log", "config.json", "log.txt")
+SCAFFOLDING_PREFIXES = ("events.out.tfevents.",)  # TensorBoard's file, created before its first scalar
+
+
+def half_made(workdir: str) -> bool:
+    """True when `workdir` holds nothing but SCAFFOLDING (no checkpoint, no metrics, no result)."""
+    return os.path.isdir(workdir) and all(
+        f in SCAFFOLDING or f.startswith(SCAFFOLDING_PREFIXES) for _, _, files in os.walk(workdir) for f in files)
+
+
+def remove_half_made(workdir: str) -> bool:
+    """Removes `workdir` if it is half_made; whether it did."""
+    if not half_made(workdir):
+        return False
+    shutil.rmtree(workdir, ignore_errors=True)
+    return not os.path.exists(workdir)
 
 
 class Watchdog:
@@ -83,7 +144,7 @@ class Watchdog:
     only restart a process that exits. 0 disables it.
     """
 
-    EXIT_CODE = 3
+    EXIT_CODE = errors.PeerLost.exit_code  # one code for a dead peer, found either way
 
     def __init__(self, timeout_s: float):
         self.timeout_s = timeout_s

@@ -7,6 +7,7 @@ What the training loop (train.py), evaluation and transcription share, below the
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import os
 from typing import Any
@@ -19,6 +20,8 @@ from flax.training import train_state
 
 from ds2_jax import checkpoint, errors, faults, features, model, settings
 from ds2_jax.kernels import dispatch
+
+log = logging.getLogger("ds2_jax")
 
 INIT_FRAMES = 64  # Frames of the dummy input that shapes the parameters at init.
 
@@ -187,9 +190,15 @@ def restore_state(config: settings.Settings, workdir: str, step: int | str | Non
     if step == BEST:
         step = best_step(mgr, workdir)
     if step is None:
-        state, step = checkpoint.restore_latest(mgr, template)  # skips a damaged newest one
+        writing = checkpoint.wait_for_saves(mgr)  # a training run writing into this workdir now
+        state, step = checkpoint.restore_latest(mgr, template)  # skips a damaged or unfinished newest one
+        if state is None and writing:
+            raise checkpoint.still_being_written(mgr, writing)
         if state is None:
             raise FileNotFoundError(f"no checkpoint in {os.path.join(workdir, 'checkpoints')}: train first")
+        if writing:
+            log.warning("checkpoint %d in %s is still being written: using checkpoint %d, the newest finished",
+                        writing[0], mgr.directory, step)
     elif step in mgr.all_steps():
         if (missing := checkpoint.unfinished(mgr, step)) is not None:
             raise errors.CheckpointError(f"checkpoint {step} in {mgr.directory} was never finished (no {missing}): "

@@ -156,15 +156,23 @@ def train_and_evaluate(config, workdir: str) -> TrainState:
 
     SIGTERM/SIGINT/SIGHUP checkpoint at the next step boundary and return; a step with a
     non-finite loss is skipped (config.optimizer.max_consecutive_skips in a row stop
-    the run); no progress for config.step_timeout_s ends the process (exit 3). A second
+    the run); no progress for config.step_timeout_s, or a collective failing because another
+    process is gone (errors.PeerLost), ends the process (exit 3). A second
     run on the same workdir is refused while this one holds its lock (workdir/run.lock).
     """
     config = settings.from_config_dict(config)
-    # The stop signals are caught from the start: one arriving while the model is built or the step
-    # compiles (minutes) stops the run at the first step boundary, not with a traceback or a kill.
-    with resilience.Preemption() as preemption, resilience.WorkdirLock(workdir, enabled=jax.process_index() == 0), \
-            checkpoint.managed(workdir, config.keep_checkpoints, config.keep_best_checkpoints) as mgr:
-        return _train(config, workdir, mgr, preemption)
+    try:
+        # The stop signals are caught from the start: one arriving while the model is built or the step
+        # compiles (minutes) stops the run at the first step boundary, not with a traceback or a kill.
+        alone = jax.process_count() == 1  # a shared workdir is left to its processes
+        with resilience.Preemption(workdir if alone else None) as preemption, \
+                resilience.WorkdirLock(workdir, enabled=jax.process_index() == 0), \
+                checkpoint.managed(workdir, config.keep_checkpoints, config.keep_best_checkpoints) as mgr:
+            return _train(config, workdir, mgr, preemption)
+    except Exception as e:
+        if jax.process_count() > 1 and errors.is_peer_lost(e):  # a collective whose peer was killed
+            raise errors.peer_lost(e, jax.process_index(), jax.process_count()) from e
+        raise
 
 
 def _nothing_to_train(start: int, config: settings.Settings, workdir: str) -> bool:

@@ -288,13 +288,12 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:  # names decoding.* settings: say which flag
         raise ValueError(cli.in_flag_names(str(e), FLAG_OF_SETTING)) from e
 
-    done = failed = 0
+    failed, done = 0, [0]  # done: files reported so far, counted line by line (a Ctrl-C may come between two)
     try:
         for first in range(0, len(files), args.batch_size):  # printed batch by batch: a pipe sees results as they come
-            failed += _transcribe_batch(transcriber, files[first : first + args.batch_size])
-            done = min(first + args.batch_size, len(files))
+            failed += _transcribe_batch(transcriber, files[first : first + args.batch_size], done)
     except KeyboardInterrupt:
-        print(f"transcribe: interrupted after {done} of {len(files)} files (their lines are above)", file=sys.stderr,
+        print(f"transcribe: interrupted after {done[0]} of {len(files)} files (their lines are above)", file=sys.stderr,
               flush=True)
         return 130
     except BrokenPipeError:  # the reader stopped reading (| head -1): end quietly, as a shell tool does
@@ -304,20 +303,22 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if failed else 0
 
 
-def _transcribe_batch(transcriber: Transcriber, paths: list[str]) -> int:
-    """Prints each file's line (stdout) or error (stderr); returns how many failed."""
+def _transcribe_batch(transcriber: Transcriber, paths: list[str], done: list[int]) -> int:
+    """Prints each file's line (stdout) or error (stderr), counting it in done[0] just before;
+    returns how many failed."""
     loaded, waveforms, failed = [], [], 0
     for path in paths:
         try:
             waveforms.append(load_audio(path, transcriber.sample_rate))
             loaded.append(path)
         except errors.AudioError as e:
-            failed += 1
+            failed, done[0] = failed + 1, done[0] + 1
             print(f"error: {path}: {e}", file=sys.stderr, flush=True)
         except Exception as e:  # noqa: BLE001  (any unreadable file: report it, go on)
-            failed += 1
+            failed, done[0] = failed + 1, done[0] + 1
             print(f"error: {path}: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
     for path, t in zip(loaded, transcriber.transcribe_each(waveforms) if waveforms else []):
+        done[0] += 1
         if isinstance(t, errors.AudioError):
             failed += 1
             print(f"error: {path}: {t}", file=sys.stderr, flush=True)

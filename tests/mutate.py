@@ -59,6 +59,7 @@ DRAWS = STEP + "::test_spec_augment_draws_differ_by_step_and_by_device_and_repea
 FEATURE_STATS = "tests/test_features.py::test_feature_statistics_count_each_utterances_valid_frames_only"
 FT = "tests/test_finetune.py::"
 AUG_SHARES = "tests/test_augment.py::test_process_shares_and_input_workers_give_the_one_process_batches"
+LIVE = "tests/test_faults.py::test_a_checkpoint_a_live_run_is_writing_is_waited_for_then_named_never_called_damaged"
 EVAL_LIMIT = SRC + "test_eval_keeps_utterances_longer_than_the_largest_bucket_each_in_the_smallest_shape"
 
 
@@ -481,8 +482,8 @@ MUTATIONS = [
              "            resilience.wait_ready(self.pending[-1 - most])\n", "            pass\n",
              ("tests/test_faults.py::test_a_stop_signal_checkpoints_within_two_steps_of_the_device",),
              "the loop queues steps without bound: a stop waits for all of them (20 minutes on a slow device)"),
-    Mutation("second_signal_waits", "ds2_jax/resilience.py", "            os._exit(128 + signum)\n",
-             "            raise KeyboardInterrupt\n",
+    Mutation("second_signal_waits", "ds2_jax/resilience.py", "        os._exit(128 + signum)\n",
+             "        raise KeyboardInterrupt\n",
              ("tests/test_faults.py::test_a_second_signal_abandons_the_wait_at_once_with_a_clear_line",),
              "a second Ctrl-C raises inside the loop, which still waits for the in-flight checkpoint"),
     Mutation("eval_batches_no_progress", "ds2_jax/evaluation.py", "            if on_batch is not None:\n                on_batch()\n",
@@ -491,8 +492,8 @@ MUTATIONS = [
     Mutation("watchdog_ignores_suspension", "ds2_jax/resilience.py", "            if self._suspended:\n                continue\n",
              "", ("tests/test_faults.py::test_the_watchdog_does_not_fire_while_suspended_and_fires_after",),
              "the first compile or a checkpoint save longer than step_timeout_s trips the watchdog"),
-    Mutation("eval_split_checked_late", "ds2_jax/train.py", "    if config.eval_every_steps and hasattr(source, \"check_eval_split\"):",
-             "    if False:", ("tests/test_faults.py::test_a_missing_eval_split_is_found_before_training",),
+    Mutation("eval_split_checked_late", "ds2_jax/train.py", "    if config.eval_every_steps:\n        source.check_eval_split(",
+             "    if False:\n        source.check_eval_split(", ("tests/test_faults.py::test_a_missing_eval_split_is_found_before_training",),
              "a missing dataset.eval_split is found at the first eval, thousands of steps in"),
     Mutation("eval_name_ignores_lm_settings", "ds2_jax/evaluation.py",
              'tag += f"-lm-{_stem(cfg.lm_path)}-a{beam.alpha:g}-b{beam.beta:g}"', 'tag += "-lm"',
@@ -589,6 +590,45 @@ MUTATIONS = [
              "    return int(samples) if stretch == 1.0 else int(np.ceil(samples * stretch)) + 1",
              "    return int(samples)", (AUG_SHARES,),
              "buckets padded for the original lengths: a slowed-down utterance does not fit its batch"),
+    # ---- issue 40, the last items: a checkpoint being written, a lost peer, Ctrl-C in the compile, a full disk
+    Mutation("saving_folder_needs_a_time", "ds2_jax/checkpoint.py", 'SAVING = re.compile(r"(\\d+)\\.orbax-checkpoint-tmp")',
+             'SAVING = re.compile(r"(\\d+)\\.orbax-checkpoint-tmp-")', (LIVE,),
+             "only older orbax's tmp-<time> folders are seen: a save under way is taken for no checkpoint"),
+    Mutation("wait_without_reload", "ds2_jax/checkpoint.py", "        time.sleep(poll_s)\n        mgr.reload()\n",
+             "        time.sleep(poll_s)\n", (LIVE,),
+             "the wait never rereads the steps: the checkpoint it waited for is not used"),
+    Mutation("no_wait", "ds2_jax/checkpoint.py", "SAVE_WAIT_S = 60.0", "SAVE_WAIT_S = 0.0", (LIVE,),
+             "eval/transcribe never wait for a save under way"),
+    Mutation("unfinished_called_damaged", "ds2_jax/checkpoint.py",
+             "    if not move_damaged and all(reason.startswith(\"never finished\") for _, reason in failures):",
+             "    if False:", (LIVE,),
+             "only unfinished checkpoints: 'damaged, move them away'"),
+    Mutation("peer_lost_not_3", "ds2_jax/errors.py", "    exit_code = 3\n", "    exit_code = 1\n",
+             (ERR + "test_each_project_error_ends_a_command_with_one_error_line",),
+             "a dead peer exits 1, not the documented 3 a supervisor restarts on"),
+    Mutation("peer_lost_any_gloo_error", "ds2_jax/errors.py", 'PEER_LOST_TEXT = ("Connection reset by peer",',
+             'PEER_LOST_TEXT = ("Gloo", "Connection reset by peer",', (ERR + "test_a_lost_peer_is_recognized_by_the_collectives_words_only",),
+             "any gloo error (a bug) is called a lost peer"),
+    Mutation("half_made_keeps_tensorboard_runs", "ds2_jax/resilience.py",
+             'SCAFFOLDING_PREFIXES = ("events.out.tfevents.",)', 'SCAFFOLDING_PREFIXES = ("events.out",)',
+             ("tests/test_cli.py::test_cleanup_after_a_failure_removes_only_a_workdir_without_a_result",),
+             "a clean-up deletes a workdir whose only result is its TensorBoard events"),
+    Mutation("build_disk_full_names_cwd", "ds2_jax/datasets/build.py",
+             "raise errors.disk_full(f\"building {name} in {root} from {manual_dir}\", root,",
+             "raise errors.disk_full(f\"building {name} in {os.getcwd()} from {manual_dir}\", os.getcwd(),",
+             ("tests/test_datasets.py::test_a_full_disk_during_the_build_is_the_projects_disk_full_line",),
+             "the build's disk-full line names the current directory, not data_dir"),
+    Mutation("unfinished_first_marker_only", "ds2_jax/checkpoint.py", "    for marker in COMMIT_MARKERS:\n",
+             "    for marker in COMMIT_MARKERS[:1]:\n", (LIVE,),
+             "a step folder written in place (metadata first, commit marker last) taken for a finished one"),
+    Mutation("build_any_oserror_is_disk_full", "ds2_jax/datasets/build.py",
+             "            if errors.is_disk_full(e):  # tfds removed", "            if isinstance(e, OSError):  # tfds removed",
+             ("tests/test_datasets.py::test_a_truncated_archive_names_itself_and_says_to_download_it_again",),
+             "any OSError of the build (a truncated archive) called a full disk"),
+    Mutation("archive_check_without_eof", "ds2_jax/datasets/librispeech_local.py",
+             "    if not stream.eof:\n        raise damaged_archive(", "    if False:\n        raise damaged_archive(",
+             ("tests/test_datasets.py::test_a_truncated_archive_names_itself_and_says_to_download_it_again",),
+             "an archive cut short passes the check: the splits built before it are discarded with the build"),
 ]
 
 

@@ -6,6 +6,7 @@ import sys
 
 import pytest
 
+from ds2_jax import resilience
 from tests.helpers import ROOT
 
 pytestmark = pytest.mark.e2e
@@ -165,7 +166,7 @@ def test_cleanup_after_a_failure_removes_only_a_workdir_without_a_result(tmp_pat
     w = tmp_path / "w"
 
     def failing_run():
-        for name in (*cli.SCAFFOLDING, *([result] if result else [])):
+        for name in (*resilience.SCAFFOLDING, *([result] if result else [])):
             (w / name).parent.mkdir(parents=True, exist_ok=True)
             (w / name).write_text("x")
         raise ValueError("a failed check")

@@ -172,8 +172,9 @@ def test_a_linked_speaker_folder_is_read_loops_once_and_a_broken_link_is_counted
     assert build.source_of(str(tmp_path / "manual"))["content_fingerprint"] != before["content_fingerprint"]
 
 
-def test_a_truncated_archive_names_itself_and_says_to_download_it_again(tmp_path):
-    """issue 40: a .tar.gz cut short mid-download was an EOFError traceback from inside tfds."""
+def test_a_truncated_archive_names_itself_and_says_to_download_it_again(tmp_path, monkeypatch):
+    """issue 40: a .tar.gz cut short mid-download was an EOFError traceback from inside tfds, after
+    the splits before it were built (and then discarded with the failed build)."""
     staging = tmp_path / "staging" / "dev-other"
     td.write_bad_inputs(str(staging))
     (tmp_path / "manual").mkdir()
@@ -184,14 +185,57 @@ def test_a_truncated_archive_names_itself_and_says_to_download_it_again(tmp_path
     report = librispeech_local.SplitReport("dev-other")
     with pytest.raises(OSError, match=rf"{archive} is truncated or damaged .*: download it again"):
         list(librispeech_local.generate_from_tar(str(archive), report))
+    td.write_bad_inputs(str(tmp_path / "manual" / "LibriSpeech" / "dev-clean"))  # a good split beside it
+    trees = []
+    monkeypatch.setattr(librispeech_local, "generate_from_tree",
+                        lambda *a, real=librispeech_local.generate_from_tree: trees.append(a) or real(*a))
     with pytest.raises(Exception) as built:  # through tfds's build too: the cause names the archive
         build.build(str(tmp_path / "manual"), str(tmp_path / "tfds"))
+    assert not trees  # found before any split was built: tfds discards a failed build whole
     chain, err = [], built.value
     while err is not None:
         chain.append(str(err))
         err = err.__cause__ or err.__context__
     assert any("download it again" in text for text in chain), chain
     assert isinstance(built.value, OSError), type(built.value)  # one `error:` line, not a traceback
+    assert "disk full" not in str(built.value)  # an OSError, but not the disk's
+
+
+def test_a_full_disk_during_the_build_is_the_projects_disk_full_line(tmp_path, monkeypatch):
+    """issue 40: a full disk while tfds writes the records was a traceback from inside tfds; now the
+    disk-full line (errors.disk_full, the one training uses) naming data_dir, with nothing half-built left."""
+    import errno
+
+    from array_record.python import array_record_module
+
+    from ds2_jax import errors
+
+    real = array_record_module.ArrayRecordWriter
+
+    class FullDisk:  # the records' writer, on a disk that fills after a few records
+        def __init__(self, path, options):
+            self.writer, self.count = real(path, options), 0
+
+        def write(self, record):
+            self.count += 1
+            if self.count > 2:
+                raise OSError(errno.ENOSPC, "No space left on device", "the record file")
+            self.writer.write(record)
+
+        def close(self):
+            self.writer.close()
+
+    manual = tmp_path / "manual"
+    td.write_bad_inputs(str(manual / "LibriSpeech" / "dev-clean"))
+    monkeypatch.setattr(array_record_module, "ArrayRecordWriter", FullDisk)
+    data_dir = tmp_path / "tfds"
+    with pytest.raises(errors.DiskFull) as full:
+        build.build(str(manual), str(data_dir))
+    message = str(full.value)
+    assert message.startswith(f"building librispeech_local in {data_dir} from {manual}: disk "
+                              f"full (") and "MiB free in" in message and "--data_dir" in message, message
+    monkeypatch.undo()
+    assert build.build(str(manual), str(data_dir)).is_prepared()  # the rerun after freeing space builds it
 
 
 def test_a_second_build_into_one_fresh_data_dir_waits_for_the_first_and_uses_its_dataset(tmp_path, caplog):

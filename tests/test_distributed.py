@@ -1,9 +1,11 @@
 """Several processes (jax.distributed, gloo CPU collectives): 2 processes x 4 devices
-train like 1 process x 8 devices, and a killed 2-process run resumes."""
+train like 1 process x 8 devices, a killed 2-process run resumes, and a killed peer ends the
+other process with exit code 3 and one line."""
 
 import os
 import signal
 import socket
+import time
 
 import numpy as np
 import pytest
@@ -75,3 +77,24 @@ def test_two_processes_under_jit_match_one_process(tmp_path):
     assert rcs == [0, 0], "\n".join(e[-3000:] for e in errs)
     assert "x 2 process(es), jit" in errs[0] and "(32 utterances)" in errs[0]
     np.testing.assert_allclose(losses(tmp_path / "multi"), losses(tmp_path / "single"), rtol=1e-5)
+
+
+@pytest.mark.slow
+def test_a_killed_peer_ends_the_survivor_at_once_with_code_3_and_one_line(tmp_path):
+    """issue 40: after kill -9 of one process, the other's collective failed (gloo: connection reset by
+    peer), its traceback printed, then jax.distributed's shutdown waited for the dead peer and aborted
+    ~100 s later with a C++ stack trace (rc -6). Now: one `error:` line, exit 3, as the watchdog's."""
+    common = [f"--workdir={tmp_path}", *ARGS, "--config.num_train_steps=200", "--config.checkpoint_every_steps=200",
+              "--config.eval_every_steps=0", "--config.step_timeout_s=30", f"--coordinator_address=localhost:{free_port()}",
+              "--num_processes=2"]
+    survivor = helpers.launch(*common, "--process_id=0", devices=1, wait=False)
+    victim = helpers.launch(*common, "--process_id=1", "--config.faults.kill_at=step:3", devices=1, wait=False)
+    victim.communicate(timeout=600)
+    assert victim.returncode == -signal.SIGKILL
+    killed = time.monotonic()
+    _, err = survivor.communicate(timeout=600)
+    lines = err.strip().splitlines()
+    assert survivor.returncode == 3, err[-3000:]
+    assert lines[-1].startswith("error: process 0 of 2: another process of this run is gone"), err[-3000:]
+    assert "Traceback" not in err and "Check failure" not in err and "step 200" not in err
+    assert time.monotonic() - killed < 30, err[-3000:]  # the collective's error, not a timeout

@@ -65,6 +65,19 @@ def test_disk_full_is_recognized_by_errno_and_by_wrapped_text(err, disk_full):
     assert errors.is_disk_full(err) is disk_full
 
 
+@pytest.mark.parametrize("text,lost", [
+    ("UNKNOWN: Gloo all-reduce failed: [gloo/transport/tcp/pair.cc:538] Read error [127.0.0.1]:19883: Connection "
+     "reset by peer", True),  # what a killed peer gave the CPU survivor (issue 40)
+    ("NCCL error: unhandled system error, remote process exited or there was a network error", True),
+    ("UNAVAILABLE: Task 1 heartbeat timeout. This indicates that the remote task has failed", True),
+    ("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1.2GiB", False),
+    ("tensorstore: Error writing 'x': No space left on device", False),
+    ("INTERNAL: Gloo all-reduce failed: mismatched shapes", False),  # gloo, but no peer gone
+], ids=["gloo-reset", "nccl-exited", "heartbeat", "oom", "disk-full", "gloo-other"])
+def test_a_lost_peer_is_recognized_by_the_collectives_words_only(text, lost):
+    assert errors.is_peer_lost(RuntimeError(text)) is lost
+
+
 @pytest.mark.parametrize("code", [errno.ENOSPC, errno.EDQUOT])
 def test_a_full_disk_or_quota_is_explained_as_disk_full_by_checkpoint_and_metrics_writes(tmp_path, monkeypatch, code):
     from types import SimpleNamespace
@@ -179,7 +192,8 @@ def test_each_project_error_ends_a_command_with_one_error_line(tmp_path):
         proc = subprocess.run([sys.executable, "-c", CLI_LINE, str(tmp_path), name], capture_output=True, text=True,
                               env=dict(os.environ, PYTHONPATH=helpers.ROOT), timeout=120)
         lines = proc.stderr.strip().splitlines()
-        assert proc.returncode == 1 and len(lines) == 1 and lines[0].startswith("error: "), (name, proc.stderr)
+        code = 3 if name == "PeerLost" else 1  # 3: the watchdog's, documented for a dead peer
+        assert proc.returncode == code and len(lines) == 1 and lines[0].startswith("error: "), (name, proc.stderr)
         assert "Traceback" not in proc.stderr and "disk full" not in lines[0], (name, lines[0])
 
 

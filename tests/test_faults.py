@@ -15,6 +15,7 @@ import dataclasses
 import json
 import logging
 import os
+import re
 import shutil
 import signal
 import socket
@@ -611,6 +612,63 @@ def test_an_unfinished_step_folder_is_set_aside_and_good_checkpoints_restore(six
     assert int(state.step) == 9 and restored_latest(w)[1] == 9
 
 
+@pytest.mark.parametrize("how", ["orbax_tmp_folder", "no_commit_marker"])
+def test_a_checkpoint_a_live_run_is_writing_is_waited_for_then_named_never_called_damaged(six_steps, tmp_path, how,
+                                                                                          monkeypatch, caplog):
+    """issue 40: eval/transcribe (state.restore_state) reading a workdir while its run writes checkpoint 6
+    (orbax's 6.orbax-checkpoint-tmp, or a step folder without its commit markers) took it for no
+    checkpoint or a damaged one, advising to move the checkpoints away. They wait (bounded) for it,
+    then use the newest finished one, or say it is being written."""
+    w = copy_of(six_steps, tmp_path)
+    done, ck = os.path.join(w, "checkpoints", "6"), os.path.join(w, "checkpoints")
+    writing = os.path.join(ck, "6.orbax-checkpoint-tmp")
+    shutil.move(done, writing)
+    if how == "no_commit_marker":  # written in place (no atomic rename): the metadata first, the commit marker last
+        writing = done
+        shutil.copytree(os.path.join(ck, "6.orbax-checkpoint-tmp"), writing)
+        os.remove(os.path.join(writing, checkpoint.COMMIT_MARKER))
+
+    def finish():  # once the reader waits for it (a loaded machine may take seconds to get there)
+        deadline = time.monotonic() + 120
+        while "being written by a training run now" not in caplog.text and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.3)
+        if how == "orbax_tmp_folder":
+            os.rename(writing, done)
+        else:
+            shutil.rmtree(done)
+            os.rename(os.path.join(ck, "6.orbax-checkpoint-tmp"), done)
+
+    timer = threading.Thread(target=finish)
+    timer.start()
+    with caplog.at_level("WARNING", logger="ds2_jax"):
+        state, step = restored_latest(w)  # the save finishes while it waits
+    timer.join()
+    assert step == 6 and "checkpoint 6 in" in caplog.text and "being written by a training run now" in caplog.text
+    assert_same_state(state, six_steps[1])
+
+    shutil.move(done, writing if how == "orbax_tmp_folder" else os.path.join(ck, "6.orbax-checkpoint-tmp"))
+    if how == "no_commit_marker":
+        shutil.copytree(os.path.join(ck, "6.orbax-checkpoint-tmp"), writing)
+        os.remove(os.path.join(writing, checkpoint.COMMIT_MARKER))
+    monkeypatch.setattr(checkpoint, "SAVE_WAIT_S", 0.5)  # a save that never finishes while we wait
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="ds2_jax"):
+        _, step = restored_latest(w)
+    assert step == 3 and "checkpoint 6 in" in caplog.text and "using checkpoint 3, the newest finished" in caplog.text
+    assert "damaged" not in caplog.text and os.path.isdir(writing)  # nothing moved
+    shutil.rmtree(os.path.join(ck, "3"))  # the run's first save: no finished checkpoint yet
+    if how == "no_commit_marker":  # half written: orbax cannot read it
+        os.remove(os.path.join(writing, "default", "manifest.ocdbt"))
+    try:
+        restored_latest(w)
+        message = "restored"
+    except errors.CheckpointError as e:
+        message = str(e)
+    assert re.search("checkpoint 6 in .* is being written by a training run now", message), message
+    assert "damaged" not in message and "move" not in message, message
+
+
 @pytest.mark.parametrize("how", ["truncated", "hand_edited", "bad_value", "not_an_object"])
 def test_a_torn_or_hand_edited_config_json_names_the_file_and_the_key(tmp_path, how):
     """Eval, transcription (load_config) and a resume read workdir/config.json: a broken one
@@ -898,6 +956,33 @@ def test_a_second_signal_abandons_the_wait_at_once_with_a_clear_line(monkeypatch
     assert preemption.signal == signal.SIGINT and exited.value.args == (128 + signal.SIGINT,)
     assert time.time() - start < 5
     assert "received SIGINT again: exiting now without writing a checkpoint" in capfd.readouterr().err
+
+
+@pytest.mark.slow  # a launch.py run to its first compile: 30-120 s on a shared 2-core machine
+def test_a_second_ctrl_c_during_the_first_compile_exits_at_once_in_one_line_leaving_no_workdir(tmp_path):
+    """issue 40: Python's handler waits for the compile (C++, minutes) to return, so a second Ctrl-C there
+    did nothing until then, and the exit left the half-made workdir (lock, config.json, log) behind."""
+    w = tmp_path / "w"
+    proc = launch(w, "--config.num_train_steps=1000", wait=False)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stderr.readline, "")), daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 300
+    while not any("compiling the train step for batch shapes" in line for line in lines) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGINT)
+    second = time.monotonic()
+    proc.wait(timeout=300)
+    reader.join(10)
+    seen = "".join(lines)
+    assert proc.returncode == 128 + signal.SIGINT, seen[-3000:]
+    assert time.monotonic() - second < 5 and "first step (compile + run)" not in seen, seen[-3000:]  # in the compile
+    lines = seen.strip().splitlines()
+    assert lines[-1] == f"ds2_jax: received SIGINT again: exiting now without writing a checkpoint; removed {w}, " \
+                        "which this run created and wrote no result to", seen[-3000:]
+    assert "Traceback" not in seen and seen.count("received SIGINT again") == 1 and not w.exists()
 
 
 def test_the_watchdog_counts_compiles_evals_and_saves_as_progress(tmp_path, monkeypatch):

@@ -256,10 +256,17 @@ def build(manual_dir: str, data_dir: str = "", name: str = "librispeech_local",
         if prepared:
             check_source(builder, manual_dir)
             return builder
-        with librispeech_local.quiet_tfds(), _local_shuffle_files(data_dir), _uncompressed_records():
-            builder.download_and_prepare(
-                download_config=tfds.download.DownloadConfig(manual_dir=os.path.abspath(manual_dir))
-            )
+        try:
+            with librispeech_local.quiet_tfds(), _local_shuffle_files(data_dir), _uncompressed_records():
+                builder.download_and_prepare(
+                    download_config=tfds.download.DownloadConfig(manual_dir=os.path.abspath(manual_dir))
+                )
+        except Exception as e:
+            if errors.is_disk_full(e):  # tfds removed its unfinished folder: nothing half-built stays
+                root = os.path.dirname(os.path.dirname(os.fspath(builder.data_dir)))
+                raise errors.disk_full(f"building {name} in {root} from {manual_dir}", root,
+                                       "set dataset.data_dir (build: --data_dir) to a disk with room") from e
+            raise
         record_source(builder, _source_of(builder, manual_dir))
     logging.getLogger("ds2_jax").info("%s: built %s from %s", name, builder.data_dir, manual_dir)
     return builder

@@ -225,9 +225,31 @@ def generate_from_tar(path: str, report: SplitReport) -> Iterator:
     try:
         yield from _generate_from_tar(path, report)
     except (EOFError, tarfile.TarError, zlib.error, OSError) as e:  # cut short mid-download, or damaged
-        raise OSError(f"{path} is truncated or damaged ({type(e).__name__}: {e}): download it again (and check its "
-                      "size against openslr.org/12), or remove it from dataset.manual_dir to build the other "
-                      "splits") from e
+        raise damaged_archive(path, e) from e
+
+
+def damaged_archive(path: str, cause: BaseException) -> OSError:
+    return OSError(f"{path} is truncated or damaged ({type(cause).__name__}: {cause}): download it again (and check "
+                   "its size against openslr.org/12), or remove it from dataset.manual_dir to build the other splits")
+
+
+def check_archive(path: str, block: int = 1 << 20) -> None:
+    """Reads a .tar.gz's whole gzip stream (nothing kept): damaged_archive when it is cut short
+    or damaged. Run on every archive before any split is written, since tfds discards a failed
+    build whole: a bad archive then costs no split built before it, only this read."""
+    stream = zlib.decompressobj(wbits=31)
+    try:
+        with open(path, "rb") as f:
+            while data := f.read(block):
+                while data:
+                    stream.decompress(data)
+                    data = stream.unused_data if stream.eof else b""
+                    if data:  # a second gzip member
+                        stream = zlib.decompressobj(wbits=31)
+    except (zlib.error, OSError) as e:
+        raise damaged_archive(path, e) from e
+    if not stream.eof:
+        raise damaged_archive(path, EOFError("the gzip stream ends before its end"))
 
 
 def _generate_from_tar(path: str, report: SplitReport) -> Iterator:
@@ -350,6 +372,9 @@ class LibrispeechLocal(tfds.core.GeneratorBasedBuilder):
                 f"no LibriSpeech split (LibriSpeech/<split>/ or <split>.tar.gz for <split> in "
                 f"{', '.join(LIBRISPEECH_SPLITS)}) in manual dir {manual_dir!r}"
             )
+        for kind, path in found.values():
+            if kind == "tar":
+                check_archive(path)  # before the first split is built: a failed build keeps none
         logging.info("librispeech_local: building %s", {s: p for s, (_, p) in found.items()})
         return {tfds_split(s): self._generate_examples(s, kind, path) for s, (kind, path) in found.items()}
 
