@@ -45,9 +45,7 @@ def greedy_texts(ids: np.ndarray, lengths: np.ndarray, alphabet: text.Alphabet =
     """<int32>[B, T] argmax paths and <int32>[B] valid frames -> B texts in `alphabet`, their words
     joined by one space as beam search's are (and references are): a stray space must not count
     as an error of greedy alone."""
-    from ds2_jax import ctc  # jax: not needed by the decoding workers
-
-    return [" ".join(alphabet.decode(ctc.collapse(path, n)).split()) for path, n in zip(np.asarray(ids), np.asarray(lengths))]
+    return [" ".join(alphabet.decode(text.collapse(path, n)).split()) for path, n in zip(np.asarray(ids), np.asarray(lengths))]
 
 
 def silence_id(alphabet: text.Alphabet) -> int:

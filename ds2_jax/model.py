@@ -44,7 +44,8 @@ class ModelConfig(settings.Model):
 
 def time_mask(lengths: jax.Array, num_steps: int) -> jax.Array:
     """<bool>[B, T]: True on valid frames."""
-    return jnp.arange(num_steps)[None, :] < lengths[:, None]
+    # An iota, not arange()[None, :]: it converts to ONNX with a symbolic num_steps (jax2onnx).
+    return jax.lax.broadcasted_iota(jnp.int32, (lengths.shape[0], num_steps), 1) < jnp.expand_dims(lengths, 1)
 
 
 def mask_time(x: jax.Array, lengths: jax.Array) -> jax.Array:

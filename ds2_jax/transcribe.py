@@ -125,12 +125,20 @@ class Transcriber:
         self.alphabet = text.Alphabet.of_setting(self.config.model.alphabet)  # the model's outputs
         self.beam = decoding.make_beam_decoder(decoder_cfg or settings.Decoding(), self.alphabet)
         self.state, self.step = state.restore_state(self.config, workdir, step)
-        self.sample_rate = self.config.features.sample_rate
+        fc = self.config.features
+        self.sample_rate, self.hop, self.window = fc.sample_rate, fc.hop, fc.window
+        self.num_conv_layers = self.config.model.num_conv_layers
         self.batch_size = batch_size
         kw = state.step_kwargs(self.config)
-        self._infer = jax.jit(functools.partial(
+        infer = jax.jit(functools.partial(
             eval_step.infer, model_cfg=kw["model_cfg"], feature_cfg=kw["feature_cfg"], log_probs=self.beam is not None
         ))
+        self._forward = functools.partial(infer, self.state)  # (audio, lengths) -> eval_step.decoder_inputs
+
+    @property
+    def frame_seconds(self) -> float:
+        """Seconds per output frame: the hop times the first conv's time stride."""
+        return self.hop * geometry.FIRST_CONV.strides[0] / self.sample_rate
 
     def transcribe(self, waveforms: list[np.ndarray]) -> list[str]:
         """Texts of <int16>[S_i] waveforms (see transcribe_each); the first failure is raised."""
@@ -158,9 +166,8 @@ class Transcriber:
     def windows(self, num_samples: int) -> list[tuple[int, int, int, int]]:
         """(first sample, end sample, first kept output frame, end kept frame, both counted from
         the window's first) of each window of a file; one window for a file that fits in one."""
-        hop, length = self.config.features.hop, self.config.features.window
-        layers = self.config.model.num_conv_layers
-        total = geometry.output_frames(geometry.num_frames(num_samples, length, hop), layers)
+        hop = self.hop
+        total = geometry.output_frames(geometry.num_frames(num_samples, self.window, hop), self.num_conv_layers)
         window = int(WINDOW_SECONDS * self.sample_rate)
         if num_samples <= window:
             return [(0, num_samples, 0, total)]
@@ -176,8 +183,7 @@ class Transcriber:
 
     def _too_short(self, num_samples: int) -> errors.AudioError | None:
         """An AudioError for audio too short to give the model one output frame."""
-        hop, length = self.config.features.hop, self.config.features.window
-        frames = geometry.output_frames(geometry.num_frames(num_samples, length, hop), self.config.model.num_conv_layers)
+        frames = geometry.output_frames(geometry.num_frames(num_samples, self.window, self.hop), self.num_conv_layers)
         if frames >= 1:
             return None
         return errors.AudioError(f"too short: {1000 * num_samples / self.sample_rate:.0f} ms gives the model no output "
@@ -202,7 +208,7 @@ class Transcriber:
                     i, s0, s1, _, _ = pieces[p]
                     audio[j, : s1 - s0] = waveforms[i][s0:s1]
                     lengths[j] = s1 - s0
-                out = {k: np.asarray(v) for k, v in self._infer(self.state, audio, lengths).items()}
+                out = {k: np.asarray(v) for k, v in self._forward(audio, lengths).items()}
                 for j, p in enumerate(rows):
                     _, _, _, k0, k1 = pieces[p]
                     kept[p] = out[key][j, k0 : min(k1, int(out["lengths"][j]))]
@@ -215,11 +221,29 @@ class Transcriber:
         return [failed[i] if i in failed else np.concatenate(mine[i]) for i in range(len(waveforms))]
 
 
+class OnnxTranscriber(Transcriber):
+    """A Transcriber of an exported model (ds2_jax.export), run by onnxruntime: no jax imported."""
+
+    def __init__(self, path: str, decoder_cfg: settings.Decoding | None = None, batch_size: int = 8, threads: int = 0):
+        from ds2_jax import onnx_model
+
+        self.model = onnx_model.OnnxModel(path, threads)
+        meta = self.model.meta
+        self.alphabet, self.step = meta.alphabet, meta.step
+        self.beam = decoding.make_beam_decoder(decoder_cfg or settings.Decoding(), self.alphabet)
+        self.sample_rate, self.hop, self.window, self.num_conv_layers = (meta.sample_rate, meta.hop, meta.window,
+                                                                         meta.num_conv_layers)
+        self.batch_size = batch_size
+        self._forward = self.model.decoder_inputs
+
+
 def define_flags(fv) -> None:
     from absl import flags
 
-    flags.DEFINE_string("workdir", None, "A training workdir (config.json + checkpoints/).", required=True,
-                        flag_values=fv)
+    flags.DEFINE_string("workdir", None, "A training workdir (config.json + checkpoints/); or --model.", flag_values=fv)
+    flags.DEFINE_string("model", None, "An exported model (python -m ds2_jax.export): run with onnxruntime, no jax; "
+                        "the decoding flags' defaults are settings.Decoding's.", flag_values=fv)
+    flags.DEFINE_integer("threads", 0, "With --model: onnxruntime's threads (0: all cores).", flag_values=fv)
     flags.DEFINE_string("step", None, "Checkpoint step, or 'best' (the lowest in-training eval WER; "
                         "keep_best_checkpoints); default: the latest.", flag_values=fv)
     flags.DEFINE_string("lm", "", "KenLM ARPA/binary word LM: beam search with it.", flag_values=fv)
@@ -246,6 +270,12 @@ def check_flags(args) -> None:
             cli.usage_error(f"--{flag}={value}: must be {settings.RANGES[key].text()}")
     if args.batch_size < 1:
         cli.usage_error(f"--batch_size={args.batch_size}: must be >= 1")
+    if (args.workdir is None) == (args.model is None):
+        cli.usage_error("give one of --workdir (a training workdir) or --model (an exported ONNX model)")
+    if args.model is not None and args.step is not None:
+        cli.usage_error("--step reads a workdir's checkpoints; an exported --model holds one step")
+    if args.threads < 0:
+        cli.usage_error(f"--threads={args.threads}: must be >= 0")
 
 
 def decoder_settings(args, base: settings.Decoding) -> settings.Decoding:
@@ -279,12 +309,16 @@ def main(argv: list[str] | None = None) -> int:
     from absl import logging as absl_logging
 
     absl_logging.set_verbosity(absl_logging.WARNING)  # orbax's restore chatter
-    from ds2_jax import workdir_config
-
-    config = workdir_config.load_config(args.workdir)  # read once: the Transcriber is handed it
     try:
-        cfg = decoder_settings(args, config.decoding)
-        transcriber = Transcriber(args.workdir, cfg, step=step, batch_size=args.batch_size, config=config)
+        if args.model is not None:
+            transcriber = OnnxTranscriber(args.model, decoder_settings(args, settings.Decoding()), args.batch_size,
+                                          args.threads)
+        else:
+            from ds2_jax import workdir_config
+
+            config = workdir_config.load_config(args.workdir)  # read once: the Transcriber is handed it
+            transcriber = Transcriber(args.workdir, decoder_settings(args, config.decoding), step=step,
+                                      batch_size=args.batch_size, config=config)
     except ValueError as e:  # names decoding.* settings: say which flag
         raise ValueError(cli.in_flag_names(str(e), FLAG_OF_SETTING)) from e
 
