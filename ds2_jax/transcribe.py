@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import logging
 import os
 import sys
@@ -163,6 +164,21 @@ class Transcriber:
             texts[i] = t
         return texts
 
+    def transcribe_timed(self, waveforms: list[np.ndarray]) -> list[tuple[str, list[decoding.TimedWord]] | Exception]:
+        """Each waveform's greedy text and its words' times (decoding.word_timings), or the error that
+        stopped it; greedy decoding only (beam search's words have no frames here)."""
+        if self.beam is not None:
+            raise ValueError("--timestamps: greedy decoding only (--beam_width=0, no --lm): beam search's words "
+                             "have no frames here")
+        out: list = []
+        for ids in self.frame_outputs(waveforms):
+            if isinstance(ids, BaseException):
+                out.append(ids)
+                continue
+            words = decoding.word_timings(ids, len(ids), self.alphabet, self.frame_seconds)
+            out.append((decoding.greedy_texts(ids[None], np.array([len(ids)]), self.alphabet)[0], words))
+        return out
+
     def windows(self, num_samples: int) -> list[tuple[int, int, int, int]]:
         """(first sample, end sample, first kept output frame, end kept frame, both counted from
         the window's first) of each window of a file; one window for a file that fits in one."""
@@ -254,6 +270,10 @@ def define_flags(fv) -> None:
     flags.DEFINE_float("alpha", None, "LM weight (default: decoding.alpha of the workdir's config).", flag_values=fv)
     flags.DEFINE_float("beta", None, "Word bonus (default: decoding.beta of the workdir's config).", flag_values=fv)
     flags.DEFINE_integer("batch_size", 8, "Files per forward pass.", flag_values=fv)
+    flags.DEFINE_boolean("timestamps", False, "Each word's start and end (seconds, from the greedy path's frames): a "
+                         "line '<TAB>start<TAB>end<TAB>word' per word after its file's line.", flag_values=fv)
+    flags.DEFINE_boolean("json", False, "One JSON object per file and line: path, text (and words: word, start, end "
+                         "with --timestamps).", flag_values=fv)
 
 
 # Flags checked against the settings' ranges (settings.RANGES) before anything loads.
@@ -325,7 +345,8 @@ def main(argv: list[str] | None = None) -> int:
     done = failed = 0
     try:
         for first in range(0, len(files), args.batch_size):  # printed batch by batch: a pipe sees results as they come
-            failed += _transcribe_batch(transcriber, files[first : first + args.batch_size])
+            failed += _transcribe_batch(transcriber, files[first : first + args.batch_size], args.timestamps,
+                                        args.json)
             done = min(first + args.batch_size, len(files))
     except KeyboardInterrupt:
         print(f"transcribe: interrupted after {done} of {len(files)} files (their lines are above)", file=sys.stderr,
@@ -338,7 +359,18 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if failed else 0
 
 
-def _transcribe_batch(transcriber: Transcriber, paths: list[str]) -> int:
+def result_lines(path: str, text: str, words: list[decoding.TimedWord] | None, as_json: bool) -> str:
+    """A file's output: 'path<TAB>text' (and a '<TAB>start<TAB>end<TAB>word' line per word), or one JSON line."""
+    if as_json:
+        record = {"path": path, "text": text}
+        if words is not None:
+            record["words"] = [{"word": w.word, "start": round(w.start, 3), "end": round(w.end, 3)} for w in words]
+        return json.dumps(record)
+    return "\n".join([f"{shown(path)}\t{text}", *(f"\t{w.start:.2f}\t{w.end:.2f}\t{w.word}" for w in words or [])])
+
+
+def _transcribe_batch(transcriber: Transcriber, paths: list[str], timestamps: bool = False,
+                      as_json: bool = False) -> int:
     """Prints each file's line (stdout) or error (stderr); returns how many failed."""
     loaded, waveforms, failed = [], [], 0
     for path in paths:
@@ -351,7 +383,8 @@ def _transcribe_batch(transcriber: Transcriber, paths: list[str]) -> int:
         except Exception as e:  # noqa: BLE001  (any unreadable file: report it, go on)
             failed += 1
             print(f"error: {path}: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
-    for path, t in zip(loaded, transcriber.transcribe_each(waveforms) if waveforms else []):
+    run = transcriber.transcribe_timed if timestamps else transcriber.transcribe_each
+    for path, t in zip(loaded, run(waveforms) if waveforms else []):
         if isinstance(t, errors.AudioError):
             failed += 1
             print(f"error: {path}: {t}", file=sys.stderr, flush=True)
@@ -359,7 +392,8 @@ def _transcribe_batch(transcriber: Transcriber, paths: list[str]) -> int:
             failed += 1
             print(f"error: {path}: {type(t).__name__}: {errors.one_line(t)[:300]}", file=sys.stderr, flush=True)
         else:
-            print(f"{shown(path)}\t{t}", flush=True)
+            text, words = t if timestamps else (t, None)
+            print(result_lines(path, text, words, as_json), flush=True)
     return failed
 
 
