@@ -95,9 +95,14 @@ class MaskedBatchNorm(nn.Module):
                 ra_var.value = self.momentum * ra_var.value + (1 - self.momentum) * var
         else:
             mean, var = ra_mean.value, ra_var.value
-        mul = scale * jax.lax.rsqrt(var + self.epsilon)
-        shift = bias - mean * mul
-        return (xf * mul + shift).astype(self.dtype)
+        return batch_norm_affine(xf, scale, bias, mean, var, self.epsilon).astype(self.dtype)
+
+
+def batch_norm_affine(x, scale, bias, mean, var, epsilon: float):
+    """x normalized by (mean, var) and scaled: per channel, so per frame with the running statistics
+    (inference; ds2_jax.streaming applies it chunk by chunk)."""
+    mul = scale * jax.lax.rsqrt(var + epsilon)
+    return x * mul + (bias - mean * mul)
 
 
 class ConvBlock(nn.Module):
