@@ -19,6 +19,8 @@ model cannot stream: its backward RNN starts from the end of the utterance.
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -36,18 +38,52 @@ def refuse_bidirectional(config: settings.Settings) -> None:
                          "utterance, so nothing is known before the audio ends; transcribe whole files instead")
 
 
-class _Frames:
-    """A time buffer of frames with the absolute index of its first one."""
+# The compute of each stage, compiled once per input shape (a fixed chunk size gives a few);
+# the buffers between them are numpy arrays, so appending and dropping frames compiles nothing.
 
-    def __init__(self, frames: jax.Array, first: int):
+
+@functools.partial(jax.jit, static_argnames=("strides", "freq_pad", "epsilon"))
+def _conv_block(window, kernel, scale, bias, mean, var, *, strides, freq_pad, epsilon):
+    """ConvBlock's conv (no time padding: the buffer holds it), batch norm, clipped ReLU of [T, F, C] frames."""
+    y = jax.lax.conv_general_dilated(window[None], kernel, strides, ((0, 0), (freq_pad, freq_pad)),
+                                     dimension_numbers=("NHWC", "HWIO", "NHWC"))[0]
+    return clipped_relu(model.batch_norm_affine(y, scale, bias, mean, var, epsilon))
+
+
+@functools.partial(jax.jit, static_argnames=("cell", "epsilon"))
+def _rnn_layer(x, carry, projection, scale, bias, mean, var, recurrent, *, cell, epsilon):
+    """(carry, [T, H] states) of RNNLayer's projection, batch norm and recurrence from `carry`."""
+    projected = model.batch_norm_affine(x @ projection, scale, bias, mean, var, epsilon)
+    carry, ys = reference.recurrence_from(projected[:, None, None, :], recurrent, cell, carry)
+    return carry, ys[:, 0, 0, :]
+
+
+@jax.jit
+def _row_conv_and_output(window, kernel, out_kernel, out_bias):
+    """Log-probs of the row convolution (kernel [context + 1, 1, C]) over `window` and the output layer."""
+    context = kernel.shape[0] - 1
+    count = window.shape[0] - context
+    x = sum(window[j : j + count] * kernel[j, 0] for j in range(context + 1))
+    return jax.nn.log_softmax(x @ out_kernel + out_bias, axis=-1)
+
+
+@functools.partial(jax.jit, static_argnames=("fc",))
+def _normalized_spectrogram(audio, mean, std, *, fc):
+    return (features.log_spectrogram(audio, fc) - mean) / std
+
+
+class _Frames:
+    """A time buffer of frames (numpy) with the absolute index of its first one."""
+
+    def __init__(self, frames: np.ndarray, first: int):
         self.frames, self.first = frames, first
 
     @property
     def end(self) -> int:
         return self.first + self.frames.shape[0]
 
-    def append(self, more: jax.Array) -> None:
-        self.frames = jnp.concatenate([self.frames, more], axis=0)
+    def append(self, more: np.ndarray) -> None:
+        self.frames = np.concatenate([self.frames, np.asarray(more, np.float32)], axis=0)
 
     def drop_before(self, index: int) -> None:
         self.frames, self.first = self.frames[index - self.first :], index
@@ -62,29 +98,27 @@ class _ConvStage:
         bn = params["MaskedBatchNorm_0"]
         self.affine = (bn["scale"], bn["bias"], stats["MaskedBatchNorm_0"]["mean"], stats["MaskedBatchNorm_0"]["var"],
                        epsilon)
-        self.buffer = _Frames(jnp.zeros((spec.padding[0], *in_shape), jnp.float32), -spec.padding[0])  # left padding
+        self.buffer = _Frames(np.zeros((spec.padding[0], *in_shape), np.float32), -spec.padding[0])  # left padding
         self.next = 0  # the next output frame
         self.out_shape = (geometry.conv_out(in_shape[0], spec.kernel[1], spec.strides[1], spec.padding[1]),
                           self.kernel.shape[-1])
 
-    def __call__(self, frames: jax.Array, last: bool = False) -> jax.Array:
+    def __call__(self, frames: np.ndarray, last: bool = False) -> np.ndarray:
         """[T, F, C] new input frames -> [T', F', C'] the output frames they complete (with `last`:
         all that remain, the right padding added)."""
         (k, _), (s, _), (p, pf) = self.spec.kernel, self.spec.strides, self.spec.padding
         self.buffer.append(frames)
         if last:
-            self.buffer.append(jnp.zeros((p, *frames.shape[1:]), frames.dtype))
+            self.buffer.append(np.zeros((p, *frames.shape[1:]), np.float32))
         count = max((self.buffer.end + p - k) // s + 1 - self.next, 0)
         start = s * self.next - p
         window = self.buffer.frames[start - self.buffer.first : start - self.buffer.first + s * (count - 1) + k]
         self.next += count
         self.buffer.drop_before(s * self.next - p)
         if count == 0:
-            return jnp.zeros((0, *self.out_shape), jnp.float32)
-        y = jax.lax.conv_general_dilated(window[None], self.kernel, (s, self.spec.strides[1]), ((0, 0), (pf, pf)),
-                                         dimension_numbers=("NHWC", "HWIO", "NHWC"),
-                                         precision=jax.lax.Precision.HIGHEST)[0]
-        return clipped_relu(model.batch_norm_affine(y, *self.affine))
+            return np.zeros((0, *self.out_shape), np.float32)
+        return np.asarray(_conv_block(window, self.kernel, *self.affine[:4], strides=tuple(self.spec.strides),
+                                      freq_pad=pf, epsilon=self.affine[4]))
 
 
 class _RnnStage:
@@ -98,31 +132,35 @@ class _RnnStage:
         self.recurrent, self.cell = params["recurrent_kernel"], cell
         self.carry = reference.initial_carry(cell, 1, 1, self.recurrent.shape[1], jnp.float32)
 
-    def __call__(self, x: jax.Array) -> jax.Array:
+    def __call__(self, x: np.ndarray) -> np.ndarray:
         """[T, D] -> [T, H]."""
-        projected = model.batch_norm_affine(jnp.dot(x, self.projection, precision=jax.lax.Precision.HIGHEST),
-                                            *self.affine)
-        self.carry, ys = reference.recurrence_from(projected[:, None, None, :], self.recurrent, self.cell, self.carry)
-        return ys[:, 0, 0, :]
+        if x.shape[0] == 0:
+            return np.zeros((0, self.recurrent.shape[1]), np.float32)
+        self.carry, ys = _rnn_layer(x, self.carry, self.projection, *self.affine[:4], self.recurrent, cell=self.cell,
+                                    epsilon=self.affine[4])
+        return np.asarray(ys)
 
 
-class _RowConvStage:
-    """The lookahead row convolution: frame t waits for frames t+1 .. t+context."""
+class _RowConvAndOutput:
+    """The lookahead row convolution (frame t waits for frames t+1 .. t+context) and the output layer."""
 
-    def __init__(self, kernel: jax.Array, width: int):
-        self.kernel = kernel  # [context + 1, 1, C] depthwise
+    def __init__(self, kernel: jax.Array, output: dict, width: int):
+        self.kernel, self.output = kernel, output  # kernel: [context + 1, 1, C] depthwise
         self.context = kernel.shape[0] - 1
-        self.buffer = _Frames(jnp.zeros((0, width), jnp.float32), 0)
+        self.buffer = _Frames(np.zeros((0, width), np.float32), 0)
 
-    def __call__(self, x: jax.Array, last: bool = False) -> jax.Array:
+    def __call__(self, x: np.ndarray, last: bool = False) -> np.ndarray:
+        """[T, H] RNN states -> [T', vocab] log-probs of the frames whose lookahead is complete."""
         self.buffer.append(x)
         if last:
-            self.buffer.append(jnp.zeros((self.context, x.shape[1]), x.dtype))
+            self.buffer.append(np.zeros((self.context, x.shape[1]), np.float32))
         count = max(self.buffer.frames.shape[0] - self.context, 0)
-        window = self.buffer.frames[: count + self.context]
-        out = sum(window[j : j + count] * self.kernel[j, 0] for j in range(self.context + 1))
+        if count == 0:
+            return np.zeros((0, self.output["bias"].shape[0]), np.float32)
+        out = _row_conv_and_output(self.buffer.frames[: count + self.context], self.kernel, self.output["kernel"],
+                                   self.output["bias"])
         self.buffer.drop_before(self.buffer.first + count)
-        return out
+        return np.asarray(out)
 
 
 class Stream:
@@ -141,9 +179,10 @@ class Stream:
             shape = self.convs[-1].out_shape
         self.rnns = [_RnnStage(params[f"RNNLayer_{i}"], stats[f"RNNLayer_{i}"], mc.rnn_cell, eps)
                      for i in range(mc.num_rnn_layers)]
-        self.row_conv = _RowConvStage(params["RowConv_0"]["Conv_0"]["kernel"], mc.rnn_size) \
-            if mc.row_conv_context > 0 else None
-        self.output = params["output"]
+        # Without a row convolution (row_conv_context=0), one tap of weight 1: the identity
+        kernel = params["RowConv_0"]["Conv_0"]["kernel"] if mc.row_conv_context > 0 else np.ones((1, 1, mc.rnn_size),
+                                                                                                  np.float32)
+        self.head = _RowConvAndOutput(kernel, params["output"], mc.rnn_size)
 
     def feed(self, chunk: np.ndarray) -> np.ndarray:
         """<float32>[frames, vocab] log-probs of the output frames `chunk` (<int16>[n]) completes."""
@@ -153,15 +192,15 @@ class Stream:
         """The log-probs of the frames that waited for the end of the audio."""
         return self._run(np.zeros(0, np.int16), last=True)
 
-    def _spectrogram(self, chunk: np.ndarray) -> jax.Array:
+    def _spectrogram(self, chunk: np.ndarray) -> np.ndarray:
         """[T, num_bins, 1] normalized features of the whole windows now complete."""
         self.samples = np.concatenate([self.samples, chunk])
         frames = geometry.num_frames(len(self.samples), self.fc.window, self.fc.hop)
         if frames == 0:
-            return jnp.zeros((0, self.fc.num_bins, 1), jnp.float32)
-        spec = features.log_spectrogram(self.samples[None, : (frames - 1) * self.fc.hop + self.fc.window], self.fc)[0]
+            return np.zeros((0, self.fc.num_bins, 1), np.float32)
+        used = self.samples[None, : (frames - 1) * self.fc.hop + self.fc.window]
         self.samples = self.samples[frames * self.fc.hop :]
-        return ((spec - self.mean) / self.std)[..., None]
+        return np.asarray(_normalized_spectrogram(used, self.mean, self.std, fc=self.fc))[0, ..., None]
 
     def _run(self, chunk: np.ndarray, last: bool) -> np.ndarray:
         x = self._spectrogram(chunk)
@@ -169,8 +208,5 @@ class Stream:
             x = conv(x, last)
         x = x.reshape(x.shape[0], x.shape[1] * x.shape[2])
         for rnn in self.rnns:
-            x = rnn(x) if x.shape[0] else jnp.zeros((0, rnn.recurrent.shape[1]), jnp.float32)
-        if self.row_conv is not None:
-            x = self.row_conv(x, last)
-        logits = jnp.dot(x, self.output["kernel"], precision=jax.lax.Precision.HIGHEST) + self.output["bias"]
-        return np.asarray(jax.nn.log_softmax(logits, axis=-1))
+            x = rnn(x)
+        return self.head(x, last)

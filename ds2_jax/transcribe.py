@@ -272,6 +272,9 @@ def define_flags(fv) -> None:
     flags.DEFINE_integer("batch_size", 8, "Files per forward pass.", flag_values=fv)
     flags.DEFINE_boolean("timestamps", False, "Each word's start and end (seconds, from the greedy path's frames): a "
                          "line '<TAB>start<TAB>end<TAB>word' per word after its file's line.", flag_values=fv)
+    flags.DEFINE_boolean("stream", False, "Feed each file in --chunk_ms chunks to a unidirectional model "
+                         "(ds2_jax.streaming), greedy; 'partial:' lines on stderr as the text grows.", flag_values=fv)
+    flags.DEFINE_integer("chunk_ms", 320, "With --stream: milliseconds of audio per chunk.", flag_values=fv)
     flags.DEFINE_boolean("json", False, "One JSON object per file and line: path, text (and words: word, start, end "
                          "with --timestamps).", flag_values=fv)
 
@@ -296,6 +299,10 @@ def check_flags(args) -> None:
         cli.usage_error("--step reads a workdir's checkpoints; an exported --model holds one step")
     if args.threads < 0:
         cli.usage_error(f"--threads={args.threads}: must be >= 0")
+    if args.stream and args.model is not None:
+        cli.usage_error("--stream runs the JAX model of a --workdir, not an exported --model")
+    if not 10 <= args.chunk_ms <= 60_000:
+        cli.usage_error(f"--chunk_ms={args.chunk_ms}: must be 10..60000")
 
 
 def decoder_settings(args, base: settings.Decoding) -> settings.Decoding:
@@ -342,11 +349,21 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:  # names decoding.* settings: say which flag
         raise ValueError(cli.in_flag_names(str(e), FLAG_OF_SETTING)) from e
 
+    if args.stream:
+        from ds2_jax import streaming
+
+        streaming.refuse_bidirectional(transcriber.config)
+        if transcriber.beam is not None:
+            raise ValueError("--stream decodes greedily: drop --lm and use --beam_width=0")
     done = failed = 0
     try:
         for first in range(0, len(files), args.batch_size):  # printed batch by batch: a pipe sees results as they come
-            failed += _transcribe_batch(transcriber, files[first : first + args.batch_size], args.timestamps,
-                                        args.json)
+            if args.stream:
+                failed += sum(_stream_file(transcriber, path, args.chunk_ms, args.timestamps, args.json)
+                              for path in files[first : first + args.batch_size])
+            else:
+                failed += _transcribe_batch(transcriber, files[first : first + args.batch_size], args.timestamps,
+                                            args.json)
             done = min(first + args.batch_size, len(files))
     except KeyboardInterrupt:
         print(f"transcribe: interrupted after {done} of {len(files)} files (their lines are above)", file=sys.stderr,
@@ -367,6 +384,41 @@ def result_lines(path: str, text: str, words: list[decoding.TimedWord] | None, a
             record["words"] = [{"word": w.word, "start": round(w.start, 3), "end": round(w.end, 3)} for w in words]
         return json.dumps(record)
     return "\n".join([f"{shown(path)}\t{text}", *(f"\t{w.start:.2f}\t{w.end:.2f}\t{w.word}" for w in words or [])])
+
+
+def _stream_file(transcriber: Transcriber, path: str, chunk_ms: int, timestamps: bool, as_json: bool) -> int:
+    """Streams one file through transcriber's model (ds2_jax.streaming), a 'partial:' line on stderr
+    per chunk that changes the text (with the audio time and the chunk's compute time), then the
+    file's line on stdout; returns 1 if it failed."""
+    import time
+
+    from ds2_jax import streaming
+
+    try:
+        audio = load_audio(path, transcriber.sample_rate)
+    except Exception as e:  # noqa: BLE001  (any unreadable file: report it, go on)
+        print(f"error: {path}: {e if isinstance(e, errors.AudioError) else f'{type(e).__name__}: {e}'}",
+              file=sys.stderr, flush=True)
+        return 1
+    stream = streaming.Stream(transcriber.config, transcriber.state)
+    chunk, frames, text = max(int(chunk_ms * transcriber.sample_rate / 1000), 1), [], ""
+    for first in range(0, len(audio) + 1, chunk):
+        start = time.perf_counter()
+        last = first + chunk > len(audio)
+        frames.append(stream.feed(audio[first : first + chunk]))
+        if last:
+            frames.append(stream.finish())
+        ids = np.concatenate(frames).argmax(-1)
+        now = decoding.greedy_texts(ids[None], np.array([len(ids)]), transcriber.alphabet)[0]
+        if now != text and not last:
+            print(f"partial: {shown(path)}: {now} ({min(first + chunk, len(audio)) / transcriber.sample_rate:.2f} s "
+                  f"of audio, {1000 * (time.perf_counter() - start):.0f} ms)", file=sys.stderr, flush=True)
+        text = now
+        if last:
+            break
+    words = decoding.word_timings(ids, len(ids), transcriber.alphabet, transcriber.frame_seconds) if timestamps else None
+    print(result_lines(path, text, words, as_json), flush=True)
+    return 0
 
 
 def _transcribe_batch(transcriber: Transcriber, paths: list[str], timestamps: bool = False,
