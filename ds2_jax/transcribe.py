@@ -168,8 +168,7 @@ class Transcriber:
         """Each waveform's greedy text and its words' times (decoding.word_timings), or the error that
         stopped it; greedy decoding only (beam search's words have no frames here)."""
         if self.beam is not None:
-            raise ValueError("--timestamps: greedy decoding only (--beam_width=0, no --lm): beam search's words "
-                             "have no frames here")
+            raise ValueError("word timings come from the greedy path: build the Transcriber with beam_width=0")
         out: list = []
         for ids in self.frame_outputs(waveforms):
             if isinstance(ids, BaseException):
@@ -344,17 +343,18 @@ def main(argv: list[str] | None = None) -> int:
             from ds2_jax import workdir_config
 
             config = workdir_config.load_config(args.workdir)  # read once: the Transcriber is handed it
+            if args.stream:
+                from ds2_jax import streaming
+
+                streaming.refuse_bidirectional(config)
             transcriber = Transcriber(args.workdir, decoder_settings(args, config.decoding), step=step,
                                       batch_size=args.batch_size, config=config)
     except ValueError as e:  # names decoding.* settings: say which flag
         raise ValueError(cli.in_flag_names(str(e), FLAG_OF_SETTING)) from e
 
-    if args.stream:
-        from ds2_jax import streaming
-
-        streaming.refuse_bidirectional(transcriber.config)
-        if transcriber.beam is not None:
-            raise ValueError("--stream decodes greedily: drop --lm and use --beam_width=0")
+    if (args.stream or args.timestamps) and transcriber.beam is not None:
+        raise ValueError(f"--{'stream' if args.stream else 'timestamps'}: greedy decoding only (beam search's words "
+                         "have no frames here): drop --lm and use --beam_width=0")
     done = failed = 0
     try:
         for first in range(0, len(files), args.batch_size):  # printed batch by batch: a pipe sees results as they come
