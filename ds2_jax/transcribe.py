@@ -5,6 +5,9 @@ written \\t, \\n, \\\\, so each line splits at its one tab).
     python -m ds2_jax.transcribe --workdir=W a.flac b.wav ...                 # greedy
     python -m ds2_jax.transcribe --workdir=W --lm=lm.arpa [--beam_width=32 \\
         --alpha=0.5 --beta=1.0] a.flac ...                                  # beam + LM
+    python -m ds2_jax.transcribe --model=model.onnx a.flac ...              # an export: onnxruntime, no jax
+    python -m ds2_jax.transcribe --workdir=W --timestamps [--json] a.flac   # word start/end seconds
+    python -m ds2_jax.transcribe --workdir=W --stream [--chunk_ms=320] a.flac  # unidirectional: chunk by chunk
 
 Restores the latest checkpoint of W (or --step=N, or --step=best: the lowest in-training eval
 WER) with the config W was trained with (W/config.json) and the feature statistics stored in
