@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         import jax2onnx  # noqa: F401
     except ImportError as e:
-        raise ImportError(f"export needs the export extra: pip install 'ds2_jax[export]' ({e})") from e
+        raise ImportError(f"export needs the export extra: pip install -e '.[export]' ({e})") from e
     from absl import logging as absl_logging
 
     from ds2_jax import state, workdir_config
