@@ -39,7 +39,8 @@ def _whole_file(config, state, audio) -> np.ndarray:
 
 
 @pytest.mark.parametrize("overrides", [{"model.rnn_cell": "lstm", "model.num_conv_layers": 3},
-                                       {"model.rnn_cell": "gru", "model.row_conv_context": 0}])
+                                       pytest.param({"model.rnn_cell": "gru", "model.row_conv_context": 0},
+                                                    marks=pytest.mark.slow)])
 def test_chunks_of_any_size_give_the_whole_files_log_probs(overrides):
     config, state = _unidirectional(**overrides)
     audio = transcribe.load_audio(FLAC)
