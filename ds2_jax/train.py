@@ -293,7 +293,7 @@ def _devices_and_data(config: settings.Settings):
         log.warning("%s", cpu_note)
     source = make_source(config, sharding)
     log.info("compiled batch shapes (samples, labels): %s", source.shapes())
-    if config.eval_every_steps and hasattr(source, "check_eval_split"):  # synthetic data has every split
+    if config.eval_every_steps:
         source.check_eval_split(config.dataset.eval_split)
     memory.check_host_memory(config, sharding.local_batch, source.shapes(), config.prefetch_batches + 1 +
                              loader.resolve_num_workers(config.dataset) * config.dataset.worker_buffer_size)

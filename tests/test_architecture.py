@@ -193,6 +193,7 @@ REACHED_THROUGH = {
     "ds2_jax.faults": "test_faults.py",  # every fault point: the kill, hang and dead-worker drills
     "ds2_jax.kernels.ctc": "test_ctc.py",  # ctc.ctc_loss with impl 'pallas' against optax and PyTorch
     "ds2_jax.kernels.gates": "test_recurrence.py",  # every kernel and cell against the 'scan' reference
+    "ds2_jax.launcher": "test_launch.py",  # launch.py is its one line; the drills run it end to end
 }
 
 

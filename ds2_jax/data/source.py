@@ -69,6 +69,10 @@ class Source(Protocol):
         """Per-bin <float32>[num_bins] mean and std of the normalized features' input:
         `stats` (features.spectrogram_stats) over a sample of this source's waveforms."""
 
+    def check_eval_split(self, spec: str) -> None:
+        """A ValueError naming dataset.eval_split when a split of `spec` is not in the data
+        (training checks before its first step, not at the first eval thousands of steps in)."""
+
 
 def make_source(config: settings.Settings, sharding: Sharding) -> Source:
     """The source named by dataset.name, for a run's Settings."""
