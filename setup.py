@@ -58,6 +58,7 @@ setup(
         "ds2-eval=ds2_jax.commands:evaluate",
         "ds2-build=ds2_jax.commands:build",
         "ds2-transcribe=ds2_jax.commands:transcribe",
+        "ds2-export=ds2_jax.commands:export",
         "ds2-build-lm=ds2_jax.commands:build_lm",
         "ds2-tune-lm=ds2_jax.commands:tune_lm",
         "ds2-plot=ds2_jax.commands:plot",
