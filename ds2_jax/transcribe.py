@@ -1,4 +1,4 @@
-"""Audio files -> text with a trained workdir: one 'path<TAB>text' line per file on stdout,
+"""Audio files -> text with a trained workdir (or its export, --model): one 'path<TAB>text' line per file on stdout,
 printed as each batch of --batch_size files is done (a tab, newline or backslash in a path is
 written \\t, \\n, \\\\, so each line splits at its one tab).
 
