@@ -1,5 +1,5 @@
-"""Audio files -> text with a trained workdir (or its export, --model): one 'path<TAB>text' line per file on stdout,
-printed as each batch of --batch_size files is done (a tab, newline or backslash in a path is
+"""Audio files -> text with a trained workdir or its export (--model): one 'path<TAB>text' line
+per file on stdout, printed as each batch of --batch_size files is done (a tab, newline or backslash in a path is
 written \\t, \\n, \\\\, so each line splits at its one tab).
 
     python -m ds2_jax.transcribe --workdir=W a.flac b.wav ...                 # greedy
