@@ -51,7 +51,8 @@ class MetaData:
         try:
             return cls(alphabet=text.Alphabet.of_setting(props["ds2_jax.alphabet"]),
                        sample_rate=int(props["ds2_jax.sample_rate"]), hop=int(props["ds2_jax.hop"]),
-                       window=int(props["ds2_jax.window"]), eps=float(props["ds2_jax.eps"]), num_conv_layers=int(props["ds2_jax.num_conv_layers"]),
+                       window=int(props["ds2_jax.window"]), eps=float(props["ds2_jax.eps"]),
+                       num_conv_layers=int(props["ds2_jax.num_conv_layers"]),
                        frame_seconds=float(props["ds2_jax.frame_seconds"]),
                        bidirectional=props["ds2_jax.bidirectional"] == "true",
                        lookahead_seconds=float(props["ds2_jax.lookahead_seconds"]), step=int(props["ds2_jax.step"]))

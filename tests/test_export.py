@@ -21,7 +21,8 @@ LOG_PROB_TOLERANCE = 2e-4
 
 
 def _flacs(n: int | None = None) -> list[str]:
-    paths = sorted(os.path.join(root, f) for root, _, files in os.walk(TEST_CLEAN) for f in files if f.endswith(".flac"))
+    paths = sorted(os.path.join(root, f) for root, _, files in os.walk(TEST_CLEAN) for f in files
+                   if f.endswith(".flac"))
     return paths[:n]
 
 
