@@ -14,6 +14,11 @@ then the model in inference mode (batch-norm running statistics, float32, the re
 recurrence lax.scan as an ONNX Loop, direct convs). The file's metadata (`metadata`) holds what a
 runner needs: the alphabet, sample rate, hop, window, eps, output frame seconds, lookahead;
 ds2_jax.onnx_model reads it, and `python -m ds2_jax.transcribe --model=model.onnx` runs it.
+
+Beside it, `stablehlo_path(out)` (model.stablehlo) holds the whole of it, featurizer included, as
+a jax.export artifact: audio <int16>[batch, samples >= window], audio_lengths <int32>[batch] ->
+(log_probs, lengths); `jax.export.deserialize(open(p, "rb").read()).call(audio, lengths)` runs it
+with jax (no ds2_jax), on CPU or GPU.
 Needs the `export` extra (jax2onnx, onnx, onnxruntime).
 """
 
@@ -81,6 +86,33 @@ def inference_function(config: settings.Settings, state):
     return log_probs
 
 
+def stablehlo_path(out: str) -> str:
+    """Where the jax.export artifact of the ONNX file `out` goes: model.onnx -> model.stablehlo."""
+    return os.path.splitext(out)[0] + ".stablehlo"
+
+
+def export_stablehlo(config: settings.Settings, state, out: str) -> None:
+    """Writes the jax.export (StableHLO) artifact of audio -> log-probs (the featurizer inside) to `out`."""
+    import jax
+    import jax.numpy as jnp
+
+    from ds2_jax import eval_step, files, model
+
+    fc = config.features.spectrogram
+    cfg = dataclasses.replace(model.ModelConfig.of(config.model, num_bins=config.features.num_bins),
+                              rnn_impl="scan", conv_impl="direct", dtype="float32", sync_batch_norm=False)
+
+    def log_probs(audio, audio_lengths):
+        logits, lengths = eval_step.forward(state, audio, audio_lengths, model_cfg=cfg, feature_cfg=fc)
+        return jax.nn.log_softmax(logits, axis=-1), lengths
+
+    batch, samples = jax.export.symbolic_shape("batch, samples", constraints=[f"samples >= {fc.window}"])
+    exported = jax.export.export(jax.jit(log_probs), platforms=("cpu", "cuda"))(
+        jax.ShapeDtypeStruct((batch, samples), jnp.int16), jax.ShapeDtypeStruct((batch,), jnp.int32))
+    with files.replacing(out, "wb") as f:
+        f.write(exported.serialize())
+
+
 def export_onnx(config: settings.Settings, state, step: int, out: str) -> None:
     """Writes the ONNX model of `state` to `out` (atomically: a reader never sees half a file)."""
     import jax
@@ -132,8 +164,10 @@ def main(argv: list[str] | None = None) -> int:
     config = workdir_config.load_config(args.workdir)
     restored, step = state.restore_state(config, args.workdir, step)
     export_onnx(config, restored, step, args.out)
+    export_stablehlo(config, restored, stablehlo_path(args.out))
     print(f"wrote {args.out}: step {step} of {os.path.abspath(args.workdir)}, "
-          f"{os.path.getsize(args.out) / 1e6:.1f} MB", flush=True)
+          f"{os.path.getsize(args.out) / 1e6:.1f} MB, and its jax.export artifact {stablehlo_path(args.out)}",
+          flush=True)
     return 0
 
 

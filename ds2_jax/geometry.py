@@ -32,7 +32,7 @@ def conv_specs(num_conv_layers: int) -> list[ConvSpec]:
 def _floor_div(a, b: int):
     """a // b; on a jax array jnp.floor_divide, which converts to ONNX with a symbolic batch (the
     `//` operator's integer remainder does not: jax2onnx 0.17). jax is imported only when given one."""
-    if isinstance(a, (int, np.integer, np.ndarray)):
+    if isinstance(a, (np.ndarray, np.generic)) or not hasattr(a, "shape"):  # ints, numpy, symbolic dimensions
         return a // b
     import jax.numpy as jnp
 
@@ -54,6 +54,8 @@ def num_frames(num_samples, window: int = 320, hop: int = 160):
         return np.maximum(frames, 0)
     if isinstance(frames, (int, np.integer)):
         return max(int(frames), 0)
+    if not hasattr(frames, "clip"):  # a symbolic dimension (jax.export): its constraint holds it >= 1
+        return frames
     return frames.clip(0)  # a jax array; geometry imports no jax
 
 

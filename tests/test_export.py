@@ -49,6 +49,15 @@ def smoke(tmp_path_factory) -> tuple[str, str]:
     return workdir, out
 
 
+def _batch(paths: list[str]) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
+    """(waveforms, <int16>[B, S] zero-padded, <int32>[B] lengths) of the files."""
+    waves = [transcribe.load_audio(p) for p in paths]
+    audio = np.zeros((len(waves), max(map(len, waves))), np.int16)
+    for i, w in enumerate(waves):
+        audio[i, : len(w)] = w
+    return waves, audio, np.array([len(w) for w in waves], np.int32)
+
+
 def _both_paths(workdir: str, model: str, paths: list[str]):
     """(JAX log-probs, ONNX log-probs, JAX greedy texts, ONNX greedy texts) of the files."""
     from ds2_jax import settings
@@ -56,11 +65,7 @@ def _both_paths(workdir: str, model: str, paths: list[str]):
     beam = settings.Decoding(beam_width=0)
     jax_t = transcribe.Transcriber(workdir, beam, batch_size=4)
     onnx_t = transcribe.OnnxTranscriber(model, beam, batch_size=4)
-    waves = [transcribe.load_audio(p) for p in paths]
-    audio = np.zeros((len(waves), max(map(len, waves))), np.int16)
-    for i, w in enumerate(waves):
-        audio[i, : len(w)] = w
-    lengths = np.array([len(w) for w in waves], np.int32)
+    waves, audio, lengths = _batch(paths)
     import jax
 
     from ds2_jax import eval_step, state
@@ -78,6 +83,25 @@ def test_onnx_log_probs_and_greedy_texts_match_the_jax_path(smoke):
     assert ref.shape == got.shape and ref.shape[0] == 6
     assert np.abs(ref - got).max() < LOG_PROB_TOLERANCE
     assert onnx_texts == jax_texts and any(jax_texts)
+
+
+def test_the_stablehlo_artifact_is_the_whole_model_featurizer_included(smoke):
+    """model.stablehlo (jax.export) maps audio to the JAX path's log-probs, any batch and length."""
+    import jax
+
+    from ds2_jax import eval_step, state
+
+    workdir, model = smoke
+    exported = jax.export.deserialize(open(export.stablehlo_path(model), "rb").read())
+    ref = transcribe.Transcriber(workdir)
+    kw = state.step_kwargs(ref.config)
+    for paths in (_flacs(3), _flacs(1)):
+        _, audio, lengths = _batch(paths)
+        got_log_probs, got_lengths = exported.call(audio, lengths)
+        want = eval_step.infer(ref.state, audio, lengths, model_cfg=kw["model_cfg"], feature_cfg=kw["feature_cfg"],
+                               log_probs=True)
+        np.testing.assert_array_equal(np.asarray(got_lengths), np.asarray(want["lengths"]))
+        assert np.abs(np.asarray(got_log_probs) - np.asarray(want["log_probs"])).max() < 1e-5
 
 
 def test_numpy_spectrogram_is_the_featurizers():
