@@ -26,8 +26,13 @@ INSTALL_REQUIRES = [
 TORCH = "torch==2.13.0"
 
 # pytest < 9.2: pytest-xdist 3.8 cannot group tests (--dist loadgroup) under 9.2 (tests/conftest.py).
+# ds2_jax.export: jax2onnx writes the ONNX model, onnxruntime runs it (transcribe --model needs only
+# onnxruntime). jax2onnx 0.17 asks for jax >= 0.8.1, flax >= 0.12.1 and orbax-checkpoint < 0.11.37.
+EXPORT = ["jax2onnx>=0.17", "onnx>=1.20", "onnxruntime>=1.24"]
+
 EXTRAS = {
-    "test": ["pytest>=7.4,<9.2", "pytest-timeout>=2.2", "pytest-xdist>=3.5", TORCH, "matplotlib>=3.7", "psutil>=5.9"],  # benchmarks are tested too
+    "test": ["pytest>=7.4,<9.2", "pytest-timeout>=2.2", "pytest-xdist>=3.5", TORCH, "matplotlib>=3.7", "psutil>=5.9",
+             *EXPORT],  # benchmarks and the export are tested too
     "bench": [TORCH, "matplotlib>=3.7", "psutil>=5.9"],  # psutil: worker memory in benchmarks.input_pipeline
     # A CUDA 12 jax: the pip CUDA/cuDNN/NCCL wheels, so only an NVIDIA driver >= 525 is needed
     # on the host (jax[cuda13] would need >= 580).
@@ -36,6 +41,7 @@ EXTRAS = {
     # numpy pin). ARPA files come from ds2_jax.tools.build_lm: no pip package ships lmplz.
     "lm": ["flashlight-text>=0.0.7"],
     "plot": ["matplotlib>=3.7"],  # ds2_jax.plot; make demo installs it
+    "export": EXPORT,
 }
 
 setup(
@@ -52,6 +58,7 @@ setup(
         "ds2-eval=ds2_jax.commands:evaluate",
         "ds2-build=ds2_jax.commands:build",
         "ds2-transcribe=ds2_jax.commands:transcribe",
+        "ds2-export=ds2_jax.commands:export",
         "ds2-build-lm=ds2_jax.commands:build_lm",
         "ds2-tune-lm=ds2_jax.commands:tune_lm",
         "ds2-plot=ds2_jax.commands:plot",

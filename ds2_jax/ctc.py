@@ -72,9 +72,3 @@ def greedy_ids(logits: jax.Array) -> jax.Array:
     return jnp.argmax(logits, axis=-1).astype(jnp.int32)
 
 
-def collapse(best_path: np.ndarray, length: int) -> np.ndarray:
-    """One argmax path -> label ids (merge repeats, drop blanks)."""
-    path = np.asarray(best_path)[: int(length)]
-    keep = np.ones_like(path, bool)
-    keep[1:] = path[1:] != path[:-1]
-    return path[keep & (path != text.BLANK)]

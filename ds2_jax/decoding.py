@@ -45,9 +45,42 @@ def greedy_texts(ids: np.ndarray, lengths: np.ndarray, alphabet: text.Alphabet =
     """<int32>[B, T] argmax paths and <int32>[B] valid frames -> B texts in `alphabet`, their words
     joined by one space as beam search's are (and references are): a stray space must not count
     as an error of greedy alone."""
-    from ds2_jax import ctc  # jax: not needed by the decoding workers
+    return [" ".join(alphabet.decode(text.collapse(path, n)).split()) for path, n in zip(np.asarray(ids), np.asarray(lengths))]
 
-    return [" ".join(alphabet.decode(ctc.collapse(path, n)).split()) for path, n in zip(np.asarray(ids), np.asarray(lengths))]
+
+@dataclasses.dataclass(frozen=True)
+class TimedWord:
+    """A word of the greedy path and the span of its frames, in seconds from the file's start."""
+
+    word: str
+    start: float  # the first frame that emits one of its characters
+    end: float  # the end of the last such frame
+
+
+def word_timings(path: np.ndarray, length: int, alphabet: text.Alphabet, frame_seconds: float) -> list[TimedWord]:
+    """The words of one argmax path (greedy_texts' words, in order) with their times: a word
+    spans the frames from its first character's first emission to its last character's last
+    (repeats included); output frame t covers [t, t + 1) * frame_seconds (hop x the first conv's
+    time stride: ds2_jax.transcribe.Transcriber.frame_seconds)."""
+    words: list[TimedWord] = []
+    chars: list[str] = []
+    first = last = 0
+    previous = text.BLANK
+    for t, label in enumerate(np.asarray(path)[: int(length)].tolist()):
+        char = None if label == text.BLANK else alphabet.symbols[label - 1]
+        if char is not None and char != " ":
+            if label != previous:
+                if not chars:
+                    first = t
+                chars.append(char)
+            last = t
+        elif char == " " and chars:
+            words.append(TimedWord("".join(chars), first * frame_seconds, (last + 1) * frame_seconds))
+            chars = []
+        previous = label
+    if chars:
+        words.append(TimedWord("".join(chars), first * frame_seconds, (last + 1) * frame_seconds))
+    return words
 
 
 def silence_id(alphabet: text.Alphabet) -> int:

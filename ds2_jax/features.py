@@ -57,10 +57,17 @@ def featurize(
     """
     # Per device under parallelism='jit': XLA would gather the batch around the FFT.
     spectrogram = batch_axis.map_batch(lambda a: log_spectrogram(a, fc), [audio])
-    feats = (spectrogram - mean) / std
     lengths = geometry.num_frames(audio_lengths.astype(jnp.int32), fc.window, fc.hop)
-    mask = jnp.arange(feats.shape[1])[None, :] < lengths[:, None]
-    return jnp.where(mask[..., None], feats, 0.0), lengths
+    return normalize(spectrogram, lengths, mean, std), lengths
+
+
+def normalize(spectrogram: jax.Array, lengths: jax.Array, mean: jax.Array, std: jax.Array) -> jax.Array:
+    """<float32>[B, T, num_bins] (spectrogram - mean) / std with frames at and beyond <int32>[B] `lengths`
+    zeroed (the exported model's first step, ds2_jax.export, as well as featurize's last)."""
+    feats = (spectrogram - mean) / std
+    # An iota, not arange()[None, :]: it converts to ONNX with a symbolic length (jax2onnx).
+    mask = jax.lax.broadcasted_iota(jnp.int32, feats.shape[:2], 1) < jnp.expand_dims(lengths, 1)
+    return jnp.where(jnp.expand_dims(mask, -1), feats, 0.0)
 
 
 def spectrogram_stats(waveforms: Iterable[np.ndarray], fc: settings.Spectrogram = settings.Spectrogram(),

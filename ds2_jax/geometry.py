@@ -29,9 +29,19 @@ def conv_specs(num_conv_layers: int) -> list[ConvSpec]:
     return [FIRST_CONV] + [LATER_CONV] * (num_conv_layers - 1)
 
 
+def _floor_div(a, b: int):
+    """a // b; on a jax array jnp.floor_divide, which converts to ONNX with a symbolic batch (the
+    `//` operator's integer remainder does not: jax2onnx 0.17). jax is imported only when given one."""
+    if isinstance(a, (np.ndarray, np.generic)) or not hasattr(a, "shape"):  # ints, numpy, symbolic dimensions
+        return a // b
+    import jax.numpy as jnp
+
+    return jnp.floor_divide(a, b)
+
+
 def conv_out(length, kernel: int, stride: int, pad: int):
     """Output length of one strided conv (works on ints, numpy and jnp arrays)."""
-    return (length + 2 * pad - kernel) // stride + 1
+    return _floor_div(length + 2 * pad - kernel, stride) + 1
 
 
 def num_frames(num_samples, window: int = 320, hop: int = 160):
@@ -39,11 +49,13 @@ def num_frames(num_samples, window: int = 320, hop: int = 160):
 
     An int for an int; elementwise on numpy arrays (host) and jax arrays (inside the step).
     """
-    frames = (num_samples - window) // hop + 1
+    frames = _floor_div(num_samples - window, hop) + 1
     if isinstance(frames, np.ndarray):
         return np.maximum(frames, 0)
     if isinstance(frames, (int, np.integer)):
         return max(int(frames), 0)
+    if not hasattr(frames, "clip"):  # a symbolic dimension (jax.export): its constraint holds it >= 1
+        return frames
     return frames.clip(0)  # a jax array; geometry imports no jax
 
 

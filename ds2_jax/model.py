@@ -44,7 +44,8 @@ class ModelConfig(settings.Model):
 
 def time_mask(lengths: jax.Array, num_steps: int) -> jax.Array:
     """<bool>[B, T]: True on valid frames."""
-    return jnp.arange(num_steps)[None, :] < lengths[:, None]
+    # An iota, not arange()[None, :]: it converts to ONNX with a symbolic num_steps (jax2onnx).
+    return jax.lax.broadcasted_iota(jnp.int32, (lengths.shape[0], num_steps), 1) < jnp.expand_dims(lengths, 1)
 
 
 def mask_time(x: jax.Array, lengths: jax.Array) -> jax.Array:
@@ -94,9 +95,14 @@ class MaskedBatchNorm(nn.Module):
                 ra_var.value = self.momentum * ra_var.value + (1 - self.momentum) * var
         else:
             mean, var = ra_mean.value, ra_var.value
-        mul = scale * jax.lax.rsqrt(var + self.epsilon)
-        shift = bias - mean * mul
-        return (xf * mul + shift).astype(self.dtype)
+        return batch_norm_affine(xf, scale, bias, mean, var, self.epsilon).astype(self.dtype)
+
+
+def batch_norm_affine(x, scale, bias, mean, var, epsilon: float):
+    """x normalized by (mean, var) and scaled: per channel, so per frame with the running statistics
+    (inference; ds2_jax.streaming applies it chunk by chunk)."""
+    mul = scale * jax.lax.rsqrt(var + epsilon)
+    return x * mul + (bias - mean * mul)
 
 
 class ConvBlock(nn.Module):

@@ -164,3 +164,11 @@ def encode(text: str) -> np.ndarray:
 def decode(ids) -> str:
     """LIBRISPEECH.decode."""
     return LIBRISPEECH.decode(ids)
+
+
+def collapse(best_path: np.ndarray, length: int) -> np.ndarray:
+    """One CTC argmax path -> label ids (merge repeats, drop blanks)."""
+    path = np.asarray(best_path)[: int(length)]
+    keep = np.ones_like(path, bool)
+    keep[1:] = path[1:] != path[:-1]
+    return path[keep & (path != BLANK)]

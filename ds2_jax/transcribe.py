@@ -1,10 +1,13 @@
-"""Audio files -> text with a trained workdir: one 'path<TAB>text' line per file on stdout,
-printed as each batch of --batch_size files is done (a tab, newline or backslash in a path is
+"""Audio files -> text with a trained workdir or its export (--model): one 'path<TAB>text' line
+per file on stdout, printed as each batch of --batch_size files is done (a tab, newline or backslash in a path is
 written \\t, \\n, \\\\, so each line splits at its one tab).
 
     python -m ds2_jax.transcribe --workdir=W a.flac b.wav ...                 # greedy
     python -m ds2_jax.transcribe --workdir=W --lm=lm.arpa [--beam_width=32 \\
         --alpha=0.5 --beta=1.0] a.flac ...                                  # beam + LM
+    python -m ds2_jax.transcribe --model=model.onnx a.flac ...              # an export: onnxruntime, no jax
+    python -m ds2_jax.transcribe --workdir=W --timestamps [--json] a.flac   # word start/end seconds
+    python -m ds2_jax.transcribe --workdir=W --stream [--chunk_ms=320] a.flac  # unidirectional: chunk by chunk
 
 Restores the latest checkpoint of W (or --step=N, or --step=best: the lowest in-training eval
 WER) with the config W was trained with (W/config.json) and the feature statistics stored in
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import logging
 import os
 import sys
@@ -125,12 +129,20 @@ class Transcriber:
         self.alphabet = text.Alphabet.of_setting(self.config.model.alphabet)  # the model's outputs
         self.beam = decoding.make_beam_decoder(decoder_cfg or settings.Decoding(), self.alphabet)
         self.state, self.step = state.restore_state(self.config, workdir, step)
-        self.sample_rate = self.config.features.sample_rate
+        fc = self.config.features
+        self.sample_rate, self.hop, self.window = fc.sample_rate, fc.hop, fc.window
+        self.num_conv_layers = self.config.model.num_conv_layers
         self.batch_size = batch_size
         kw = state.step_kwargs(self.config)
-        self._infer = jax.jit(functools.partial(
+        infer = jax.jit(functools.partial(
             eval_step.infer, model_cfg=kw["model_cfg"], feature_cfg=kw["feature_cfg"], log_probs=self.beam is not None
         ))
+        self._forward = functools.partial(infer, self.state)  # (audio, lengths) -> eval_step.decoder_inputs
+
+    @property
+    def frame_seconds(self) -> float:
+        """Seconds per output frame: the hop times the first conv's time stride."""
+        return self.hop * geometry.FIRST_CONV.strides[0] / self.sample_rate
 
     def transcribe(self, waveforms: list[np.ndarray]) -> list[str]:
         """Texts of <int16>[S_i] waveforms (see transcribe_each); the first failure is raised."""
@@ -155,12 +167,25 @@ class Transcriber:
             texts[i] = t
         return texts
 
+    def transcribe_timed(self, waveforms: list[np.ndarray]) -> list[tuple[str, list[decoding.TimedWord]] | Exception]:
+        """Each waveform's greedy text and its words' times (decoding.word_timings), or the error that
+        stopped it; greedy decoding only (beam search's words have no frames here)."""
+        if self.beam is not None:
+            raise ValueError("word timings come from the greedy path: build the Transcriber with beam_width=0")
+        out: list = []
+        for ids in self.frame_outputs(waveforms):
+            if isinstance(ids, BaseException):
+                out.append(ids)
+                continue
+            words = decoding.word_timings(ids, len(ids), self.alphabet, self.frame_seconds)
+            out.append((decoding.greedy_texts(ids[None], np.array([len(ids)]), self.alphabet)[0], words))
+        return out
+
     def windows(self, num_samples: int) -> list[tuple[int, int, int, int]]:
         """(first sample, end sample, first kept output frame, end kept frame, both counted from
         the window's first) of each window of a file; one window for a file that fits in one."""
-        hop, length = self.config.features.hop, self.config.features.window
-        layers = self.config.model.num_conv_layers
-        total = geometry.output_frames(geometry.num_frames(num_samples, length, hop), layers)
+        hop = self.hop
+        total = geometry.output_frames(geometry.num_frames(num_samples, self.window, hop), self.num_conv_layers)
         window = int(WINDOW_SECONDS * self.sample_rate)
         if num_samples <= window:
             return [(0, num_samples, 0, total)]
@@ -176,8 +201,7 @@ class Transcriber:
 
     def _too_short(self, num_samples: int) -> errors.AudioError | None:
         """An AudioError for audio too short to give the model one output frame."""
-        hop, length = self.config.features.hop, self.config.features.window
-        frames = geometry.output_frames(geometry.num_frames(num_samples, length, hop), self.config.model.num_conv_layers)
+        frames = geometry.output_frames(geometry.num_frames(num_samples, self.window, self.hop), self.num_conv_layers)
         if frames >= 1:
             return None
         return errors.AudioError(f"too short: {1000 * num_samples / self.sample_rate:.0f} ms gives the model no output "
@@ -202,7 +226,7 @@ class Transcriber:
                     i, s0, s1, _, _ = pieces[p]
                     audio[j, : s1 - s0] = waveforms[i][s0:s1]
                     lengths[j] = s1 - s0
-                out = {k: np.asarray(v) for k, v in self._infer(self.state, audio, lengths).items()}
+                out = {k: np.asarray(v) for k, v in self._forward(audio, lengths).items()}
                 for j, p in enumerate(rows):
                     _, _, _, k0, k1 = pieces[p]
                     kept[p] = out[key][j, k0 : min(k1, int(out["lengths"][j]))]
@@ -215,11 +239,29 @@ class Transcriber:
         return [failed[i] if i in failed else np.concatenate(mine[i]) for i in range(len(waveforms))]
 
 
+class OnnxTranscriber(Transcriber):
+    """A Transcriber of an exported model (ds2_jax.export), run by onnxruntime: no jax imported."""
+
+    def __init__(self, path: str, decoder_cfg: settings.Decoding | None = None, batch_size: int = 8, threads: int = 0):
+        from ds2_jax import onnx_model
+
+        self.model = onnx_model.OnnxModel(path, threads)
+        meta = self.model.meta
+        self.alphabet, self.step = meta.alphabet, meta.step
+        self.beam = decoding.make_beam_decoder(decoder_cfg or settings.Decoding(), self.alphabet)
+        self.sample_rate, self.hop, self.window, self.num_conv_layers = (meta.sample_rate, meta.hop, meta.window,
+                                                                         meta.num_conv_layers)
+        self.batch_size = batch_size
+        self._forward = self.model.decoder_inputs
+
+
 def define_flags(fv) -> None:
     from absl import flags
 
-    flags.DEFINE_string("workdir", None, "A training workdir (config.json + checkpoints/).", required=True,
-                        flag_values=fv)
+    flags.DEFINE_string("workdir", None, "A training workdir (config.json + checkpoints/); or --model.", flag_values=fv)
+    flags.DEFINE_string("model", None, "An exported model (python -m ds2_jax.export): run with onnxruntime, no jax; "
+                        "the decoding flags' defaults are settings.Decoding's.", flag_values=fv)
+    flags.DEFINE_integer("threads", 0, "With --model: onnxruntime's threads (0: all cores).", flag_values=fv)
     flags.DEFINE_string("step", None, "Checkpoint step, or 'best' (the lowest in-training eval WER; "
                         "keep_best_checkpoints); default: the latest.", flag_values=fv)
     flags.DEFINE_string("lm", "", "KenLM ARPA/binary word LM: beam search with it.", flag_values=fv)
@@ -230,6 +272,13 @@ def define_flags(fv) -> None:
     flags.DEFINE_float("alpha", None, "LM weight (default: decoding.alpha of the workdir's config).", flag_values=fv)
     flags.DEFINE_float("beta", None, "Word bonus (default: decoding.beta of the workdir's config).", flag_values=fv)
     flags.DEFINE_integer("batch_size", 8, "Files per forward pass.", flag_values=fv)
+    flags.DEFINE_boolean("timestamps", False, "Each word's start and end (seconds, from the greedy path's frames): a "
+                         "line '<TAB>start<TAB>end<TAB>word' per word after its file's line.", flag_values=fv)
+    flags.DEFINE_boolean("stream", False, "Feed each file in --chunk_ms chunks to a unidirectional model "
+                         "(ds2_jax.streaming), greedy; 'partial:' lines on stderr as the text grows.", flag_values=fv)
+    flags.DEFINE_integer("chunk_ms", 320, "With --stream: milliseconds of audio per chunk.", flag_values=fv)
+    flags.DEFINE_boolean("json", False, "One JSON object per file and line: path, text (and words: word, start, end "
+                         "with --timestamps).", flag_values=fv)
 
 
 # Flags checked against the settings' ranges (settings.RANGES) before anything loads.
@@ -246,6 +295,16 @@ def check_flags(args) -> None:
             cli.usage_error(f"--{flag}={value}: must be {settings.RANGES[key].text()}")
     if args.batch_size < 1:
         cli.usage_error(f"--batch_size={args.batch_size}: must be >= 1")
+    if (args.workdir is None) == (args.model is None):
+        cli.usage_error("give one of --workdir (a training workdir) or --model (an exported ONNX model)")
+    if args.model is not None and args.step is not None:
+        cli.usage_error("--step reads a workdir's checkpoints; an exported --model holds one step")
+    if args.threads < 0:
+        cli.usage_error(f"--threads={args.threads}: must be >= 0")
+    if args.stream and args.model is not None:
+        cli.usage_error("--stream runs the JAX model of a --workdir, not an exported --model")
+    if not 10 <= args.chunk_ms <= 60_000:
+        cli.usage_error(f"--chunk_ms={args.chunk_ms}: must be 10..60000")
 
 
 def decoder_settings(args, base: settings.Decoding) -> settings.Decoding:
@@ -279,19 +338,36 @@ def main(argv: list[str] | None = None) -> int:
     from absl import logging as absl_logging
 
     absl_logging.set_verbosity(absl_logging.WARNING)  # orbax's restore chatter
-    from ds2_jax import workdir_config
-
-    config = workdir_config.load_config(args.workdir)  # read once: the Transcriber is handed it
     try:
-        cfg = decoder_settings(args, config.decoding)
-        transcriber = Transcriber(args.workdir, cfg, step=step, batch_size=args.batch_size, config=config)
+        if args.model is not None:
+            transcriber = OnnxTranscriber(args.model, decoder_settings(args, settings.Decoding()), args.batch_size,
+                                          args.threads)
+        else:
+            from ds2_jax import workdir_config
+
+            config = workdir_config.load_config(args.workdir)  # read once: the Transcriber is handed it
+            if args.stream:
+                from ds2_jax import streaming
+
+                streaming.refuse_bidirectional(config)
+            transcriber = Transcriber(args.workdir, decoder_settings(args, config.decoding), step=step,
+                                      batch_size=args.batch_size, config=config)
     except ValueError as e:  # names decoding.* settings: say which flag
         raise ValueError(cli.in_flag_names(str(e), FLAG_OF_SETTING)) from e
 
+    if (args.stream or args.timestamps) and transcriber.beam is not None:
+        raise ValueError(f"--{'stream' if args.stream else 'timestamps'}: greedy decoding only (beam search's words "
+                         "have no frames here): drop --lm and use --beam_width=0")
     failed, done = 0, [0]  # done: files reported so far, counted line by line (a Ctrl-C may come between two)
     try:
         for first in range(0, len(files), args.batch_size):  # printed batch by batch: a pipe sees results as they come
-            failed += _transcribe_batch(transcriber, files[first : first + args.batch_size], done)
+            batch = files[first : first + args.batch_size]
+            if args.stream:
+                for path in batch:
+                    done[0] += 1
+                    failed += _stream_file(transcriber, path, args.chunk_ms, args.timestamps, args.json)
+            else:
+                failed += _transcribe_batch(transcriber, batch, done, args.timestamps, args.json)
     except KeyboardInterrupt:
         print(f"transcribe: interrupted after {done[0]} of {len(files)} files (their lines are above)", file=sys.stderr,
               flush=True)
@@ -303,7 +379,53 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if failed else 0
 
 
-def _transcribe_batch(transcriber: Transcriber, paths: list[str], done: list[int]) -> int:
+def result_lines(path: str, text: str, words: list[decoding.TimedWord] | None, as_json: bool) -> str:
+    """A file's output: 'path<TAB>text' (and a '<TAB>start<TAB>end<TAB>word' line per word), or one JSON line."""
+    if as_json:
+        record = {"path": path, "text": text}
+        if words is not None:
+            record["words"] = [{"word": w.word, "start": round(w.start, 3), "end": round(w.end, 3)} for w in words]
+        return json.dumps(record)
+    return "\n".join([f"{shown(path)}\t{text}", *(f"\t{w.start:.2f}\t{w.end:.2f}\t{w.word}" for w in words or [])])
+
+
+def _stream_file(transcriber: Transcriber, path: str, chunk_ms: int, timestamps: bool, as_json: bool) -> int:
+    """Streams one file through transcriber's model (ds2_jax.streaming), a 'partial:' line on stderr
+    per chunk that changes the text (with the audio time and the chunk's compute time), then the
+    file's line on stdout; returns 1 if it failed."""
+    import time
+
+    from ds2_jax import streaming
+
+    try:
+        audio = load_audio(path, transcriber.sample_rate)
+    except Exception as e:  # noqa: BLE001  (any unreadable file: report it, go on)
+        print(f"error: {path}: {e if isinstance(e, errors.AudioError) else f'{type(e).__name__}: {e}'}",
+              file=sys.stderr, flush=True)
+        return 1
+    stream = streaming.Stream(transcriber.config, transcriber.state)
+    chunk, frames, text = max(int(chunk_ms * transcriber.sample_rate / 1000), 1), [], ""
+    for first in range(0, len(audio) + 1, chunk):
+        start = time.perf_counter()
+        last = first + chunk > len(audio)
+        frames.append(stream.feed(audio[first : first + chunk]))
+        if last:
+            frames.append(stream.finish())
+        ids = np.concatenate(frames).argmax(-1)
+        now = decoding.greedy_texts(ids[None], np.array([len(ids)]), transcriber.alphabet)[0]
+        if now != text and not last:
+            print(f"partial: {shown(path)}: {now} ({min(first + chunk, len(audio)) / transcriber.sample_rate:.2f} s "
+                  f"of audio, {1000 * (time.perf_counter() - start):.0f} ms)", file=sys.stderr, flush=True)
+        text = now
+        if last:
+            break
+    words = decoding.word_timings(ids, len(ids), transcriber.alphabet, transcriber.frame_seconds) if timestamps else None
+    print(result_lines(path, text, words, as_json), flush=True)
+    return 0
+
+
+def _transcribe_batch(transcriber: Transcriber, paths: list[str], done: list[int], timestamps: bool = False,
+                      as_json: bool = False) -> int:
     """Prints each file's line (stdout) or error (stderr), counting it in done[0] just before;
     returns how many failed."""
     loaded, waveforms, failed = [], [], 0
@@ -317,7 +439,8 @@ def _transcribe_batch(transcriber: Transcriber, paths: list[str], done: list[int
         except Exception as e:  # noqa: BLE001  (any unreadable file: report it, go on)
             failed, done[0] = failed + 1, done[0] + 1
             print(f"error: {path}: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
-    for path, t in zip(loaded, transcriber.transcribe_each(waveforms) if waveforms else []):
+    run = transcriber.transcribe_timed if timestamps else transcriber.transcribe_each
+    for path, t in zip(loaded, run(waveforms) if waveforms else []):
         done[0] += 1
         if isinstance(t, errors.AudioError):
             failed += 1
@@ -326,7 +449,8 @@ def _transcribe_batch(transcriber: Transcriber, paths: list[str], done: list[int
             failed += 1
             print(f"error: {path}: {type(t).__name__}: {errors.one_line(t)[:300]}", file=sys.stderr, flush=True)
         else:
-            print(f"{shown(path)}\t{t}", flush=True)
+            text, words = t if timestamps else (t, None)
+            print(result_lines(path, text, words, as_json), flush=True)
     return failed
 
 

@@ -116,6 +116,26 @@ def test_greedy_texts_collapse_repeats_and_respect_lengths():
     assert decoding.greedy_texts(ids, np.array([6, 3])) == ["cc a", "aa"]
 
 
+def _path(spelled: str, alphabet: text.Alphabet = text.LIBRISPEECH) -> np.ndarray:
+    """A hand-made argmax path: '_' is the blank, any other character its label."""
+    return np.array([text.BLANK if c == "_" else alphabet.symbols.index(c) + 1 for c in spelled], np.int32)
+
+
+@pytest.mark.parametrize("spelled, length, expected", [
+    ("__hh_e_ll_lo__  _wo_rld_", None, [("hello", 2, 12), ("world", 17, 23)]),  # a blank splits the double l
+    ("aa a", None, [("a", 0, 2), ("a", 3, 4)]),  # a repeat's frames belong to its character
+    (" _ab  c", 4, [("ab", 2, 4)]),  # frames past the length are not read
+    ("a_a", None, [("aa", 0, 3)]),
+    ("___", None, []),
+])
+def test_word_timings_span_each_words_frames_and_spell_greedys_words(spelled, length, expected):
+    path = _path(spelled)
+    n = len(path) if length is None else length
+    words = decoding.word_timings(path, n, text.LIBRISPEECH, frame_seconds=0.03)
+    assert [(w.word, round(w.start / 0.03, 6), round(w.end / 0.03, 6)) for w in words] == expected
+    assert " ".join(w.word for w in words) == decoding.greedy_texts(path[None], np.array([n]))[0]
+
+
 def test_beam_without_lm_equals_greedy_on_a_confident_path():
     pytest.importorskip("flashlight.lib.text")
     lp = _log_probs("the cat sat")

@@ -76,7 +76,9 @@ def bidirectional(
 
     Under parallelism='jit' each device runs the recurrence on its own rows (batch_axis).
     """
-    valid = (jnp.arange(projections[0].shape[1])[None, :] < lengths[:, None])[:, :, None, None]
+    # An iota, not arange()[None, :]: it converts to ONNX with a symbolic length (jax2onnx).
+    steps = jax.lax.broadcasted_iota(jnp.int32, projections[0].shape[:2], 1)
+    valid = jnp.expand_dims(steps < jnp.expand_dims(lengths, 1), (2, 3))
     xs = jnp.where(valid, jnp.stack(projections, axis=2), jnp.zeros((), projections[0].dtype))
 
     def run(xs, recurrent):  # on one device's rows: the kernels and their policy see the local batch

@@ -87,12 +87,21 @@ def scan_recurrence_time_major(xs: jax.Array, recurrent: jax.Array, cell: str, u
     Returns:
       [T, D, B, H] hidden states in xs's dtype.
     """
-    d, h_size = recurrent.shape[0], recurrent.shape[1]
-    b = xs.shape[2]
+    carry0 = initial_carry(cell, recurrent.shape[0], xs.shape[2], recurrent.shape[1], xs.dtype)
+    return recurrence_from(xs, recurrent, cell, carry0, unroll)[1]
+
+
+def initial_carry(cell: str, directions: int, batch: int, hidden: int, dtype):
+    """The zero state: [D, B, H] in `dtype` (LSTM: and its float32 cell state)."""
+    h0 = jnp.zeros((directions, batch, hidden), dtype)
+    return (h0, jnp.zeros((directions, batch, hidden), jnp.float32)) if cell == "lstm" else h0
+
+
+def recurrence_from(xs: jax.Array, recurrent: jax.Array, cell: str, carry0, unroll: int = 1):
+    """(final carry, [T, D, B, H] states) of the recurrence started from `carry0` (initial_carry's
+    layout): scan_recurrence_time_major's loop, which ds2_jax.streaming continues chunk by chunk."""
     dtype = xs.dtype
     step_fn = CELLS[cell]
-    h0 = jnp.zeros((d, b, h_size), dtype)
-    carry0 = (h0, jnp.zeros((d, b, h_size), jnp.float32)) if cell == "lstm" else h0
 
     def step(carry, x_t):
         h = _hidden(carry)
@@ -110,8 +119,7 @@ def scan_recurrence_time_major(xs: jax.Array, recurrent: jax.Array, cell: str, u
             carry = carry.astype(dtype)
         return carry, out.astype(dtype)
 
-    _, ys = jax.lax.scan(step, carry0, xs, unroll=unroll)
-    return ys
+    return jax.lax.scan(step, carry0, xs, unroll=unroll)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
