@@ -30,6 +30,25 @@ def test_the_lowest_wer_checkpoints_are_kept_beside_the_newest_across_a_restart(
     mgr.close()
 
 
+def test_a_resume_that_keeps_no_best_deletes_none_of_those_kept_before(tmp_path, caplog):
+    mgr = checkpoint.manager(str(tmp_path), keep=1, keep_best=1)
+    for step, wer in {1: 0.5, 2: 0.9, 3: 0.7}.items():
+        checkpoint.save(mgr, step, {"w": np.full(3, step, np.float32)}, wait=True, metrics={"wer": wer, "cer": wer / 2})
+    assert mgr.all_steps() == [1, 3]  # the best and the newest (both ranked by their eval)
+    mgr.close()
+    caplog.set_level("INFO", logger="ds2_jax")
+    with checkpoint.managed(str(tmp_path), keep=1) as mgr:  # resumed with keep_best_checkpoints=0
+        for step in (4, 5, 6):
+            checkpoint.save(mgr, step, {"w": np.full(3, step, np.float32)}, wait=True)
+        assert mgr.all_steps() == [1, 3, 6]  # 4 and 5 went as newest; 1 and 3 stay
+    assert "the best checkpoints an earlier run kept (steps 1, 3) stay untouched" in caplog.text
+    assert checkpoint.best(checkpoint.manager(str(tmp_path))) == (1, {"wer": 0.5, "cer": 0.25})
+    mgr = checkpoint.manager(str(tmp_path), keep=1, keep_best=1)  # ranking again drops the worse of them
+    checkpoint.save(mgr, 7, {"w": np.zeros(3, np.float32)}, wait=True)
+    assert mgr.all_steps() == [1, 7]
+    mgr.close()
+
+
 def _eval_wers(workdir) -> dict[int, tuple[float, float]]:
     """{step: (eval WER, CER)} of metrics.jsonl."""
     return {r["step"]: (r["eval_wer"], r["eval_cer"]) for r in metrics.read_jsonl(os.path.join(workdir, "metrics.jsonl"))
