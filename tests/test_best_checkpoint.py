@@ -1,15 +1,18 @@
 """keep_best_checkpoints: the checkpoints with the lowest in-training eval WER kept beside the
 newest (orbax's own BestN and LatestN), --eval_step=best, and a kill while they are chosen."""
 
+import glob
 import json
 import os
 import signal
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
-from ds2_jax import checkpoint, evaluation, metrics, settings, train, transcribe
-from ds2_jax.tools import build_lm, tune_lm
+from ds2_jax import checkpoint, evaluation, metrics, train, transcribe
+from ds2_jax.tools import build_lm
 from tests import helpers
 from tests.helpers import tiny_config
 
@@ -79,9 +82,14 @@ def test_eval_of_best_scores_the_step_with_the_lowest_in_training_wer(tmp_path, 
     assert transcribe.Transcriber(workdir, step="best").step == best  # transcribe --step=best
     lm = str(tmp_path / "lm.arpa")  # tune_lm --step=best: the same checkpoint, by the same resolution
     build_lm.write_arpa(*build_lm.estimate(build_lm.sentences(["the cat sat", "a dog ran"]), 2), lm)
-    tuned = tune_lm.tune(settings.from_config_dict(config), workdir, lm, "", [0.0], [0.0], beam_width=4, max_utterances=8, step="best")
-    assert tuned["step"] == best != 8 and os.path.basename(tuned["path"]).startswith(f"tune_lm-dev-clean-{best}-")  # 8: latest
-    assert (tuned["greedy"]["wer"], tuned["greedy"]["cer"]) == pytest.approx(wers[best], abs=1e-9)
+    tune = subprocess.run([sys.executable, "-m", "ds2_jax.tools.tune_lm", f"--workdir={workdir}", f"--lm={lm}", "--step=best",
+                           "--alphas=0", "--betas=0", "--beam_width=4", "--max_utterances=8"], cwd=helpers.ROOT,
+                          env=dict(os.environ, JAX_PLATFORMS="cpu"), capture_output=True, text=True, timeout=300)
+    assert tune.returncode == 0, tune.stderr[-2000:]
+    (tuned,) = glob.glob(os.path.join(workdir, "tune_lm-dev-clean-*.json"))
+    assert best != 8 and os.path.basename(tuned).startswith(f"tune_lm-dev-clean-{best}-")  # 8, the newest: 'latest'
+    greedy = json.load(open(tuned))["greedy"]
+    assert (greedy["wer"], greedy["cer"]) == pytest.approx(wers[best], abs=1e-9)
     assert not [r for r in caplog.records if "tracked_metric" in r.getMessage()]  # orbax's warning at step 3's save
 
 
