@@ -556,7 +556,8 @@ class Settings:
     checkpoint_every_steps: int = 1_000  # Orbax checkpoint cadence (and one at the end).
     keep_checkpoints: int = 3  # Checkpoints kept on disk.
     # Also keep the N checkpoints with the lowest in-training eval WER (a checkpoint is written at
-    # each eval; 0 = only the newest keep_checkpoints). --mode=eval --eval_step=best takes the best.
+    # each eval; 0 = only the newest keep_checkpoints, and those an earlier run kept as its best are left
+    # untouched). --mode=eval --eval_step=best takes the best.
     keep_best_checkpoints: int = 0
     prefetch_batches: int = 2  # Batches staged on the devices ahead of the step.
     # Warn once when the devices sit idle waiting for input more than this fraction of
