@@ -34,7 +34,8 @@ def define_flags(fv) -> None:
                         required=True)
     flags.DEFINE_string("manual_dir", "data/tiny_librispeech", "The corpus (LibriSpeech layout).", flag_values=fv)
     flags.DEFINE_integer("steps", 400, "Training steps of each model (the demo's).", flag_values=fv)
-    flags.DEFINE_float("noise_prob", 0.5, "Share of training utterances with noise.", flag_values=fv)
+    flags.DEFINE_float("noise_prob", 0.3, "Share of training utterances with noise (the recommended 0.3).",
+                       flag_values=fv)
     flags.DEFINE_float("snr_db_min", 0.0, "Training noise: lowest SNR.", flag_values=fv)
     flags.DEFINE_float("snr_db_max", 15.0, "Training noise: highest SNR.", flag_values=fv)
     flags.DEFINE_list("seeds", ["0", "1"], "The runs' seeds (each trains both models).", flag_values=fv)

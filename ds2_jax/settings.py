@@ -369,7 +369,7 @@ class Waveform:
     # Additive noise at a random SNR: a folder of noise recordings (searched recursively; any
     # format and rate libsndfile reads) or a text file listing them, one path a line.
     noise_dir: str = ""
-    noise_prob: float = 0.0  # Share of utterances that get noise.
+    noise_prob: float = 0.0  # Share of utterances that get noise (0.3 at 0-15 dB: README, noisy speech).
     noise_snr_db_min: float = 0.0  # SNR drawn uniform in [min, max] dB.
     noise_snr_db_max: float = 15.0  # Highest SNR (dB) of added noise.
     # Speed perturbation (tempo and pitch, as Kaldi/icefall's 0.9/1.0/1.1): resampled by a
