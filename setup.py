@@ -7,7 +7,7 @@ INSTALL_REQUIRES = [
     "array-record>=0.5",
     "etils[epath]>=1.5",
     "flax>=0.8.5",
-    "grain>=0.2.18",  # worker processes that make training batches (ds2_jax.loader)
+    "grain>=0.2.18",  # worker processes that make training batches (ds2_jax.pipeline.loader)
     "importlib_resources>=5",  # tensorflow_datasets' builders import it; not in its own requirements
     "jax>=0.10",  # the Mosaic GPU Pallas API of ds2_jax.kernels.mosaic_rnn (plgpu.kernel, inline_mgpu)
     "jiwer>=3.0",
@@ -46,4 +46,14 @@ setup(
     python_requires=">=3.11",
     install_requires=INSTALL_REQUIRES,
     extras_require=EXTRAS,
+    # The commands (ds2_jax/commands.py): ds2-train is launch.py, the others their `python -m` forms.
+    entry_points={"console_scripts": [
+        "ds2-train=ds2_jax.commands:train",
+        "ds2-eval=ds2_jax.commands:evaluate",
+        "ds2-build=ds2_jax.commands:build",
+        "ds2-transcribe=ds2_jax.commands:transcribe",
+        "ds2-build-lm=ds2_jax.commands:build_lm",
+        "ds2-tune-lm=ds2_jax.commands:tune_lm",
+        "ds2-plot=ds2_jax.commands:plot",
+    ]},
 )

@@ -1,6 +1,6 @@
-"""What waveform augmentation (config.waveform, ds2_jax.data.augment) costs, beside the train step.
+"""What waveform augmentation (config.waveform, ds2_jax.pipeline.augment) costs, beside the train step.
 
-    python -m benchmarks.augmentation --out=DIR [--manual_dir=data/tiny_librispeech] [--steps=20]
+    python -m benchmarks.augmentation --out=DIR [--manual_dir=corpora/tiny_librispeech] [--steps=20]
         [--train_steps=40 --num_workers=1]
 
 For each part alone and all together (each at probability 1, the worst case): the host time to
@@ -42,7 +42,7 @@ def define_flags(fv) -> None:
 
     flags.DEFINE_string("out", None, "Folder for augmentation.json / .md (and the generated noise).", flag_values=fv,
                         required=True)
-    flags.DEFINE_string("manual_dir", "data/tiny_librispeech", "LibriSpeech-layout corpus (train-clean-100).",
+    flags.DEFINE_string("manual_dir", "corpora/tiny_librispeech", "LibriSpeech-layout corpus (train-clean-100).",
                         flag_values=fv)
     flags.DEFINE_string("data_dir", "", "tfds data_dir for its build (default: DIR/tfds).", flag_values=fv)
     flags.DEFINE_integer("batch", 16, "Utterances per batch (the demo's).", flag_values=fv)
@@ -95,8 +95,8 @@ def step_ms(config, steps: int) -> float:
     import jax
 
     from ds2_jax import settings, state as state_lib, train
-    from ds2_jax.data.batch import Sharding
-    from ds2_jax.data.source import make_source
+    from ds2_jax.pipeline.batch import Sharding
+    from ds2_jax.pipeline.source import make_source
 
     config = settings.from_config_dict(config)
     source = make_source(config, Sharding(config.per_device_batch_size))
@@ -131,8 +131,8 @@ def train_run(config, workdir: str, steps: int, workers: int) -> dict:
 
 def main(argv=None) -> int:
     from ds2_jax import cli, settings
-    from ds2_jax.data.batch import Sharding
-    from ds2_jax.data.source import make_source
+    from ds2_jax.pipeline.batch import Sharding
+    from ds2_jax.pipeline.source import make_source
 
     args, _ = cli.parse_args(argv, define_flags, __doc__)
     os.makedirs(args.out, exist_ok=True)

@@ -7,7 +7,7 @@
 --make_clips=N first writes N clips of 6-8 s (noisy tones; the reader never looks at the
 content) in the LibriSpeech layout under --workdir and builds them, reporting build time
 and peak memory. Reading uses only utterances of 6-8 s (the seed's training window),
-through ds2_jax.data.loader as the trainer reads (inline with --num_workers=0, else grain
+through ds2_jax.pipeline.loader as the trainer reads (inline with --num_workers=0, else grain
 worker processes; several counts in one run, e.g. --num_workers=0,1,2,4,8,16), after a
 warm-up of four batches per worker (the first batch's wait, worker start-up, reported apart). --to_device also stages every batch on all local jax
 devices as the trainer does (parallel.put_batches). Each row: utt/s, the main process's
@@ -28,8 +28,8 @@ import soundfile
 
 from configs import default
 from ds2_jax import settings
-from ds2_jax.data.batch import Sharding
-from ds2_jax.data.source import make_source
+from ds2_jax.pipeline.batch import Sharding
+from ds2_jax.pipeline.source import make_source
 
 
 def make_clips(manual_dir: str, count: int, seed: int = 0, seconds: tuple[float, float] = (6.0, 8.0)) -> None:
@@ -84,11 +84,11 @@ class PeakTreeRss:
 
 
 def read_rate(config, sharding, source, steps: int, to_device: bool) -> dict:
-    """utt/s of steps 1..steps through ds2_jax.data.loader (and the devices), after a warm-up."""
+    """utt/s of steps 1..steps through ds2_jax.pipeline.loader (and the devices), after a warm-up."""
     import jax
 
     from ds2_jax import parallel
-    from ds2_jax.data import loader
+    from ds2_jax.pipeline import loader
 
     warm = 4 * max(1, loader.resolve_num_workers(config.dataset))  # every worker past its first batches
     host = loader.train_batches(config, sharding, source, 0, 1 + warm + steps)

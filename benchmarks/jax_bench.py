@@ -11,9 +11,9 @@ import jax
 from benchmarks import profile, timing
 from ds2_jax import features, model, parallel, settings, train
 from ds2_jax import state as state_lib
-from ds2_jax.data.batch import Sharding
-from ds2_jax.data.source import DataSettings
-from ds2_jax.data.synthetic import SyntheticSource
+from ds2_jax.pipeline.batch import Sharding
+from ds2_jax.pipeline.source import DataSettings
+from ds2_jax.pipeline.synthetic import SyntheticSource
 
 VARIANTS = ("jax", "jax_jit", "jax_eager")
 PARALLELISM = {"jax": "pmap", "jax_jit": "jit", "jax_eager": "pmap"}  # jax_eager: compile=False

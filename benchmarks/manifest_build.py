@@ -1,8 +1,8 @@
 """How fast a `manifest` dataset builds, against the bare decode + resample rate of the same files.
 
-    python -m benchmarks.manifest_build --manual_dir=data/tiny_es/common_voice --split=train \\
+    python -m benchmarks.manifest_build --manual_dir=corpora/tiny_es/common_voice --split=train \\
         --copies=8 --workers=0,1,2 --out=DIR
-    python -m benchmarks.manifest_build --librispeech=data/tiny_librispeech --join=10 --copies=40 --workers=0,1,2 \\
+    python -m benchmarks.manifest_build --librispeech=corpora/tiny_librispeech --join=10 --copies=40 --workers=0,1,2 \\
         --out=DIR                                                   # ~13 s FLACs at 16 kHz, as LibriSpeech's
 
 Makes a manifest of `--copies` x the split's utterances (each copy a symlink to the same
@@ -82,7 +82,7 @@ def cpu_s() -> tuple[float, float]:
 
 def measure(args) -> dict:
     from ds2_jax import settings
-    from ds2_jax.data.source import DataSettings
+    from ds2_jax.pipeline.source import DataSettings
     from ds2_jax.datasets import build, manifest
 
     root = tempfile.mkdtemp(prefix="manifest_build_")

@@ -2,7 +2,7 @@
 config.waveform noise, scored on the clean test split and on a noisy copy of it whose noise
 training never saw (ds2_jax.tools.make_noisy).
 
-    python -m benchmarks.noisy_speech --out=DIR [--manual_dir=data/tiny_librispeech] [--steps=400] [--seeds=0,1]
+    python -m benchmarks.noisy_speech --out=DIR [--manual_dir=corpora/tiny_librispeech] [--steps=400] [--seeds=0,1]
 
 Generates two disjoint noise sets under DIR: training noise (colored noises: pink, brown and
 band-passed white, seed 0) and evaluation noise of other kinds (mains hum with harmonics under
@@ -32,7 +32,7 @@ def define_flags(fv) -> None:
 
     flags.DEFINE_string("out", None, "Results, noise, the noisy corpus and the two workdirs.", flag_values=fv,
                         required=True)
-    flags.DEFINE_string("manual_dir", "data/tiny_librispeech", "The corpus (LibriSpeech layout).", flag_values=fv)
+    flags.DEFINE_string("manual_dir", "corpora/tiny_librispeech", "The corpus (LibriSpeech layout).", flag_values=fv)
     flags.DEFINE_integer("steps", 400, "Training steps of each model (the demo's).", flag_values=fv)
     flags.DEFINE_float("noise_prob", 0.3, "Share of training utterances with noise (the recommended 0.3).",
                        flag_values=fv)

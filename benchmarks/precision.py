@@ -4,7 +4,7 @@
         [--seeds=0,1,2,3,4] [--runs=float32:scan_vjp,bfloat16:scan_vjp,bfloat16:auto] [--processes=5] \
         [--data_dir=.demo/tfds] [--config.deterministic=True] [--config.x=y ...]
 
-Trains the config's model (default: the seed's) once per (run, seed) on data/tiny_librispeech
+Trains the config's model (default: the seed's) once per (run, seed) on corpora/tiny_librispeech
 for the same steps and batches: a run is model.dtype:model.rnn_impl ('auto' takes the fast
 kernels where they run), the seed is config.seed (initial parameters and batch order). The
 first run is the reference. The dataset section always comes from configs/demo.py (the bundled

@@ -185,8 +185,8 @@ def setup(config, data_dir: str):
     import jax
 
     from ds2_jax import state as state_lib
-    from ds2_jax.data.batch import Sharding
-    from ds2_jax.data.source import make_source
+    from ds2_jax.pipeline.batch import Sharding
+    from ds2_jax.pipeline.source import make_source
 
     config = settings.from_config_dict(precision.on_bundled_corpus(config, 1, 1, 1, data_dir))
     source = make_source(config, Sharding(global_batch=config.per_device_batch_size))

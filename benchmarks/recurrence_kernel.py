@@ -13,13 +13,14 @@ and gradients against a float32 scan_vjp at full matmul precision. Writes DIR/re
 from __future__ import annotations
 
 import json
+import os
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from absl import flags
 
-from benchmarks import micro, timing
+from benchmarks import timing
 from ds2_jax.kernels import mosaic_rnn, triton_rnn
 from ds2_jax.rnn import recurrence
 from ds2_jax.rnn.reference import scan_vjp_recurrence
@@ -32,6 +33,32 @@ _DTYPE = flags.DEFINE_string("dtype", "bfloat16", "Compute dtype.")
 _MOSAIC = flags.DEFINE_bool("mosaic", True, "Also the Mosaic GPU kernels (Hopper GPUs only).")
 _MOSAIC_PLANS = flags.DEFINE_list(
     "mosaic_plans", ["auto"], "Mosaic calls to time, each ROWS_PER_CALL/PIECES (e.g. 32/1,64/4) or 'auto'.")
+
+
+def rel_err(a, b) -> float:
+    """||a - b|| / ||b|| in float32."""
+    a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
+
+
+def write_report(out_dir: str, name: str, rows: list[dict], table: list[str]) -> None:
+    """DIR/<name>.json (device + rows) and DIR/<name>.md (the markdown `table` lines); prints the table."""
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, f"{name}.json"), "w") as f:
+        json.dump({"device": str(jax.devices()[0].device_kind), "rows": rows}, f, indent=1)
+    with open(os.path.join(out_dir, f"{name}.md"), "w") as f:
+        f.write("\n".join(table) + "\n")
+    print("\n".join(table))
+
+
+def layer_fns(impl):
+    """(forward, forward+backward) jitted for one recurrence implementation impl(xs, w)."""
+    fwd = jax.jit(impl)
+
+    def loss(xs, w, ct):
+        return jnp.sum(impl(xs, w).astype(jnp.float32) * ct)
+
+    return fwd, jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))
 
 
 def main(argv):
@@ -58,20 +85,20 @@ def main(argv):
                     per_call, pieces)
     # Float32 truth: scan_vjp on the same (rounded) inputs at full matmul precision.
     with jax.default_matmul_precision("highest"):
-        truth_fwd, truth_grad = micro.layer_fns(impls["scan_vjp unroll 8"])
+        truth_fwd, truth_grad = layer_fns(impls["scan_vjp unroll 8"])
         x32, w32 = xs.astype(jnp.float32), w.astype(jnp.float32)
         reference = (truth_fwd(x32, w32), *truth_grad(x32, w32, ct)[1])
     rows = []
     for name, impl in impls.items():
-        fwd, fwd_bwd = micro.layer_fns(impl)
+        fwd, fwd_bwd = layer_fns(impl)
         row = {"impl": name, "shape": [t, d, b, h], "dtype": dtype.name}
         try:
             row["compile_fwd_s"], row["fwd_ms"] = timing.call_ms(lambda: jax.block_until_ready(fwd(xs, w)), _STEPS.value)
             row["compile_fwd_bwd_s"], row["fwd_bwd_ms"] = timing.call_ms(
                 lambda: jax.block_until_ready(fwd_bwd(xs, w, ct)), _STEPS.value)
             ys, (_, (dxs, dw)) = fwd(xs, w), fwd_bwd(xs, w, ct)
-            row.update(rel_err_ys=micro.rel_err(ys, reference[0]), rel_err_dxs=micro.rel_err(dxs, reference[1]),
-                       rel_err_dw=micro.rel_err(dw, reference[2]), status="ok")
+            row.update(rel_err_ys=rel_err(ys, reference[0]), rel_err_dxs=rel_err(dxs, reference[1]),
+                       rel_err_dw=rel_err(dw, reference[2]), status="ok")
         except Exception as e:  # a failing setting is reported, the others still run
             row.update(status="error", error=f"{type(e).__name__}: {e}"[:500])
         print(json.dumps(row), flush=True)
@@ -83,7 +110,7 @@ def main(argv):
             continue
         lines.append(f"| {r['impl']} | {r['fwd_ms']:.2f} | {r['fwd_bwd_ms']:.2f} | {r['compile_fwd_bwd_s']:.1f} | "
                      f"{r['rel_err_ys']:.1e} / {r['rel_err_dxs']:.1e} / {r['rel_err_dw']:.1e} |")
-    micro.write_report(_OUT.value, "recurrence_kernel", rows, lines)
+    write_report(_OUT.value, "recurrence_kernel", rows, lines)
 
 
 if __name__ == "__main__":

@@ -37,9 +37,9 @@ import torch
 from benchmarks import profile, timing
 from benchmarks.torch_model import TorchDS2, count_params, ctc_loss
 from ds2_jax import settings
-from ds2_jax.data.batch import Sharding
-from ds2_jax.data.source import DataSettings
-from ds2_jax.data.synthetic import SyntheticSource
+from ds2_jax.pipeline.batch import Sharding
+from ds2_jax.pipeline.source import DataSettings
+from ds2_jax.pipeline.synthetic import SyntheticSource
 from ds2_jax.model import ModelConfig
 
 VARIANTS = ("torch_loop", "torch_cudnn", "torch_compile", "torch_cudnn_graphs")

@@ -27,7 +27,7 @@ from absl import flags
 from benchmarks import input_pipeline as input_bench
 from benchmarks import jax_bench
 from ds2_jax import cli, settings, train
-from ds2_jax.data import loader
+from ds2_jax.pipeline import loader
 
 _CONFIG = cli.define_config_file("config", "configs/ds2_8gpu.py", "Config file.")
 _SOURCES = flags.DEFINE_list("sources", ["synthetic", "clips"], "synthetic and/or clips.")

@@ -13,7 +13,7 @@ def get_config():
     config.eval_every_steps = 200
     config.checkpoint_every_steps = 200
     config.dataset.name = "librispeech_local"
-    config.dataset.manual_dir = "data/tiny_librispeech"
+    config.dataset.manual_dir = "corpora/tiny_librispeech"
     config.dataset.data_dir = ".demo/tfds"
     config.dataset.train_splits = "train-clean-100"
     config.dataset.eval_split = "test-clean"

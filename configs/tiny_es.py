@@ -1,10 +1,10 @@
-"""The bundled Spanish corpus (data/tiny_es/common_voice: Common Voice's layout, espeak-ng
+"""The bundled Spanish corpus (corpora/tiny_es/common_voice: Common Voice's layout, espeak-ng
 voices, held-out test speakers) with the demo's model, trained on the CPU in a few minutes:
 
     python launch.py --config=configs/tiny_es.py --workdir=runs/es
     python launch.py --config=configs/tiny_es.py --workdir=runs/es --mode=eval --config.eval.split=test
 
-The same utterances as NeMo manifests (8 kHz WAV): --config.dataset.manual_dir=data/tiny_es/nemo
+The same utterances as NeMo manifests (8 kHz WAV): --config.dataset.manual_dir=corpora/tiny_es/nemo
 --config.dataset.data_dir=.tiny_es/tfds-nemo.
 """
 
@@ -17,7 +17,7 @@ def get_config():
     config.eval_every_steps = 200
     config.checkpoint_every_steps = 200
     config.dataset.name = "manifest"
-    config.dataset.manual_dir = "data/tiny_es/common_voice"
+    config.dataset.manual_dir = "corpora/tiny_es/common_voice"
     config.dataset.data_dir = ".tiny_es/tfds"
     config.dataset.train_splits = "train"  # the alphabet is derived from it at build
     config.dataset.eval_split = "dev"

@@ -53,7 +53,7 @@ def per_utterance_loss(
       logits: <float32>[B, T, V] unnormalized, blank = 0.
       logit_lengths, label_lengths: <int32>[B].
       labels: <int32>[B, L].
-      impl: 'optax' (lax.scan), 'pallas' (ds2_jax.kernels.ctc) or 'auto' (rnn.dispatch decides). Under
+      impl: 'optax' (lax.scan), 'pallas' (ds2_jax.kernels.ctc) or 'auto' (kernels.dispatch decides). Under
         parallelism='jit' each device computes the losses of its own rows (batch_axis).
     Returns:
       (<float32>[B] loss, 0 where infeasible; <bool>[B] feasible).

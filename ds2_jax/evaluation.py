@@ -26,7 +26,7 @@ import numpy as np
 
 from ds2_jax import checkpoint, decoding, eval_step, files, memory, metrics, parallel, settings, text, workdir_config
 from ds2_jax.batch_axis import AXIS
-from ds2_jax.data.source import Source, make_source
+from ds2_jax.pipeline.source import Source, make_source
 from ds2_jax.state import TrainState, restore_state, step_kwargs
 
 log = logging.getLogger("ds2_jax")

@@ -51,3 +51,15 @@ class Hooks:
         if self.faults.kill_at == f"{point}:{step}":
             log.warning("fault injection: SIGKILL at %s of step %d", point, step)
             os.kill(os.getpid(), signal.SIGKILL)
+
+
+def parse_steps(spec: str) -> tuple[int, ...]:
+    """'3,5-7' -> (3, 5, 6, 7)."""
+    steps: list[int] = []
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        lo, _, hi = part.partition("-")
+        first, last = int(lo), int(hi or lo)
+        if last < first:
+            raise ValueError(f"empty step range {part!r}")
+        steps.extend(range(first, last + 1))
+    return tuple(steps)

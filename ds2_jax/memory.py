@@ -28,7 +28,7 @@ import re
 import jax
 import numpy as np
 
-from ds2_jax.data import batch as batch_format
+from ds2_jax.pipeline import batch as batch_format
 from ds2_jax.kernels import dispatch
 
 log = logging.getLogger("ds2_jax")
@@ -52,7 +52,7 @@ class Estimate:
 
 
 def batch_spec(rows: int, samples: int, label_len: int) -> dict[str, jax.ShapeDtypeStruct]:
-    """The shapes and dtypes of a padded batch (data.batch.pad_batch's format) of `rows` rows."""
+    """The shapes and dtypes of a padded batch (pipeline.batch.pad_batch's format) of `rows` rows."""
     one = batch_format.pad_batch([], samples, label_len, 1)
     return {k: jax.ShapeDtypeStruct((rows, *v.shape[1:]), v.dtype) for k, v in one.items()}
 

@@ -27,7 +27,7 @@ import numpy as np
 from flax import jax_utils
 
 from ds2_jax import batch_axis, settings
-from ds2_jax.data.batch import Sharding, shard_for_devices
+from ds2_jax.pipeline.batch import Sharding, shard_for_devices
 
 AXIS = batch_axis.AXIS
 

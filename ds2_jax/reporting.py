@@ -21,7 +21,7 @@ import jax
 import numpy as np
 
 from ds2_jax import metrics, progress, resilience, settings
-from ds2_jax.data import loader
+from ds2_jax.pipeline import loader
 
 log = logging.getLogger("ds2_jax")
 

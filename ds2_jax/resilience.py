@@ -243,13 +243,3 @@ def check_workdir(workdir: str, checkpoint_bytes: int) -> None:
         )
 
 
-def parse_steps(spec: str) -> tuple[int, ...]:
-    """'3,5-7' -> (3, 5, 6, 7)."""
-    steps: list[int] = []
-    for part in filter(None, (p.strip() for p in spec.split(","))):
-        lo, _, hi = part.partition("-")
-        first, last = int(lo), int(hi or lo)
-        if last < first:
-            raise ValueError(f"empty step range {part!r}")
-        steps.extend(range(first, last + 1))
-    return tuple(steps)

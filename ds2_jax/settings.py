@@ -28,7 +28,7 @@ import math
 import typing
 from typing import Any, ClassVar
 
-from ds2_jax import geometry, resilience, text
+from ds2_jax import faults, geometry, text
 
 DATASETS = ("synthetic", "librispeech_local", "librispeech", "manifest")
 LIBRISPEECH_DATASETS = ("librispeech_local", "librispeech")  # stored at 16 kHz, LibriSpeech's alphabet
@@ -188,6 +188,11 @@ def _check_ranges(obj) -> None:
             raise ValueError(f"{key}={value!r}: must be {finite}{RANGES[key].text()}")
 
 
+def setting(default, help: str):  # noqa: A002 - `help` is the key dataclasses metadata uses here
+    """A field of a settings section: its default and its help text (--print_config's meaning)."""
+    return dataclasses.field(default=default, metadata={"help": help})
+
+
 def _one_of(name: str, value, allowed) -> None:
     if value not in allowed:
         raise ValueError(f"{name}={value!r}: expected one of {list(allowed)}")
@@ -202,15 +207,15 @@ class Faults:
 
     KEY: ClassVar[str] = "faults"
 
-    nan_at_steps: str = ""  # e.g. "5,7-9": these steps get a NaN loss and gradient.
-    kill_at: str = ""  # "step:N", "checkpoint:N" or "eval:N": SIGKILL there.
-    hang_at_step: int = -1  # Block forever before this step (watchdog drill).
-    kill_input_worker_at_step: int = -1  # The input worker making this step's batch dies.
+    nan_at_steps: str = setting("", 'e.g. "5,7-9": these steps get a NaN loss and gradient.')
+    kill_at: str = setting("", '"step:N", "checkpoint:N" or "eval:N": SIGKILL there.')
+    hang_at_step: int = setting(-1, 'Block forever before this step (watchdog drill).')
+    kill_input_worker_at_step: int = setting(-1, "The input worker making this step's batch dies.")
 
     def __post_init__(self):
         _check_ranges(self)
         try:
-            resilience.parse_steps(self.nan_at_steps)
+            faults.parse_steps(self.nan_at_steps)
         except ValueError:
             raise ValueError(f"faults.nan_at_steps={self.nan_at_steps!r}: expected steps like '5,7-9'") from None
         if self.kill_at:
@@ -226,45 +231,71 @@ class Dataset:
 
     KEY: ClassVar[str] = "dataset"
 
-    # 'synthetic' (random audio and text, compute only), 'librispeech_local' (the
-    # project's tfds builder over a LibriSpeech-layout manual_dir), 'librispeech'
-    # (tfds's official, already prepared build) or 'manifest' (your own data: every
-    # <split>.tsv/.csv/.jsonl/.json of manual_dir is a split; ds2_jax/datasets/manifest.py).
-    name: str = "synthetic"
-    manual_dir: str = ""  # librispeech_local: LibriSpeech tree or *.tar.gz archives; manifest: the manifests' folder.
-    data_dir: str = ""  # tfds data_dir; '' = tfds default (~/tensorflow_datasets).
-    train_splits: str = "train-clean-100+train-clean-360+train-other-500"  # Training splits, '+'-separated.
-    eval_split: str = "dev-clean"  # Split evaluated during training.
-    min_duration_s: float = 0.0  # Utterances shorter than this are skipped.
-    max_duration_s: float = 27.0  # Utterances longer than this are skipped.
-    num_buckets: int = 4  # Duration buckets = compiled shapes (<= 8).
-    sortagrad: bool = True  # First epoch in ascending duration (DS2 SortaGrad).
-    feature_stats_utterances: int = 2000  # Sample size for per-bin mean/std.
-    # Worker processes (grain) that read, decode and pad training batches off the step's
-    # critical path; 0 = inline in the training process; -1 = from the cores present
-    # (ds2_jax.data.loader.resolve_num_workers: cores - 2, at most 16; 0 for synthetic data).
-    num_workers: int = -1
-    worker_buffer_size: int = 2  # Batches each worker keeps ready.
+    name: str = setting(
+        "synthetic",
+        "'synthetic' (random audio and text, compute only), 'librispeech_local' (the project's tfds "
+        "builder over a LibriSpeech-layout manual_dir), 'librispeech' (tfds's official, already prepared "
+        "build) or 'manifest' (your own data: every <split>.tsv/.csv/.jsonl/.json of manual_dir is a "
+        'split; ds2_jax/datasets/manifest.py).',
+    )
+    manual_dir: str = setting(
+        "",
+        "librispeech_local: LibriSpeech tree or *.tar.gz archives; manifest: the manifests' folder.",
+    )
+    data_dir: str = setting("", "tfds data_dir; '' = tfds default (~/tensorflow_datasets).")
+    train_splits: str = setting("train-clean-100+train-clean-360+train-other-500", "Training splits, '+'-separated.")
+    eval_split: str = setting("dev-clean", 'Split evaluated during training.')
+    min_duration_s: float = setting(0.0, 'Utterances shorter than this are skipped.')
+    max_duration_s: float = setting(27.0, 'Utterances longer than this are skipped.')
+    num_buckets: int = setting(4, 'Duration buckets = compiled shapes (<= 8).')
+    sortagrad: bool = setting(True, 'First epoch in ascending duration (DS2 SortaGrad).')
+    feature_stats_utterances: int = setting(2000, 'Sample size for per-bin mean/std.')
+    num_workers: int = setting(
+        -1,
+        "Worker processes (grain) that read, decode and pad training batches off the step's critical "
+        'path; 0 = inline in the training process; -1 = from the cores present '
+        '(ds2_jax.pipeline.loader.resolve_num_workers: cores - 2, at most 16; 0 for synthetic data).',
+    )
+    worker_buffer_size: int = setting(2, 'Batches each worker keeps ready.')
     # Synthetic source: utterances uniform in [min_duration_s, max_duration_s] of the
     # synthetic_* bounds, random int16 noise, random transcripts of chars_per_second.
-    synthetic_min_duration_s: float = 6.0
-    synthetic_max_duration_s: float = 8.0
-    synthetic_chars_per_second: float = 14.0
-    synthetic_num_utterances: int = 15_552  # One "epoch" (the seed's 972 x 16).
-    synthetic_pool_size: int = 512  # Distinct utterances; index i repeats i % this.
-    # Manifest datasets (name='manifest'), read at build time; the prepared data records them.
-    # The alphabet: a vocabulary file (one symbol a line, the space as '<space>'); '' = derived
-    # from the transcripts of the train_splits at build time.
-    vocabulary: str = ""
-    lower_case: bool = True  # Transcripts lower-cased (text.normalize).
-    strip_punctuation: bool = True  # Punctuation and symbols removed, apostrophes kept (text.normalize).
-    path_column: str = ""  # CSV/TSV/JSON column of the audio path; '' = a known name (path, audio_filepath, ...).
-    text_column: str = ""  # Column of the transcript; '' = a known name (sentence, text, transcript, ...).
-    stereo: str = "downmix"  # Audio of several channels: 'downmix' (their mean) or 'skip' (counted).
-    # Manifests built, '+'-separated; '' = every manifest of manual_dir but Common Voice's
-    # supersets and side files (validated, invalidated, other, reported, ...).
-    manifest_splits: str = ""
-    build_workers: int = -1  # Processes decoding audio at build; -1 = the cores present, 0 = inline.
+    synthetic_min_duration_s: float = setting(
+        6.0,
+        'Synthetic source: utterances uniform in [min_duration_s, max_duration_s] of the synthetic_* '
+        'bounds, random int16 noise, random transcripts of chars_per_second.',
+    )
+    synthetic_max_duration_s: float = setting(
+        8.0,
+        'Synthetic source: utterances uniform in [min_duration_s, max_duration_s] of the synthetic_* '
+        'bounds, random int16 noise, random transcripts of chars_per_second.',
+    )
+    synthetic_chars_per_second: float = setting(
+        14.0,
+        'Synthetic source: utterances uniform in [min_duration_s, max_duration_s] of the synthetic_* '
+        'bounds, random int16 noise, random transcripts of chars_per_second.',
+    )
+    synthetic_num_utterances: int = setting(15_552, 'One "epoch" (the seed\'s 972 x 16).')
+    synthetic_pool_size: int = setting(512, 'Distinct utterances; index i repeats i % this.')
+    vocabulary: str = setting(
+        "",
+        "Manifest datasets (name='manifest'), read at build time; the prepared data records them. The "
+        "alphabet: a vocabulary file (one symbol a line, the space as '<space>'); '' = derived from the "
+        'transcripts of the train_splits at build time.',
+    )
+    lower_case: bool = setting(True, 'Transcripts lower-cased (text.normalize).')
+    strip_punctuation: bool = setting(True, 'Punctuation and symbols removed, apostrophes kept (text.normalize).')
+    path_column: str = setting(
+        "",
+        "CSV/TSV/JSON column of the audio path; '' = a known name (path, audio_filepath, ...).",
+    )
+    text_column: str = setting("", "Column of the transcript; '' = a known name (sentence, text, transcript, ...).")
+    stereo: str = setting("downmix", "Audio of several channels: 'downmix' (their mean) or 'skip' (counted).")
+    manifest_splits: str = setting(
+        "",
+        "Manifests built, '+'-separated; '' = every manifest of manual_dir but Common Voice's supersets "
+        'and side files (validated, invalidated, other, reported, ...).',
+    )
+    build_workers: int = setting(-1, 'Processes decoding audio at build; -1 = the cores present, 0 = inline.')
 
     def __post_init__(self):
         _check_ranges(self)
@@ -296,10 +327,10 @@ class Spectrogram:
 
     KEY: ClassVar[str] = "features"
 
-    sample_rate: int = 16_000  # Hz; manifest data is resampled to it at build; LibriSpeech is 16 kHz.
-    window_ms: float = 20.0  # Hann window -> 161 linear bins at 16 kHz.
-    hop_ms: float = 10.0  # One frame every hop_ms.
-    eps: float = 1e-14  # log(power + eps).
+    sample_rate: int = setting(16_000, 'Hz; manifest data is resampled to it at build; LibriSpeech is 16 kHz.')
+    window_ms: float = setting(20.0, 'Hann window -> 161 linear bins at 16 kHz.')
+    hop_ms: float = setting(10.0, 'One frame every hop_ms.')
+    eps: float = setting(1e-14, 'log(power + eps).')
 
     @property
     def window(self) -> int:
@@ -319,10 +350,16 @@ class SpecAugment:
     """SpecAugment masks (ds2_jax.features.spec_augment); 0 masks = off."""
 
     # SpecAugment masks, applied to training batches only (0 masks = off, as in the seed).
-    freq_masks: int = 0
-    freq_mask_width: int = 27
-    time_masks: int = 0
-    time_mask_max_fraction: float = 0.05
+    freq_masks: int = setting(0, 'SpecAugment masks, applied to training batches only (0 masks = off, as in the seed).')
+    freq_mask_width: int = setting(
+        27,
+        'SpecAugment masks, applied to training batches only (0 masks = off, as in the seed).',
+    )
+    time_masks: int = setting(0, 'SpecAugment masks, applied to training batches only (0 masks = off, as in the seed).')
+    time_mask_max_fraction: float = setting(
+        0.05,
+        'SpecAugment masks, applied to training batches only (0 masks = off, as in the seed).',
+    )
 
     @property
     def enabled(self) -> bool:
@@ -361,28 +398,31 @@ class Features(SpecAugment, Spectrogram):
 
 @dataclasses.dataclass(frozen=True)
 class Waveform:
-    """Waveform augmentation of training utterances (ds2_jax.data.augment: in the input workers,
+    """Waveform augmentation of training utterances (ds2_jax.pipeline.augment: in the input workers,
     before padding; a pure function of (seed, step, row)); every part off by default."""
 
     KEY: ClassVar[str] = "waveform"
 
-    # Additive noise at a random SNR: a folder of noise recordings (searched recursively; any
-    # format and rate libsndfile reads) or a text file listing them, one path a line.
-    noise_dir: str = ""
-    noise_prob: float = 0.0  # Share of utterances that get noise (0.3 at 0-15 dB: README, noisy speech).
-    noise_snr_db_min: float = 0.0  # SNR drawn uniform in [min, max] dB.
-    noise_snr_db_max: float = 15.0  # Highest SNR (dB) of added noise.
-    # Speed perturbation (tempo and pitch, as Kaldi/icefall's 0.9/1.0/1.1): resampled by a
-    # factor uniform in [speed_min, speed_max]; buckets are padded for speed_min.
-    speed_prob: float = 0.0
-    speed_min: float = 0.9  # Slowest speed factor (> 0).
-    speed_max: float = 1.1  # Fastest speed factor.
-    gain_prob: float = 0.0  # Share of utterances scaled by a gain uniform in [gain_db_min, gain_db_max].
-    gain_db_min: float = -6.0  # Lowest gain (dB).
-    gain_db_max: float = 6.0  # Highest gain (dB).
-    # Reverberation: convolution with a room impulse response from this folder or list.
-    rir_dir: str = ""
-    rir_prob: float = 0.0  # Share of utterances reverberated.
+    noise_dir: str = setting(
+        "",
+        'Additive noise at a random SNR: a folder of noise recordings (searched recursively; any format '
+        'and rate libsndfile reads) or a text file listing them, one path a line.',
+    )
+    noise_prob: float = setting(0.0, 'Share of utterances that get noise.')
+    noise_snr_db_min: float = setting(0.0, 'SNR drawn uniform in [min, max] dB.')
+    noise_snr_db_max: float = setting(15.0, 'Highest SNR (dB) of added noise.')
+    speed_prob: float = setting(
+        0.0,
+        "Speed perturbation (tempo and pitch, as Kaldi/icefall's 0.9/1.0/1.1): resampled by a factor "
+        'uniform in [speed_min, speed_max]; buckets are padded for speed_min.',
+    )
+    speed_min: float = setting(0.9, 'Slowest speed factor (> 0).')
+    speed_max: float = setting(1.1, 'Fastest speed factor.')
+    gain_prob: float = setting(0.0, 'Share of utterances scaled by a gain uniform in [gain_db_min, gain_db_max].')
+    gain_db_min: float = setting(-6.0, 'Lowest gain (dB).')
+    gain_db_max: float = setting(6.0, 'Highest gain (dB).')
+    rir_dir: str = setting("", 'Reverberation: convolution with a room impulse response from this folder or list.')
+    rir_prob: float = setting(0.0, 'Share of utterances reverberated.')
 
     def __post_init__(self):
         _check_ranges(self)  # shares in [0, 1], speeds > 0, all finite
@@ -412,36 +452,40 @@ class Model:
 
     KEY: ClassVar[str] = "model"
 
-    num_conv_layers: int = 2  # Conv layers before the RNNs: 1..3 (the seed: 2).
-    conv_channels: int = 32  # Output channels of each conv layer.
-    num_rnn_layers: int = 3  # Recurrent layers after the convs.
-    rnn_size: int = 2048  # Hidden units per direction.
-    rnn_cell: str = "simple"  # 'simple' (clipped ReLU), 'gru' or 'lstm'.
-    share_rnn_weights: bool = True  # One input projection + BN for both directions.
-    bidirectional: bool = True  # False: forward RNN + lookahead row convolution.
-    row_conv_context: int = 20  # Future frames seen by the row convolution.
-    dtype: str = "float32"  # Compute dtype: 'float32' or 'bfloat16' (params stay f32).
-    sync_batch_norm: bool = True  # Batch-norm statistics over all devices.
-    batch_norm_momentum: float = 0.99  # Decay of the batch-norm running statistics.
-    batch_norm_epsilon: float = 1e-5  # Added to the batch-norm variance.
-    # Strided convs: 'direct' (lax.conv_general_dilated with strides, the reference) or
-    # 'space_to_depth' (each stride patch folded into channels, then a stride-1 conv: the
-    # same sums, and tensor-core kernels for conv 1's single input channel; figures in
-    # BUILD_NOTES.md).
-    conv_impl: str = "space_to_depth"
-    # Recurrence: 'scan' (lax.scan + autodiff, the reference), 'scan_vjp' (simple cell:
-    # hand-written backward, weight gradient as one GEMM), 'pallas' (simple cell: one
-    # persistent Pallas kernel per layer and direction pair, GPU; interpreted elsewhere),
-    # 'mosaic' (simple cell, bfloat16, Hopper GPUs: Mosaic GPU kernels on cluster pairs,
-    # batch run in chunks of 16) or 'auto' (per-device batch <= 16 on GPUs: mosaic where
-    # it runs, else pallas when it fits shared memory; otherwise scan_vjp; scan for
-    # GRU/LSTM).
-    rnn_impl: str = "auto"
-    scan_unroll: int = 1  # lax.scan unroll factor.
-    # The characters the model emits (its output layer: one more, the blank); '' = LibriSpeech's
-    # 28 (text.LIBRISPEECH). Training sets it from the prepared data; a resume or eval on data
-    # of another alphabet is refused.
-    alphabet: str = ""
+    num_conv_layers: int = setting(2, 'Conv layers before the RNNs: 1..3 (the seed: 2).')
+    conv_channels: int = setting(32, 'Output channels of each conv layer.')
+    num_rnn_layers: int = setting(3, 'Recurrent layers after the convs.')
+    rnn_size: int = setting(2048, 'Hidden units per direction.')
+    rnn_cell: str = setting("simple", "'simple' (clipped ReLU), 'gru' or 'lstm'.")
+    share_rnn_weights: bool = setting(True, 'One input projection + BN for both directions.')
+    bidirectional: bool = setting(True, 'False: forward RNN + lookahead row convolution.')
+    row_conv_context: int = setting(20, 'Future frames seen by the row convolution.')
+    dtype: str = setting("float32", "Compute dtype: 'float32' or 'bfloat16' (params stay f32).")
+    sync_batch_norm: bool = setting(True, 'Batch-norm statistics over all devices.')
+    batch_norm_momentum: float = setting(0.99, 'Decay of the batch-norm running statistics.')
+    batch_norm_epsilon: float = setting(1e-5, 'Added to the batch-norm variance.')
+    conv_impl: str = setting(
+        "space_to_depth",
+        "Strided convs: 'direct' (lax.conv_general_dilated with strides, the reference) or "
+        "'space_to_depth' (each stride patch folded into channels, then a stride-1 conv: the same sums, "
+        "and tensor-core kernels for conv 1's single input channel; figures in BUILD_NOTES.md).",
+    )
+    rnn_impl: str = setting(
+        "auto",
+        "Recurrence: 'scan' (lax.scan + autodiff, the reference), 'scan_vjp' (simple cell: hand-written "
+        "backward, weight gradient as one GEMM), 'pallas' (simple cell: one persistent Pallas kernel per "
+        "layer and direction pair, GPU; interpreted elsewhere), 'mosaic' (simple cell, bfloat16, Hopper "
+        "GPUs: Mosaic GPU kernels on cluster pairs, batch run in chunks of 16) or 'auto' (per-device "
+        'batch <= 16 on GPUs: mosaic where it runs, else pallas when it fits shared memory; otherwise '
+        'scan_vjp; scan for GRU/LSTM).',
+    )
+    scan_unroll: int = setting(1, 'lax.scan unroll factor.')
+    alphabet: str = setting(
+        "",
+        "The characters the model emits (its output layer: one more, the blank); '' = LibriSpeech's 28 "
+        '(text.LIBRISPEECH). Training sets it from the prepared data; a resume or eval on data of another'
+        ' alphabet is refused.',
+    )
 
     def __post_init__(self):
         _check_ranges(self)
@@ -467,10 +511,12 @@ class Model:
 class Loss:
     KEY: ClassVar[str] = "loss"
 
-    norm_by_times: bool = False  # Divide each utterance's CTC loss by its frames.
-    # CTC: 'optax' (lax.scan), 'pallas' (forward-backward kernels, GPU; interpreted
-    # elsewhere) or 'auto' (pallas on GPUs, optax elsewhere; with either parallelism).
-    ctc_impl: str = "auto"
+    norm_by_times: bool = setting(False, "Divide each utterance's CTC loss by its frames.")
+    ctc_impl: str = setting(
+        "auto",
+        "CTC: 'optax' (lax.scan), 'pallas' (forward-backward kernels, GPU; interpreted elsewhere) or "
+        "'auto' (pallas on GPUs, optax elsewhere; with either parallelism).",
+    )
 
     def __post_init__(self):
         _one_of("loss.ctc_impl", self.ctc_impl, CTC_IMPLS)
@@ -480,16 +526,20 @@ class Loss:
 class Optimizer:
     KEY: ClassVar[str] = "optimizer"
 
-    learning_rate: float = 5e-4  # Paddle DS2's default Adam rate.
-    b1: float = 0.9  # Adam's first-moment decay.
-    b2: float = 0.999  # Adam's second-moment decay.
-    eps: float = 1e-8  # Adam's denominator epsilon.
-    clip_global_norm: float = 400.0  # Paddle's gradient_clipping_threshold.
-    warmup_steps: int = 0  # Linear warm-up from 0.
-    schedule: str = "constant"  # After warm-up: 'constant', 'cosine' or 'exponential'.
-    decay_rate: float = 0.83  # 'exponential': factor per decay_steps.
-    decay_steps: int = 10_000  # 'cosine': steps after warm-up to reach 0 (0: to num_train_steps); 'exponential': steps per decay_rate.
-    max_consecutive_skips: int = 20  # Non-finite steps in a row before stopping.
+    learning_rate: float = setting(5e-4, "Paddle DS2's default Adam rate.")
+    b1: float = setting(0.9, "Adam's first-moment decay.")
+    b2: float = setting(0.999, "Adam's second-moment decay.")
+    eps: float = setting(1e-8, "Adam's denominator epsilon.")
+    clip_global_norm: float = setting(400.0, "Paddle's gradient_clipping_threshold.")
+    warmup_steps: int = setting(0, 'Linear warm-up from 0.')
+    schedule: str = setting("constant", "After warm-up: 'constant', 'cosine' or 'exponential'.")
+    decay_rate: float = setting(0.83, "'exponential': factor per decay_steps.")
+    decay_steps: int = setting(
+        10_000,
+        "'cosine': steps after warm-up to reach 0 (0: to num_train_steps); 'exponential': steps per "
+        'decay_rate.',
+    )
+    max_consecutive_skips: int = setting(20, 'Non-finite steps in a row before stopping.')
 
     def __post_init__(self):
         _check_ranges(self)
@@ -503,9 +553,9 @@ class Optimizer:
 class Eval:
     KEY: ClassVar[str] = "eval"
 
-    split: str = ""  # --mode=eval split; '' = dataset.eval_split.
-    max_utterances: int = 0  # Utterances scored per split; 0 = the whole split.
-    num_examples_to_print: int = 3  # Reference/hypothesis pairs logged.
+    split: str = setting("", "--mode=eval split; '' = dataset.eval_split.")
+    max_utterances: int = setting(0, 'Utterances scored per split; 0 = the whole split.')
+    num_examples_to_print: int = setting(3, 'Reference/hypothesis pairs logged.')
 
     def __post_init__(self):
         _check_ranges(self)
@@ -517,14 +567,14 @@ class Decoding:
 
     KEY: ClassVar[str] = "decoding"
 
-    beam_width: int = 0  # > 0: also beam search (flashlight-text); 0 = greedy only. With an LM, 32 is tuned.
-    lm_path: str = ""  # KenLM ARPA/binary word LM (tools.build_lm); '' = no LM.
-    lexicon_path: str = ""  # Words the LM search may output, one a line; '' = the ARPA's unigrams.
-    alpha: float = 0.5  # LM weight (on the natural-log LM score).
-    beta: float = 1.0  # Bonus per decoded word (offsets the LM's short-output bias).
-    beam_prune_logp: float = -10.0  # Drop beams this far below the best (log).
-    token_min_logp: float = -5.0  # Skip tokens below this log-prob (unless a frame's argmax).
-    unk_score_offset: float = float("-inf")  # Score of an out-of-lexicon word (output as <unk>); -inf = none.
+    beam_width: int = setting(0, '> 0: also beam search (flashlight-text); 0 = greedy only. With an LM, 32 is tuned.')
+    lm_path: str = setting("", "KenLM ARPA/binary word LM (tools.build_lm); '' = no LM.")
+    lexicon_path: str = setting("", "Words the LM search may output, one a line; '' = the ARPA's unigrams.")
+    alpha: float = setting(0.5, 'LM weight (on the natural-log LM score).')
+    beta: float = setting(1.0, "Bonus per decoded word (offsets the LM's short-output bias).")
+    beam_prune_logp: float = setting(-10.0, 'Drop beams this far below the best (log).')
+    token_min_logp: float = setting(-5.0, "Skip tokens below this log-prob (unless a frame's argmax).")
+    unk_score_offset: float = setting(float("-inf"), 'Score of an out-of-lexicon word (output as <unk>); -inf = none.')
 
     def __post_init__(self):
         _check_ranges(self)
@@ -545,37 +595,51 @@ class Decoding:
 class Settings:
     """Every setting of a run: the run's own fields, then one field per section."""
 
-    seed: int = 0  # Seeds parameters, data order and dropout-free rng streams.
-    num_train_steps: int = 100_000  # Total optimizer steps (resume continues to this).
-    per_device_batch_size: int = 16  # Utterances per device; global = this x devices.
-    num_devices: int = 0  # Local devices to use; 0 = all local devices.
-    compile: bool = True  # False runs the same step op by op on one device (eager).
-    parallelism: str = "pmap"  # 'pmap' or 'jit' (jit + NamedSharding over a device mesh).
-    log_every_steps: int = 50  # stdout / metrics.jsonl / TensorBoard cadence.
-    eval_every_steps: int = 2_000  # Greedy WER/CER on dataset.eval_split; 0 = never.
-    checkpoint_every_steps: int = 1_000  # Orbax checkpoint cadence (and one at the end).
-    keep_checkpoints: int = 3  # Checkpoints kept on disk.
-    # Also keep the N checkpoints with the lowest in-training eval WER (a checkpoint is written at
-    # each eval; 0 = only the newest keep_checkpoints, and those an earlier run kept as its best are left
-    # untouched). --mode=eval --eval_step=best takes the best.
-    keep_best_checkpoints: int = 0
-    prefetch_batches: int = 2  # Batches staged on the devices ahead of the step.
-    # Warn once when the devices sit idle waiting for input more than this fraction of
-    # two log intervals in a row (metrics: input_wait_s).
-    input_wait_warn_fraction: float = 0.05
-    step_timeout_s: float = 1800.0  # Watchdog: exit 3 if no step/eval batch ends for this long (compiles, saves exempt); 0 = off.
-    # JAX's persistent compilation cache: a restart with the same shapes loads its
-    # compiled steps instead of compiling them again. '' = off; JAX_COMPILATION_CACHE_DIR wins.
-    compilation_cache_dir: str = "~/.cache/ds2_jax/xla"
-    deterministic: bool = False  # GPU: --xla_gpu_deterministic_ops (slower, bitwise repeatable).
-    # Fine-tuning: WORKDIR or WORKDIR:STEP (default its newest checkpoint) whose parameters,
-    # batch-norm statistics and feature normalization start this run (at step 0, fresh
-    # optimizer); an output layer of another size (another alphabet) starts afresh. Used only
-    # while this workdir has no checkpoint: a rerun resumes its own.
-    init_from: str = ""
+    seed: int = setting(0, 'Seeds parameters, data order and dropout-free rng streams.')
+    num_train_steps: int = setting(100_000, 'Total optimizer steps (resume continues to this).')
+    per_device_batch_size: int = setting(16, 'Utterances per device; global = this x devices.')
+    num_devices: int = setting(0, 'Local devices to use; 0 = all local devices.')
+    compile: bool = setting(True, 'False runs the same step op by op on one device (eager).')
+    parallelism: str = setting("pmap", "'pmap' or 'jit' (jit + NamedSharding over a device mesh).")
+    log_every_steps: int = setting(50, 'stdout / metrics.jsonl / TensorBoard cadence.')
+    eval_every_steps: int = setting(2_000, 'Greedy WER/CER on dataset.eval_split; 0 = never.')
+    checkpoint_every_steps: int = setting(1_000, 'Orbax checkpoint cadence (and one at the end).')
+    keep_checkpoints: int = setting(3, 'Checkpoints kept on disk.')
+    keep_best_checkpoints: int = setting(
+        0,
+        'Also keep the N checkpoints with the lowest in-training eval WER (a checkpoint is written at '
+        'each eval; 0 = only the newest keep_checkpoints). --mode=eval --eval_step=best takes the best.',
+    )
+    prefetch_batches: int = setting(2, 'Batches staged on the devices ahead of the step.')
+    input_wait_warn_fraction: float = setting(
+        0.05,
+        'Warn once when the devices sit idle waiting for input more than this fraction of two log '
+        'intervals in a row (metrics: input_wait_s).',
+    )
+    step_timeout_s: float = setting(
+        1800.0,
+        'Watchdog: exit 3 if no step/eval batch ends for this long (compiles, saves exempt); 0 = off.',
+    )
+    compilation_cache_dir: str = setting(
+        "~/.cache/ds2_jax/xla",
+        "JAX's persistent compilation cache: a restart with the same shapes loads its compiled steps "
+        "instead of compiling them again. '' = off; JAX_COMPILATION_CACHE_DIR wins.",
+    )
+    deterministic: bool = setting(False, 'GPU: --xla_gpu_deterministic_ops (slower, bitwise repeatable).')
+    init_from: str = setting(
+        "",
+        'Fine-tuning: WORKDIR or WORKDIR:STEP (default its newest checkpoint) whose parameters, batch-'
+        'norm statistics and feature normalization start this run (at step 0, fresh optimizer); an output'
+        ' layer of another size (another alphabet) starts afresh. Used only while this workdir has no '
+        'checkpoint: a rerun resumes its own.',
+    )
     # Parameters not trained, comma-separated: top-level modules ('ConvBlock' = every conv
     # block, 'RNNLayer_0', 'output') or paths ('RNNLayer_1/recurrent_kernel'); '' = train all.
-    freeze: str = ""
+    freeze: str = setting(
+        "",
+        "Parameters not trained, comma-separated: top-level modules ('ConvBlock' = every conv block, "
+        "'RNNLayer_0', 'output') or paths ('RNNLayer_1/recurrent_kernel'); '' = train all.",
+    )
 
     faults: Faults = dataclasses.field(default_factory=Faults)
     dataset: Dataset = dataclasses.field(default_factory=Dataset)
@@ -690,38 +754,8 @@ def to_config_dict(config: Settings | None = None):
 
 
 def field_help(cls=None) -> dict[str, str]:
-    """{field: its comment in this file, as one line} of a section (Settings: the run's own
-    fields): the trailing comment, else the comment lines right above the field."""
-    import ast
-    import inspect
-    import io
-    import tokenize
-
-    cls = cls or Settings
-    source = inspect.getsource(inspect.getmodule(cls))
-    trailing: dict[int, str] = {}  # line -> a comment after code
-    full_line: dict[int, str] = {}  # line -> a comment on a line of its own
-    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
-        if tok.type == tokenize.COMMENT:
-            own_line = not tok.line[: tok.start[1]].strip()
-            (full_line if own_line else trailing)[tok.start[0]] = tok.string.lstrip("#").strip()
-    classes = {node.name: node for node in ast.parse(source).body if isinstance(node, ast.ClassDef)}
-    helps: dict[str, str] = {}
-    for klass in reversed(cls.__mro__):  # a subclass's comment wins (Features over Spectrogram)
-        group = ""  # a comment block above uncommented fields explains them all
-        for node in classes[klass.__name__].body if klass.__name__ in classes else ():
-            if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)):
-                continue
-            above, line = [], node.lineno - 1
-            while line in full_line:
-                above.insert(0, full_line[line])
-                line -= 1
-            group = " ".join(above) or group
-            if node.lineno in trailing:
-                helps[node.target.id], group = trailing[node.lineno], ""
-            else:
-                helps[node.target.id] = group
-    return helps
+    """{field: its help text} of a section (Settings: the run's own fields), from each field's metadata."""
+    return {f.name: f.metadata.get("help", "") for f in dataclasses.fields(cls or Settings)}
 
 
 def describe(config) -> list[dict]:

@@ -17,7 +17,7 @@ import numpy as np
 import optax
 from flax.training import train_state
 
-from ds2_jax import checkpoint, errors, features, model, resilience, settings
+from ds2_jax import checkpoint, errors, faults, features, model, settings
 from ds2_jax.kernels import dispatch
 
 INIT_FRAMES = 64  # Frames of the dummy input that shapes the parameters at init.
@@ -165,9 +165,9 @@ def step_kwargs(config: settings.Settings) -> dict:
         feature_cfg=config.features.spectrogram,
         augment=config.features.augment,
         norm_by_times=config.loss.norm_by_times,
-        ctc_impl=config.loss.ctc_impl,  # 'auto': rnn.dispatch.ctc_impl, where the loss runs
+        ctc_impl=config.loss.ctc_impl,  # 'auto': kernels.dispatch.ctc_impl, where the loss runs
         learning_rate_fn=learning_rate_schedule(run_optimizer(config)),
-        nan_steps=resilience.parse_steps(config.faults.nan_at_steps),
+        nan_steps=faults.parse_steps(config.faults.nan_at_steps),
     )
 
 

@@ -26,8 +26,8 @@ import optax
 
 from ds2_jax import (checkpoint, ctc, determinism, errors, eval_step, evaluation, faults, features, finetune,
                      memory, model, parallel, reporting, resilience, settings, workdir_config)
-from ds2_jax.data import loader
-from ds2_jax.data.source import make_source, with_data_alphabet
+from ds2_jax.pipeline import loader
+from ds2_jax.pipeline.source import make_source, with_data_alphabet
 from ds2_jax.batch_axis import psum
 from ds2_jax.state import TrainState, idle_steps_warning, initial_state, run_optimizer, step_kwargs
 
@@ -293,7 +293,7 @@ def _devices_and_data(config: settings.Settings):
         log.warning("%s", cpu_note)
     source = make_source(config, sharding)
     log.info("compiled batch shapes (samples, labels): %s", source.shapes())
-    if config.eval_every_steps and hasattr(source, "check_eval_split"):  # synthetic data has every split
+    if config.eval_every_steps:
         source.check_eval_split(config.dataset.eval_split)
     memory.check_host_memory(config, sharding.local_batch, source.shapes(), config.prefetch_batches + 1 +
                              loader.resolve_num_workers(config.dataset) * config.dataset.worker_buffer_size)

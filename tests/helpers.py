@@ -7,7 +7,7 @@ import sys
 from configs import smoke
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CORPUS = os.path.join(ROOT, "data", "tiny_librispeech")  # the bundled tiny LibriSpeech layout
+CORPUS = os.path.join(ROOT, "corpora", "tiny_librispeech")  # the bundled tiny LibriSpeech layout
 TRAIN_STEPS = 160  # steps of conftest's `trained` demo model (its eval files are named by them)
 
 

@@ -147,23 +147,23 @@ def test_no_test_imports_a_module_that_defines_flags():
 
 
 # The modules the data side may import: host code that imports no jax (ds2_jax.datasets is
-# the tfds builder, imported by data.tfds_source only when it builds or checks a dataset;
+# the tfds builder, imported by pipeline.tfds_source only when it builds or checks a dataset;
 # "ds2_jax" is the package itself, whose __init__ is empty).
 DATA_MAY_IMPORT = {"ds2_jax", "ds2_jax.settings", "ds2_jax.geometry", "ds2_jax.text", "ds2_jax.errors", "ds2_jax.faults",
                    "ds2_jax.files"}  # files: the atomic writes of the index and statistics caches (no jax)
 
 
 def test_the_data_package_imports_no_jax_and_leans_on_host_modules_only():
-    """ds2_jax.data (sources, split index, filters, plan, batch format, loader) is host code:
+    """ds2_jax.pipeline (sources, split index, filters, plan, batch format, loader) is host code:
     no module of it imports jax, flax or optax, or a ds2_jax module outside data, datasets and
     DATA_MAY_IMPORT; the one jax computation a source needs (the spectrogram statistics) is
     handed in by its caller (features.spectrogram_stats). Nothing in data imports the modules
     that consume batches (train, evaluation, parallel, state)."""
     graph = module_imports()
-    data = {m for m in graph if m.startswith("ds2_jax.data.") or m == "ds2_jax.data"}
-    assert {"ds2_jax.data.source", "ds2_jax.data.plan", "ds2_jax.data.loader"} <= data  # the walk sees the package
+    data = {m for m in graph if m.startswith("ds2_jax.pipeline.") or m == "ds2_jax.pipeline"}
+    assert {"ds2_jax.pipeline.source", "ds2_jax.pipeline.plan", "ds2_jax.pipeline.loader"} <= data  # the walk sees the package
     for mod in sorted(data):
-        outside = {d for d in graph[mod] if not d.startswith(("ds2_jax.data", "ds2_jax.datasets"))}
+        outside = {d for d in graph[mod] if not d.startswith(("ds2_jax.pipeline", "ds2_jax.datasets"))}
         assert outside <= DATA_MAY_IMPORT, (mod, outside - DATA_MAY_IMPORT)
         path = os.path.join(os.path.dirname(ROOT), *mod.split(".")) + ".py"
         if not os.path.exists(path):
@@ -171,8 +171,8 @@ def test_the_data_package_imports_no_jax_and_leans_on_host_modules_only():
         with open(path) as f:
             tops = {name.split(".")[0] for name in imported_names(ast.parse(f.read()))}
         assert not tops & {"jax", "flax", "optax"}, (mod, tops & {"jax", "flax", "optax"})
-    code = ("import sys; from ds2_jax.data import batch, filters, loader, plan, source, split_index, synthetic; "
-            "from ds2_jax import settings; from ds2_jax.data.batch import Sharding; from configs import smoke; "
+    code = ("import sys; from ds2_jax.pipeline import batch, filters, loader, plan, source, split_index, synthetic; "
+            "from ds2_jax import settings; from ds2_jax.pipeline.batch import Sharding; from configs import smoke; "
             "s = source.make_source(settings.from_config_dict(smoke.get_config()), Sharding(4)); s.train_batch(0); "
             "list(s.eval_batches('', 4)); "
             "print(sorted(m for m in sys.modules if m == 'jax' or m.startswith('jax.')))")
@@ -184,7 +184,7 @@ def test_the_data_package_imports_no_jax_and_leans_on_host_modules_only():
 
 def test_every_dataset_name_has_a_source():
     from ds2_jax import settings
-    from ds2_jax.data import source
+    from ds2_jax.pipeline import source
 
     assert set(source.SOURCES) == set(settings.DATASETS)
 # Modules no test file imports or runs: each is tested through the module that uses it, in
@@ -193,6 +193,7 @@ REACHED_THROUGH = {
     "ds2_jax.faults": "test_faults.py",  # every fault point: the kill, hang and dead-worker drills
     "ds2_jax.kernels.ctc": "test_ctc.py",  # ctc.ctc_loss with impl 'pallas' against optax and PyTorch
     "ds2_jax.kernels.gates": "test_recurrence.py",  # every kernel and cell against the 'scan' reference
+    "ds2_jax.launcher": "test_launch.py",  # launch.py is its one line; the drills run it end to end
 }
 
 

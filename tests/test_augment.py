@@ -1,13 +1,13 @@
-"""Waveform augmentation (config.waveform, ds2_jax.data.augment): each part does what it says
+"""Waveform augmentation (config.waveform, ds2_jax.pipeline.augment): each part does what it says
 to the number, every draw is a function of (seed, step, row), and the batches do not depend on
 processes or input workers; bad settings and folders are one error naming the key."""
 
 import numpy as np
 import pytest
 from ds2_jax import settings
-from ds2_jax.data import augment, loader
-from ds2_jax.data.batch import Sharding
-from ds2_jax.data.source import make_source
+from ds2_jax.pipeline import augment, loader
+from ds2_jax.pipeline.batch import Sharding
+from ds2_jax.pipeline.source import make_source
 from tests.test_loader import corpus  # noqa: F401  (the fixture: a tiny LibriSpeech build)
 from tests.helpers import write_noise
 from tests.test_tfds_source import make_config

@@ -16,8 +16,8 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from ds2_jax import batch_axis, ctc, parallel, settings, train
 from ds2_jax import state as state_lib
-from ds2_jax.data.batch import Sharding
-from ds2_jax.data.source import make_source
+from ds2_jax.pipeline.batch import Sharding
+from ds2_jax.pipeline.source import make_source
 from ds2_jax.kernels import dispatch, mosaic_rnn
 from ds2_jax.rnn import recurrence
 from tests.helpers import tiny_settings

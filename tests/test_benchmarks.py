@@ -5,6 +5,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 
@@ -14,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from benchmarks import kernel_ablation, profile, report, torch_bench, torch_model
+from benchmarks import profile, report, torch_bench, torch_model
 from ds2_jax import model, settings
 from tests.helpers import tiny_settings
 
@@ -105,8 +106,8 @@ def test_torch_twins_have_the_jax_parameter_count(overrides, rnn_impl):
 
 def _batch(n=3, seed=0):
     from ds2_jax import features
-    from ds2_jax.data.batch import Sharding
-    from ds2_jax.data.source import make_source
+    from ds2_jax.pipeline.batch import Sharding
+    from ds2_jax.pipeline.source import make_source
 
     config = tiny_settings(**{"dataset.synthetic_min_duration_s": 0.4, "dataset.synthetic_max_duration_s": 0.9})
     source = make_source(config, Sharding(n))
@@ -236,37 +237,6 @@ def test_recurrence_kernel_benchmark_runs_and_agrees(tmp_path):
     assert (tmp_path / "recurrence_kernel.md").read_text().count("|") > 10
 
 
-def test_kernel_ablation_runs_every_case(tmp_path):
-    """Each ablated kernel traces and runs (tiny shape, interpret mode off the GPU)."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.kernel_ablation", f"--out={tmp_path}", "--steps=1", "--shape=4,16,16"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300, env=dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu"))
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    with open(tmp_path / "kernel_ablation.json") as f:
-        rows = json.load(f)["rows"]
-    assert [r["case"] for r in rows] == list(kernel_ablation.CASES)
-    for r in rows:  # --shape=4,16,16: 4 time steps
-        assert r["fwd_ms"] > 0 and r["us_per_step"] == pytest.approx(r["fwd_ms"] * 1e3 / 4, rel=1e-3, abs=0.13), r
-    md = (tmp_path / "kernel_ablation.md").read_text()
-    assert md.count("\n") == len(rows) + 2
-    assert all(f"| {r['case']} | {r['fwd_ms']:.2f} | {r['us_per_step']:.2f} |" in md for r in rows)
-
-
-def test_conv_lowering_benchmark_agrees(tmp_path):
-    """Both conv lowerings at a tiny shape: the same output as the float32 direct conv."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.conv_lowering", f"--out={tmp_path}", "--steps=1", "--shape=2,40,161",
-         "--channels=4"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300, env=dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu"))
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    with open(tmp_path / "conv_lowering.json") as f:
-        rows = json.load(f)["rows"]
-    assert [(r["conv"], r["lowering"]) for r in rows] == [(c, name) for c in (1, 2) for name in ("direct", "space_to_depth")]
-    for direct, folded in zip(rows[::2], rows[1::2]):  # bfloat16 rounding, the same for both
-        assert folded["rel_err_y"] <= 1.25 * direct["rel_err_y"] + 1e-3, (direct, folded)
-    assert (tmp_path / "conv_lowering.md").read_text().count("\n") == len(rows) + 2
-
-
 def test_cudnn_graphs_variant_is_known_and_explained_without_cuda(tmp_path):
     """torch_cudnn_graphs is a --variants choice; without CUDA its row says why it was skipped."""
     if torch.cuda.is_available():
@@ -374,7 +344,7 @@ def test_graphed_cudnn_step_equals_the_eager_one(dtype):
 
 def test_manifest_build_benchmark_measures_each_worker_count(tmp_path):
     out = tmp_path / "b"
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.manifest_build", "--manual_dir=data/tiny_es/common_voice",
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.manifest_build", "--manual_dir=corpora/tiny_es/common_voice",
                            "--split=dev", "--copies=2", "--workers=0,1", f"--out={out}"], cwd=ROOT,
                           capture_output=True, text=True, timeout=300, env=dict(os.environ, PYTHONPATH=ROOT))
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -401,6 +371,14 @@ def test_augmentation_benchmark_reports_every_part(tmp_path):
     assert list(rows) == ["off", "noise", "speed", "gain", "rir", "all"]
     assert result["train_step_ms"] > 0 and all(rows[v]["batch_ms"] > rows["off"]["batch_ms"] for v in ("noise", "rir"))
     assert (tmp_path / "augmentation.md").read_text().count("\n") == len(rows) + 4
+
+
+def test_the_results_index_lists_every_folder():
+    """benchmarks/README.md's results table names each folder of benchmarks/results/, and no other."""
+    results = os.path.join(ROOT, "benchmarks", "results")
+    index = open(os.path.join(ROOT, "benchmarks", "README.md")).read().split("## Results", 1)[1]
+    listed = set(re.findall(r"^\| `([\w.-]+)/` \|", index, flags=re.M))
+    assert listed == {d for d in os.listdir(results) if os.path.isdir(os.path.join(results, d))}
 
 
 def test_noisy_speech_reports_each_seed_and_each_trainings_mean():

@@ -55,9 +55,9 @@ USAGE_MISTAKES = [
     (("-m", "ds2_jax.plot",), "error: --workdir is required"),
     (("-m", "ds2_jax.plot", "--workdir={w}", "--dpi=300"), "error: Unknown command line flag 'dpi'"),
     (("-m", "ds2_jax.datasets.build",), "error: --manual_dir is required"),
-    (("-m", "benchmarks.levers",), "error: --out is required"),
+    (("-m", "benchmarks.recurrence_kernel",), "error: --out is required"),
     (("-m", "benchmarks.input_pipeline", "--batch=big"), "error: --batch=big: expected an integer"),
-    (("-m", "benchmarks.h2d", "--to_device"), "error: Unknown command line flag 'to_device'"),
+    (("-m", "benchmarks.scaling", "--out={w}", "--to_device"), "error: Unknown command line flag 'to_device'"),
 ]
 
 
@@ -143,7 +143,7 @@ EXPLAINED_FAILURES = [
      "error: --splits: no train-clean-100 in --manual_dir="),
     (("-m", "ds2_jax.plot", "--workdir={w}"), "error: {w}/metrics.jsonl not found"),
     (("-m", "benchmarks.input_pipeline", "--manual_dir={w}"), "error: dataset.manual_dir="),
-    (("-m", "benchmarks.conv_lowering", "--out={w}", "--shape=1,2"), "error: "),
+    (("-m", "benchmarks.recurrence_kernel", "--out={w}", "--shape=1,2"), "error: "),
 ]
 
 

@@ -85,7 +85,7 @@ def test_several_splits_are_each_scored_on_their_own_and_written_to_their_own_fi
     import os
 
     from ds2_jax import checkpoint, state as state_lib, workdir_config
-    from ds2_jax.data.synthetic import SyntheticSource
+    from ds2_jax.pipeline.synthetic import SyntheticSource
 
     pytest.importorskip("flashlight.lib.text")
     sizes = {"dev-clean": 12, "test-clean": 4}  # the synthetic source serves one split: sizes tell them apart

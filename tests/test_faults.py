@@ -28,8 +28,8 @@ import pytest
 
 from ds2_jax import checkpoint, errors, evaluation, files, memory, metrics, resilience, train, workdir_config
 from ds2_jax import state as state_lib
-from ds2_jax.data.batch import Sharding
-from ds2_jax.data.source import make_source
+from ds2_jax.pipeline.batch import Sharding
+from ds2_jax.pipeline.source import make_source
 from tests import helpers
 from tests.helpers import tiny_config, tiny_settings
 
@@ -509,8 +509,8 @@ def test_missing_dataset_is_a_clear_error(tmp_path):
 
 
 def test_prepared_dataset_refuses_a_different_manual_dir_naming_both(tmp_path, caplog):
-    from ds2_jax.data import tfds_source
-    from ds2_jax.data.source import DataSettings
+    from ds2_jax.pipeline import tfds_source
+    from ds2_jax.pipeline.source import DataSettings
     from ds2_jax.datasets import build
     from tests import librispeech_testdata as td
 

@@ -12,8 +12,8 @@ import pytest
 
 from ds2_jax import checkpoint, evaluation, finetune, model, train
 from ds2_jax import state as state_lib
-from ds2_jax.data.batch import Sharding
-from ds2_jax.data.source import make_source
+from ds2_jax.pipeline.batch import Sharding
+from ds2_jax.pipeline.source import make_source
 from tests import helpers
 from tests.helpers import tiny_config, tiny_settings
 

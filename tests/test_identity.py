@@ -15,8 +15,8 @@ import pytest
 
 from ds2_jax import evaluation, features, settings, workdir_config
 from ds2_jax import state as state_lib
-from ds2_jax.data.batch import Sharding
-from ds2_jax.data.source import make_source
+from ds2_jax.pipeline.batch import Sharding
+from ds2_jax.pipeline.source import make_source
 from tests import librispeech_testdata as td
 from tests.helpers import tiny_settings
 

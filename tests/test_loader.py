@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from ds2_jax import errors, parallel, reporting, settings, train
-from ds2_jax.data import loader, synthetic
+from ds2_jax.pipeline import loader, synthetic
 from ds2_jax.datasets import build
-from ds2_jax.data.batch import Sharding
-from ds2_jax.data.source import DataSettings, make_source
+from ds2_jax.pipeline.batch import Sharding
+from ds2_jax.pipeline.source import DataSettings, make_source
 from tests import librispeech_testdata as td
 from tests.helpers import tiny_config, tiny_settings
 from tests.test_tfds_source import TRAIN_SECONDS, make_config
@@ -251,10 +251,10 @@ def test_a_process_that_read_with_workers_leaves_no_shared_memory_behind(corpus)
     from tests.helpers import ROOT
 
     script = f"""
-from ds2_jax.data import loader
-from ds2_jax.data.batch import Sharding
+from ds2_jax.pipeline import loader
+from ds2_jax.pipeline.batch import Sharding
 from ds2_jax import settings
-from ds2_jax.data.source import make_source
+from ds2_jax.pipeline.source import make_source
 from tests.test_tfds_source import make_config
 config = settings.from_config_dict(make_config({corpus!r}, num_workers=2))
 sharding = Sharding({BATCH}, 0, 1)
@@ -271,9 +271,9 @@ ORPHAN_SCRIPT = """
 import json, multiprocessing, sys, time
 from multiprocessing import resource_tracker
 from ds2_jax import settings
-from ds2_jax.data import loader
-from ds2_jax.data.batch import Sharding
-from ds2_jax.data.source import make_source
+from ds2_jax.pipeline import loader
+from ds2_jax.pipeline.batch import Sharding
+from ds2_jax.pipeline.source import make_source
 from tests.helpers import tiny_settings
 config = tiny_settings(**{"dataset.num_workers": 2, "per_device_batch_size": 1,
                           "dataset.synthetic_min_duration_s": 0.5, "dataset.synthetic_max_duration_s": 0.6})

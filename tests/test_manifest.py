@@ -15,12 +15,12 @@ import pytest
 import soundfile
 
 from ds2_jax import settings, text
-from ds2_jax.data.source import DataSettings
+from ds2_jax.pipeline.source import DataSettings
 from ds2_jax.datasets import audio, build, manifest
 from tests.helpers import ROOT, launch, repo_env
 
-CV = os.path.join(ROOT, "data", "tiny_es", "common_voice")
-NEMO = os.path.join(ROOT, "data", "tiny_es", "nemo")
+CV = os.path.join(ROOT, "corpora", "tiny_es", "common_voice")
+NEMO = os.path.join(ROOT, "corpora", "tiny_es", "nemo")
 SPLITS = ("dev", "test", "train")
 
 

@@ -7,8 +7,8 @@ import jax
 import pytest
 
 from ds2_jax import errors, memory, train
-from ds2_jax.data.batch import Sharding
-from ds2_jax.data.source import make_source
+from ds2_jax.pipeline.batch import Sharding
+from ds2_jax.pipeline.source import make_source
 from ds2_jax.state import initial_state, step_kwargs
 from tests.helpers import tiny_config, tiny_settings
 

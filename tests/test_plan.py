@@ -1,11 +1,11 @@
-"""The batch plan (ds2_jax.data.plan): buckets and each epoch's order, pure functions of (seed, epoch, lengths)."""
+"""The batch plan (ds2_jax.pipeline.plan): buckets and each epoch's order, pure functions of (seed, epoch, lengths)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from ds2_jax.data import plan
+from ds2_jax.pipeline import plan
 
 LENGTHS = np.array([900, 120, 480, 300, 610, 75, 830, 260, 700, 150, 540, 390])
 LABELS = np.array([30, 4, 17, 11, 20, 3, 28, 9, 24, 5, 18, 13])

@@ -20,8 +20,8 @@ import pytest
 
 from ds2_jax import evaluation, metrics, reporting, train
 from ds2_jax import state as state_lib
-from ds2_jax.data.batch import Sharding
-from ds2_jax.data.source import make_source
+from ds2_jax.pipeline.batch import Sharding
+from ds2_jax.pipeline.source import make_source
 from tests.helpers import tiny_settings
 
 INTERVAL_S = 2.5

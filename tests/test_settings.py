@@ -444,3 +444,14 @@ def test_a_cosine_decay_of_0_steps_ends_at_the_last_step_whatever_num_train_step
     assert state.run_optimizer(given) == given.optimizer  # a given length stays
     constant = settings.override(settings.Settings(), {"optimizer.decay_steps": 0})
     assert state.run_optimizer(constant) == constant.optimizer
+
+
+def test_every_setting_has_its_help_as_field_metadata():
+    """--print_config's meaning column comes from each field's metadata (settings.setting), so a
+    field declared without it (a bare default and a comment) would print no meaning."""
+    sections = {f.name: f.default_factory for f in dataclasses.fields(settings.Settings)
+                if f.default_factory is not dataclasses.MISSING}  # Settings' own fields that are sections
+    assert len(sections) >= 9
+    for cls in [settings.Settings, *sections.values()]:
+        missing = [name for name, text in settings.field_help(cls).items() if not text and name not in sections]
+        assert not missing, f"{cls.__name__}: {missing} have no help: declare them with settings.setting(default, help)"

@@ -24,8 +24,8 @@ import pytest
 
 from ds2_jax import checkpoint, ctc, decoding, evaluation, features, geometry, model, parallel, reporting, settings, train
 from ds2_jax import state as state_lib
-from ds2_jax.data import filters, loader, split_index
-from ds2_jax.data.source import DataSettings, make_source
+from ds2_jax.pipeline import filters, loader, split_index
+from ds2_jax.pipeline.source import DataSettings, make_source
 from tests import librispeech_testdata as td
 from tests.helpers import tiny_settings
 

@@ -10,9 +10,9 @@ import pytest
 
 from configs import default
 from ds2_jax import features, settings, text
-from ds2_jax.data import tfds_source
-from ds2_jax.data.batch import Sharding
-from ds2_jax.data.source import DataSettings, make_source
+from ds2_jax.pipeline import tfds_source
+from ds2_jax.pipeline.batch import Sharding
+from ds2_jax.pipeline.source import DataSettings, make_source
 from tests import librispeech_testdata as td
 
 BATCH = 4
@@ -199,9 +199,9 @@ def test_builds_and_reads_without_tensorflow(corpus, tmp_path):
 
         sys.meta_path.insert(0, NoTensorflow())
         from configs import default
-        from ds2_jax.data.batch import Sharding
+        from ds2_jax.pipeline.batch import Sharding
         from ds2_jax import settings
-        from ds2_jax.data.source import make_source
+        from ds2_jax.pipeline.source import make_source
         c = default.get_config()
         c.dataset.name = "librispeech_local"
         c.dataset.manual_dir = {corpus["manual"]!r}
@@ -240,7 +240,7 @@ def test_official_layout_reads_without_tensorflow(corpus, tmp_path):
 def test_vectorized_min_frames_match_the_per_sequence_rule():
     """The index's CTC need, computed over all labels at once, is geometry.ctc_min_frames per row."""
     from ds2_jax import geometry
-    from ds2_jax.data.split_index import min_frames_of
+    from ds2_jax.pipeline.split_index import min_frames_of
 
     rng = np.random.default_rng(0)
     seqs = [rng.integers(1, 4, size=n).astype(np.int32) for n in [0, 1, 5, 0, 7, 2, 3, 9]]
@@ -260,7 +260,7 @@ def test_vectorized_min_frames_match_the_per_sequence_rule():
 def memory_source(monkeypatch, tmp_path):
     from types import SimpleNamespace
 
-    from ds2_jax.data import split_index
+    from ds2_jax.pipeline import split_index
 
     def make(splits: dict[str, list[tuple[int, str]]], batch: int = BATCH, **dataset) -> tfds_source.TfdsSource:
         names = {split_index.split_names(s)[0]: utts for s, utts in splits.items()}
@@ -360,7 +360,7 @@ def test_eval_keeps_utterances_longer_than_the_largest_bucket_each_in_the_smalle
 def test_a_torn_split_index_cache_is_rebuilt_with_a_warning_and_written_whole(tmp_path, caplog):
     """issue 40: the cache was written to one fixed temporary name (two builders at once mixed their
     bytes) and a torn .npz was an unexplained zipfile traceback at every start."""
-    from ds2_jax.data import split_index
+    from ds2_jax.pipeline import split_index
 
     built = []
 

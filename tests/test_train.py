@@ -12,8 +12,8 @@ from flax import jax_utils
 
 from ds2_jax import checkpoint, metrics, parallel, train
 from ds2_jax import state as state_lib
-from ds2_jax.data.batch import Sharding, shard_for_devices
-from ds2_jax.data.source import make_source
+from ds2_jax.pipeline.batch import Sharding, shard_for_devices
+from ds2_jax.pipeline.source import make_source
 from tests.helpers import tiny_config, tiny_settings, write_noise
 
 

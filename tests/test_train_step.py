@@ -18,8 +18,8 @@ import pytest
 
 from ds2_jax import ctc, features, model, parallel, settings, train
 from ds2_jax import state as state_lib
-from ds2_jax.data.batch import Sharding
-from ds2_jax.data.source import make_source
+from ds2_jax.pipeline.batch import Sharding
+from ds2_jax.pipeline.source import make_source
 from tests.helpers import tiny_settings
 
 INFEASIBLE = [3, 4, 5, 10]  # devices (2 rows each) hold 2, 1, 0, 1, 2, 0, 2, 2 feasible rows
@@ -42,7 +42,7 @@ def setup():
         assert batch["label_lengths"][i] > 3
         batch["audio_lengths"][i] = 1600
         batch["audio"][i, 1600:] = 0
-    for i in PADDING:  # as data.batch.pad_batch leaves an unused row
+    for i in PADDING:  # as pipeline.batch.pad_batch leaves an unused row
         for k in batch:
             batch[k][i] = 0
     state = state_lib.initial_state(config, source, jax.random.PRNGKey(0))

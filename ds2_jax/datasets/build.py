@@ -334,7 +334,7 @@ def define_flags(fv) -> None:
 def options_of_flags(args) -> manifest.Options:
     """The manifest build options of the command line, checked as the settings they mirror."""
     from ds2_jax import settings
-    from ds2_jax.data.source import DataSettings
+    from ds2_jax.pipeline.source import DataSettings
 
     config = settings.override(settings.Settings(), {
         "dataset.name": "manifest", "dataset.manual_dir": args.manual_dir, "dataset.train_splits": args.train_splits,

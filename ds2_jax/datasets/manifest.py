@@ -100,7 +100,7 @@ class Options:
 
     @classmethod
     def of(cls, data) -> "Options":
-        """From a data.source.DataSettings."""
+        """From a pipeline.source.DataSettings."""
         d, spec = data.dataset, data.spectrogram
         return cls(sample_rate=spec.sample_rate, window=spec.window, hop=spec.hop, vocabulary=d.vocabulary,
                    lower_case=d.lower_case, strip_punctuation=d.strip_punctuation, path_column=d.path_column,

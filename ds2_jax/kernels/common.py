@@ -1,4 +1,4 @@
-"""What the Pallas kernels (rnn.persistent, rnn.mosaic, ctc_kernel) share: where they run,
+"""What the Pallas kernels (kernels.triton_rnn, kernels.mosaic_rnn, kernels.ctc) share: where they run,
 their block sizes and the barrier among one program's threads."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import jax
 from jax.experimental.pallas import triton as plt
 
 MIN_BLOCK = 16  # Triton's smallest MMA tile side
-HOPPER = "9.0"  # compute capability of the H100/H200: wgmma, TMA, clusters (rnn.mosaic)
+HOPPER = "9.0"  # compute capability of the H100/H200: wgmma, TMA, clusters (kernels.mosaic_rnn)
 # Opt-in shared memory per thread block by compute capability (CUDA programming guide).
 SHARED_MEMORY_BYTES = {"9.0": 232_448, "8.0": 166_912, "8.7": 166_912, "8.6": 101_376, "8.9": 101_376}
 SMALLEST_SHARED_MEMORY = min(SHARED_MEMORY_BYTES.values())  # unknown GPUs: the safe guess

@@ -14,9 +14,9 @@ capability, SM count), so every GPU decision can be tested on a CPU; `rnn_impl` 
   GRU / LSTM anywhere                         scan
 
 Above 16 rows the Triton kernel's row chunks run one after another and scan_vjp is faster;
-the Mosaic kernels take up to 64 rows in one call (`mosaic_rnn.max_rows`), beat the Triton
-kernel where both run, and are taken by 'auto' only where measured (figures: BUILD_NOTES.md
-"Current profile"). The CTC: the Pallas kernels on GPUs, optax elsewhere.
+the Mosaic kernels run 16 rows per call (calls one after another), beat the Triton kernel
+where both run, and are taken by 'auto' up to MOSAIC_AUTO_ROWS, where they were measured
+faster than scan_vjp. The CTC: the Pallas kernels on GPUs, optax elsewhere.
 """
 
 from __future__ import annotations
@@ -32,10 +32,11 @@ from ds2_jax import settings
 from ds2_jax.kernels import common, mosaic_rnn, triton_rnn
 
 
-# Rows per device up to which 'auto' takes the Mosaic kernels: where they were measured faster
-# than scan_vjp on an H100/H200. Above, they run when asked (rnn_impl='mosaic': 32 rows per
-# call with the state whole, 64 with it in pieces) but no GPU has timed or checked them yet.
-MOSAIC_AUTO_ROWS = 16
+# Rows per device up to which 'auto' takes the Mosaic kernels (calls of 16 rows, one after
+# another): where the seed step measured faster than with scan_vjp (one H100, bf16, ms per step,
+# Mosaic vs scan_vjp: 32 rows 19.0 vs 24.5, 48 rows 26.9 vs 30.6, 64 rows 35.5 vs 33.9;
+# benchmarks/results/2026-12-05-gpu-honest/NOTES.md). Above 48 rows, scan_vjp.
+MOSAIC_AUTO_ROWS = 48
 _LOGGED: set = set()
 _QUIET: list = []  # non-empty inside unlogged()
 

@@ -1,9 +1,9 @@
 """Word n-gram language model (ARPA) from transcripts, estimated offline in pure Python.
 
-    python -m ds2_jax.tools.build_lm --manual_dir=data/tiny_librispeech \\
+    python -m ds2_jax.tools.build_lm --manual_dir=corpora/tiny_librispeech \\
         --splits=train-clean-100 --order 3 --out lm.arpa
     python -m ds2_jax.tools.build_lm --transcripts corpus.txt more/ --order 3 --out lm.arpa
-    python -m ds2_jax.tools.build_lm --manual_dir=data/tiny_es/common_voice --splits=train \
+    python -m ds2_jax.tools.build_lm --manual_dir=corpora/tiny_es/common_voice --splits=train \
         --workdir=runs/es --order 3 --out es.arpa                      # manifests, the run's alphabet
 
 Smoothing is interpolated modified Kneser-Ney (Chen & Goodman 1998), as KenLM's `lmplz`

@@ -1,6 +1,6 @@
 """Speaks generated sentences with espeak-ng into a corpus in the exact LibriSpeech layout.
 
-    python -m ds2_jax.tools.make_corpus --out data/tiny_librispeech
+    python -m ds2_jax.tools.make_corpus --out corpora/tiny_librispeech
 
 writes OUT/LibriSpeech/<split>/<speaker>/<chapter>/<speaker>-<chapter>-<utt>.flac (16 kHz
 mono int16 FLAC), one <speaker>-<chapter>.trans.txt per chapter (upper-case transcripts,

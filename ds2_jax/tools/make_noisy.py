@@ -1,7 +1,7 @@
 """A noisy copy of a LibriSpeech-layout split: each utterance mixed with noise at an SNR uniform
 in [--snr_db_min, --snr_db_max], for measuring a model on noisy speech.
 
-    python -m ds2_jax.tools.make_noisy --manual_dir=data/tiny_librispeech --split=test-clean \\
+    python -m ds2_jax.tools.make_noisy --manual_dir=corpora/tiny_librispeech --split=test-clean \\
         --noise_dir=NOISE --out=DIR [--snr_db_min=0 --snr_db_max=10 --seed=0]
     python launch.py --config=configs/demo.py --workdir=W --mode=eval --config.eval.split=test-clean \\
         --config.dataset.manual_dir=DIR --config.dataset.data_dir=DIR/tfds
@@ -10,7 +10,7 @@ DIR/LibriSpeech/<split> holds the noisy split (same names, transcripts and lengt
 FLAC); the other splits of --manual_dir are linked into DIR unchanged (training's buckets and
 statistics come from them), so DIR is a corpus the project reads like the one it came from. Utterance
 i (in sorted file order) takes its noise, offset and SNR from rng([seed, i]), the mixing of
-ds2_jax.data.augment (add_noise): the output is a pure function of the flags and the files. Use
+ds2_jax.pipeline.augment (add_noise): the output is a pure function of the flags and the files. Use
 noise recordings that training never saw (a folder or a list file, as config.waveform.noise_dir).
 """
 
@@ -48,7 +48,7 @@ def make_noisy(manual_dir: str, split: str, noise_dir: str, out: str, snr_db: tu
                seed: int = 0) -> dict:
     """Writes the noisy corpus; returns {'utterances', 'mean_snr_db', 'linked'}."""
     from ds2_jax import settings
-    from ds2_jax.data import augment
+    from ds2_jax.pipeline import augment
 
     if not snr_db[0] <= snr_db[1]:
         raise ValueError(f"--snr_db_min={snr_db[0]} must be <= --snr_db_max={snr_db[1]}")

@@ -1,6 +1,6 @@
 """Speaks Spanish sentences with espeak-ng into a Common Voice folder and a NeMo folder.
 
-    python -m ds2_jax.tools.make_own_corpus --out data/tiny_es
+    python -m ds2_jax.tools.make_own_corpus --out corpora/tiny_es
 
 writes the same utterances twice, as a user of ds2_jax would have them:
 

@@ -7,9 +7,7 @@ set -u
 START=$SECONDS
 left() { echo $(( ${BUDGET_S:-380} - (SECONDS - START) )); }
 cap() { local l=$(left); echo $(( l < $1 ? l : $1 )); }
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD:${PYTHONPATH:-} JAX_COMPILATION_CACHE_DIR=/tmp/xla_cache
-nvidia-smi -L | tee $OUT/gpu.txt
+. benchmarks/gpu_host.sh || exit 1  # wheels, PYTHONPATH, compilation cache, $OUT/gpu.txt
 JAX_PLATFORMS=cuda JAX_DEFAULT_MATMUL_PRECISION=highest timeout 130 python3 -m pytest -q -p no:cacheprovider -m gpu \
     tests/test_recurrence.py -k "mosaic_kernel_matches or pads_and_chunks" > $OUT/test-mosaic.txt 2>&1
 echo "tests rc=$?" >> $OUT/test-mosaic.txt; grep -E "passed|failed|FAILED|rc=" $OUT/test-mosaic.txt | tail -12

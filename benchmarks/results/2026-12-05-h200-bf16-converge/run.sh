@@ -4,8 +4,7 @@
 # per-part error on seed 1, all at once on the one GPU (each process 0.18 of its memory).
 # Run from the repository root with .whl and .demo/tfds carried; results under $OUT.
 set -u
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD:${PYTHONPATH:-}
+. benchmarks/gpu_host.sh || exit 1  # wheels, PYTHONPATH, compilation cache, $OUT/gpu.txt
 export XLA_PYTHON_CLIENT_MEM_FRACTION=0.18 JAX_COMPILATION_CACHE_DIR=/tmp/xla_cache
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > $OUT/nvidia-smi.txt
 python3 -c "import jax, flax, optax, matplotlib; print('jax', jax.__version__, 'flax', flax.__version__, 'optax', optax.__version__, jax.devices())" > $OUT/versions.txt 2>&1

@@ -4,8 +4,7 @@
 # seed, on the one GPU at once (0.15 of its memory each), the reference first and bfloat16 'auto'
 # next in each; beside them the GPU determinism test; then, alone, the step-time script.
 set -u
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD:${PYTHONPATH:-}
+. benchmarks/gpu_host.sh || exit 1  # wheels, PYTHONPATH, compilation cache, $OUT/gpu.txt
 export XLA_PYTHON_CLIENT_MEM_FRACTION=0.15 JAX_COMPILATION_CACHE_DIR=/tmp/xla_cache
 CONV="--steps=600 --evals=3 --config.deterministic=True --runs=float32:scan_vjp,bfloat16:auto,bfloat16:scan_vjp"
 for s in 0 1 2 3 4; do

@@ -4,8 +4,7 @@
 # eval CER 12-32%: the same model under a constant rate without warm-up reaches 1-7%).
 # Two waves of five processes; everything returned in one archive.
 set -u
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD:${PYTHONPATH:-}
+. benchmarks/gpu_host.sh || exit 1  # wheels, PYTHONPATH, compilation cache, $OUT/gpu.txt
 export XLA_PYTHON_CLIENT_MEM_FRACTION=0.15 JAX_COMPILATION_CACHE_DIR=/tmp/xla_cache
 CONV="--steps=600 --evals=3 --config.deterministic=True --runs=float32:scan_vjp,bfloat16:auto
       --config.optimizer.schedule=cosine --config.optimizer.warmup_steps=0 --config.optimizer.decay_steps=600"

@@ -3,8 +3,7 @@
 # (cosine to 0 over the 600 steps, no warm-up), seeds 0-9 in two waves of five; then
 # make test-gpu at the same commit, less its determinism test (114 s; passed in call 2) (after the architecture pass). One archive back.
 set -u
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD:${PYTHONPATH:-}
+. benchmarks/gpu_host.sh || exit 1  # wheels, PYTHONPATH, compilation cache, $OUT/gpu.txt
 export XLA_PYTHON_CLIENT_MEM_FRACTION=0.15 JAX_COMPILATION_CACHE_DIR=/tmp/xla_cache
 CONV="--steps=600 --evals=3 --config.deterministic=True --runs=bfloat16:scan_vjp
       --config.optimizer.schedule=cosine --config.optimizer.warmup_steps=0 --config.optimizer.decay_steps=600"

@@ -3,8 +3,7 @@
 # with the Triton (Pallas) recurrence, under the settled schedule (cosine to 0 at step 600, the
 # seed config's since this session), seeds 0-4 at once. One archive back.
 set -u
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD:${PYTHONPATH:-}
+. benchmarks/gpu_host.sh || exit 1  # wheels, PYTHONPATH, compilation cache, $OUT/gpu.txt
 export XLA_PYTHON_CLIENT_MEM_FRACTION=0.15 JAX_COMPILATION_CACHE_DIR=/tmp/xla_cache
 mkdir -p /tmp/r7
 for s in 0 1 2 3 4; do

@@ -2,8 +2,7 @@
 # The GPU step time before and after the architecture pass (issue 31): the seed config, bf16,
 # synthetic data, 300 steps through launch.py; now, then 1dc5b36 (extracted to bench_old/).
 set -u
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:${PYTHONPATH:-} JAX_COMPILATION_CACHE_DIR=/tmp/xla_cache
+. benchmarks/gpu_host.sh || exit 1  # wheels, PYTHONPATH, compilation cache, $OUT/gpu.txt
 SEED="--config=configs/ds2_8gpu.py --config.dataset.name=synthetic --config.num_train_steps=300 --config.log_every_steps=20 --config.eval_every_steps=0 --config.checkpoint_every_steps=100000 --config.model.dtype=bfloat16"
 median() { python3 -c "
 import json, statistics, sys

@@ -5,8 +5,7 @@
 #   precision fix (a096dd6, extracted to bench_old/); float32 now;
 # then per_device_batch_size=4096 (float32): refused by the device-memory estimate, and how fast.
 set -u
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:${PYTHONPATH:-} JAX_COMPILATION_CACHE_DIR=/tmp/xla_cache
+. benchmarks/gpu_host.sh || exit 1  # wheels, PYTHONPATH, compilation cache, $OUT/gpu.txt
 SEED="--config=configs/ds2_8gpu.py --config.dataset.name=synthetic --config.num_train_steps=300 --config.log_every_steps=20 --config.eval_every_steps=0 --config.checkpoint_every_steps=100000"
 median() { python3 -c "
 import json, statistics, sys

@@ -10,7 +10,7 @@ resumed run continues exactly.
 
 Why worker processes: reading, decoding and padding in threads of the training process
 hold the GIL, and a `jax.device_put` waiting for the GIL behind a busy Python thread
-runs many times slower (benchmarks/h2d.py, way 'busy_thread'; figures in BUILD_NOTES.md). Out of the process, the
+runs many times slower (BUILD_NOTES.md, Tried and rejected: input readers as threads). Out of the process, the
 main thread only stages finished batches on the devices.
 """
 
@@ -24,8 +24,8 @@ from typing import Iterator
 import numpy as np
 
 from ds2_jax import errors, faults, settings
-from ds2_jax.data.batch import Sharding
-from ds2_jax.data.source import DataSettings, open_source
+from ds2_jax.pipeline.batch import Sharding
+from ds2_jax.pipeline.source import DataSettings, open_source
 
 log = logging.getLogger("ds2_jax")
 MAX_AUTO_WORKERS = 16

@@ -1,11 +1,11 @@
-"""LibriSpeech from tfds as bucketed, sharded numpy batches (a `data.source.Source`).
+"""LibriSpeech from tfds as bucketed, sharded numpy batches (a `pipeline.source.Source`).
 
 Reads `tfds` array_record data sources (random access, numpy; TensorFlow is never
 imported). On the first run it builds `librispeech_local` from `dataset.manual_dir` and
-caches, beside the prepared dataset, each split's index (data.split_index: num_samples
+caches, beside the prepared dataset, each split's index (pipeline.split_index: num_samples
 and labels, so filters and buckets never decode audio) and the feature statistics.
-Which utterances are used is data.filters'; the buckets and the order of batches, a pure
-function of (seed, step), are data.plan's. No jax.
+Which utterances are used is pipeline.filters'; the buckets and the order of batches, a pure
+function of (seed, step), are pipeline.plan's. No jax.
 """
 
 from __future__ import annotations
@@ -21,18 +21,18 @@ from typing import Iterator
 import numpy as np
 
 from ds2_jax import files, text
-from ds2_jax.data import augment
-from ds2_jax.data import plan as plan_lib
-from ds2_jax.data.batch import Sharding, pad_batch
-from ds2_jax.data.filters import Filter
-from ds2_jax.data.source import DataSettings, StatsFn
-from ds2_jax.data.split_index import SplitIndex, cached, flat_index, split_names
+from ds2_jax.pipeline import augment
+from ds2_jax.pipeline import plan as plan_lib
+from ds2_jax.pipeline.batch import Sharding, pad_batch
+from ds2_jax.pipeline.filters import Filter
+from ds2_jax.pipeline.source import DataSettings, StatsFn
+from ds2_jax.pipeline.split_index import SplitIndex, cached, flat_index, split_names
 
 _FEATURE_STATS_SALT = 0xFEA7  # Keeps the stats sample independent of the batch order.
 
 
 class TfdsSource:
-    """`data.source.Source` over tfds `librispeech_local` (or a TF-free `librispeech`)."""
+    """`pipeline.source.Source` over tfds `librispeech_local` (or a TF-free `librispeech`)."""
 
     def __init__(self, data: DataSettings, sharding: Sharding):
         d = data.dataset
@@ -149,7 +149,7 @@ class TfdsSource:
         return self._plans[epoch]
 
     def train_batch(self, step: int, audio_zeros=np.zeros) -> dict[str, np.ndarray]:
-        """This process's rows of global batch `step` (data.plan's order)."""
+        """This process's rows of global batch `step` (pipeline.plan's order)."""
         epoch, pos = divmod(int(step), self.steps_per_epoch)
         bucket, members = self._plan(epoch)[pos]
         s = self.sharding

@@ -7,8 +7,8 @@ import logging
 import numpy as np
 
 from ds2_jax import geometry
-from ds2_jax.data.source import DataSettings
-from ds2_jax.data.split_index import SplitIndex
+from ds2_jax.pipeline.source import DataSettings
+from ds2_jax.pipeline.split_index import SplitIndex
 
 
 class Filter:

@@ -15,14 +15,14 @@ from typing import Callable, Iterable, Iterator, Protocol
 import numpy as np
 
 from ds2_jax import settings, text
-from ds2_jax.data.batch import Sharding
+from ds2_jax.pipeline.batch import Sharding
 
 # dataset.name -> "module:class" of its source, imported on use (tfds is slow to import).
 SOURCES = {
-    "synthetic": "ds2_jax.data.synthetic:SyntheticSource",
-    "librispeech_local": "ds2_jax.data.tfds_source:TfdsSource",
-    "librispeech": "ds2_jax.data.tfds_source:TfdsSource",
-    "manifest": "ds2_jax.data.tfds_source:TfdsSource",
+    "synthetic": "ds2_jax.pipeline.synthetic:SyntheticSource",
+    "librispeech_local": "ds2_jax.pipeline.tfds_source:TfdsSource",
+    "librispeech": "ds2_jax.pipeline.tfds_source:TfdsSource",
+    "manifest": "ds2_jax.pipeline.tfds_source:TfdsSource",
 }
 
 # (int16 waveforms, the spectrogram) -> per-bin <float32>[num_bins] (mean, std): features.spectrogram_stats.
@@ -38,7 +38,7 @@ class DataSettings:
     num_conv_layers: int  # model.num_conv_layers: the CTC frames an utterance has
     seed: int
     faults: settings.Faults = settings.Faults()  # the input workers' fault point (faults.Hooks.input_batch)
-    waveform: settings.Waveform = settings.Waveform()  # training utterances' augmentation (data.augment)
+    waveform: settings.Waveform = settings.Waveform()  # training utterances' augmentation (pipeline.augment)
 
     @classmethod
     def of(cls, config: settings.Settings) -> DataSettings:
@@ -68,6 +68,10 @@ class Source(Protocol):
     def feature_stats(self, stats: StatsFn) -> tuple[np.ndarray, np.ndarray]:
         """Per-bin <float32>[num_bins] mean and std of the normalized features' input:
         `stats` (features.spectrogram_stats) over a sample of this source's waveforms."""
+
+    def check_eval_split(self, spec: str) -> None:
+        """A ValueError naming dataset.eval_split when a split of `spec` is not in the data
+        (training checks before its first step, not at the first eval thousands of steps in)."""
 
 
 def make_source(config: settings.Settings, sharding: Sharding) -> Source:

@@ -4,7 +4,7 @@ impulse response, additive noise at a random SNR, gain. Host code, numpy, no jax
 Each utterance's augmentation is a pure function of (seed, step, row of the global batch) and
 the recordings named: `Augmenter.__call__` draws from `np.random.default_rng([seed, SALT, step,
 row])`, so a resumed run, any number of devices or processes, and any number of input workers
-give the same batches. It runs where batches are made (the input workers, data.loader), before
+give the same batches. It runs where batches are made (the input workers, pipeline.loader), before
 padding: speed perturbation changes an utterance's length, and the buckets are padded for the
 slowest speed (settings.Waveform.stretch). Why there and not in the compiled step: BUILD_NOTES
 "Input pipeline" and benchmarks/results/2026-12-05-cpu-augmentation/NOTES.md.

@@ -9,10 +9,10 @@ from typing import Iterator
 import numpy as np
 
 from ds2_jax import geometry, text
-from ds2_jax.data import augment
-from ds2_jax.data import plan as plan_lib
-from ds2_jax.data.batch import Sharding, pad_batch
-from ds2_jax.data.source import DataSettings, StatsFn
+from ds2_jax.pipeline import augment
+from ds2_jax.pipeline import plan as plan_lib
+from ds2_jax.pipeline.batch import Sharding, pad_batch
+from ds2_jax.pipeline.source import DataSettings, StatsFn
 
 EVAL_INDEX_OFFSET = 10**9  # Synthetic indices from here on stand in for a held-out split.
 MAX_CACHED_POOLS = 4  # Padded synthetic batches kept: at most this many pools' worth of rows.
@@ -108,6 +108,9 @@ class SyntheticSource:
 
     def shapes(self) -> list[tuple[int, int]]:
         return [(self.pad_samples, self.max_label_len)]
+
+    def check_eval_split(self, spec: str) -> None:
+        """Every split name is one: a held-out range of indices stands in for it."""
 
     def feature_stats(self, stats: StatsFn) -> tuple[np.ndarray, np.ndarray]:
         return stats((self.generate(EVAL_INDEX_OFFSET - 1 - i)["audio"] for i in range(8)), self.spectrogram)
