@@ -35,19 +35,35 @@ def manager(workdir: str, keep: int = 3, keep_best: int = 0) -> ocp.CheckpointMa
     """A CheckpointManager over `workdir/checkpoints` keeping the newest `keep` and, with `keep_best`,
     also the `keep_best` whose metrics (saved with them: `save(..., metrics=)`) have the lowest
     WER, then CER. Orbax's own policies decide (LatestN or BestN); it deletes only after a new save is
-    committed, and the metrics are part of that save, so a kill at any point loses none of them."""
+    committed, and the metrics are part of that save, so a kill at any point loses none of them.
+    Without `keep_best`, the checkpoints an earlier run kept as its best are never deleted (orbax's
+    CustomSteps): a resume with keep_best_checkpoints=0 leaves them as they are."""
+    from orbax.checkpoint.checkpoint_managers import preservation_policy as pp
+
     directory = os.path.abspath(os.path.join(workdir, "checkpoints"))
     if not keep_best:
-        options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=True)
-    else:
-        from orbax.checkpoint.checkpoint_managers import preservation_policy as pp
-
-        _quiet_unranked_saves()
-        best = pp.BestN(get_metric_fn=_wer, reverse=True, n=keep_best, keep_checkpoints_without_metrics=False)
-        options = ocp.CheckpointManagerOptions(  # best_fn: orbax writes the metrics and tracks the best
-            create=True, best_fn=_wer, best_mode="min",
-            preservation_policy=pp.AnyPreservationPolicy([pp.LatestN(keep), best]))
+        kept = ranked_steps(directory)
+        if not kept:
+            return ocp.CheckpointManager(directory, options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True))
+        policy = pp.AnyPreservationPolicy([pp.LatestN(keep), pp.CustomSteps(kept)])
+        return ocp.CheckpointManager(directory, options=ocp.CheckpointManagerOptions(create=True, preservation_policy=policy))
+    _quiet_unranked_saves()
+    best = pp.BestN(get_metric_fn=_wer, reverse=True, n=keep_best, keep_checkpoints_without_metrics=False)
+    options = ocp.CheckpointManagerOptions(  # best_fn: orbax writes the metrics and tracks the best
+        create=True, best_fn=_wer, best_mode="min", preservation_policy=pp.AnyPreservationPolicy([pp.LatestN(keep), best]))
     return ocp.CheckpointManager(directory, options=options)
+
+
+def ranked_steps(directory: str) -> list[int]:
+    """The steps of the checkpoints under `directory` saved with an eval's metrics (kept as the best
+    by a run with keep_best_checkpoints)."""
+    if not os.path.isdir(directory):
+        return []
+    mgr = ocp.CheckpointManager(directory, options=ocp.CheckpointManagerOptions(read_only=True))
+    try:
+        return [step for step in mgr.all_steps() if _metrics(mgr, step) is not None]
+    finally:
+        mgr.close()
 
 
 def _drop_unranked_warning(record: logging.LogRecord) -> bool:
@@ -86,6 +102,9 @@ def managed(workdir: str, keep: int = 3, keep_best: int = 0):
     Meanwhile orbax's background threads log their errors to workdir/error.log, not the terminal:
     the failure reaches the main thread and is explained there in one line."""
     mgr = manager(workdir, keep, keep_best)
+    if not keep_best and (kept := ranked_steps(mgr.directory)):
+        log.info("keep_best_checkpoints=0: the best checkpoints an earlier run kept (steps %s) stay untouched; "
+                 "--mode=eval --eval_step=best still scores the best of them", ", ".join(map(str, kept)))
     with errors.background_errors_to_log(workdir, "orbax", "Event loop is closed"):
         try:
             yield mgr

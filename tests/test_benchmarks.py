@@ -381,3 +381,16 @@ def test_the_results_index_lists_every_folder():
     index = open(os.path.join(ROOT, "benchmarks", "README.md")).read().split("## Results", 1)[1]
     listed = set(re.findall(r"^\| `([\w.-]+)/` \|", index, flags=re.M))
     assert listed == {d for d in os.listdir(results) if os.path.isdir(os.path.join(results, d))}
+
+
+def test_noisy_speech_reports_each_seed_and_each_trainings_mean():
+    from benchmarks import noisy_speech
+
+    rows = [{"training": t, "seed": s, "clean_cer": c, "clean_wer": 2 * c, "noisy_cer": n, "noisy_wer": 2 * n}
+            for t, s, c, n in (("clean", 0, 0.03, 0.36), ("noise50", 0, 0.04, 0.12),
+                               ("clean", 1, 0.05, 0.38), ("noise50", 1, 0.045, 0.14))]
+    means = noisy_speech.means(rows)
+    assert means["clean"]["clean_cer"] == pytest.approx(0.04) and means["noise50"]["noisy_cer"] == pytest.approx(0.13)
+    lines = noisy_speech.table(rows).splitlines()
+    assert len(lines) == 2 + 4 + 2 and lines[-2:] == ["| clean | mean | 4.0% | 8.0% | 37.0% | 74.0% |",
+                                                      "| noise50 | mean | 4.2% | 8.5% | 13.0% | 26.0% |"]

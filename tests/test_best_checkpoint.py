@@ -1,14 +1,18 @@
 """keep_best_checkpoints: the checkpoints with the lowest in-training eval WER kept beside the
 newest (orbax's own BestN and LatestN), --eval_step=best, and a kill while they are chosen."""
 
+import glob
 import json
 import os
 import signal
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
 from ds2_jax import checkpoint, evaluation, metrics, train, transcribe
+from ds2_jax.tools import build_lm
 from tests import helpers
 from tests.helpers import tiny_config
 
@@ -26,6 +30,25 @@ def test_the_lowest_wer_checkpoints_are_kept_beside_the_newest_across_a_restart(
     checkpoint.save(mgr, 8, {"w": np.zeros(3, np.float32)}, wait=True, metrics={"wer": 0.4, "cer": 0.2})
     assert mgr.all_steps() == [4, 8]  # 0.3 and 0.4; 7 is no longer the newest and has no WER
     assert checkpoint.best(checkpoint.manager(str(tmp_path))) == (4, {"wer": 0.3, "cer": 0.15})
+    mgr.close()
+
+
+def test_a_resume_that_keeps_no_best_deletes_none_of_those_kept_before(tmp_path, caplog):
+    mgr = checkpoint.manager(str(tmp_path), keep=1, keep_best=1)
+    for step, wer in {1: 0.5, 2: 0.9, 3: 0.7}.items():
+        checkpoint.save(mgr, step, {"w": np.full(3, step, np.float32)}, wait=True, metrics={"wer": wer, "cer": wer / 2})
+    assert mgr.all_steps() == [1, 3]  # the best and the newest (both ranked by their eval)
+    mgr.close()
+    caplog.set_level("INFO", logger="ds2_jax")
+    with checkpoint.managed(str(tmp_path), keep=1) as mgr:  # resumed with keep_best_checkpoints=0
+        for step in (4, 5, 6):
+            checkpoint.save(mgr, step, {"w": np.full(3, step, np.float32)}, wait=True)
+        assert mgr.all_steps() == [1, 3, 6]  # 4 and 5 went as newest; 1 and 3 stay
+    assert "the best checkpoints an earlier run kept (steps 1, 3) stay untouched" in caplog.text
+    assert checkpoint.best(checkpoint.manager(str(tmp_path))) == (1, {"wer": 0.5, "cer": 0.25})
+    mgr = checkpoint.manager(str(tmp_path), keep=1, keep_best=1)  # ranking again drops the worse of them
+    checkpoint.save(mgr, 7, {"w": np.zeros(3, np.float32)}, wait=True)
+    assert mgr.all_steps() == [1, 7]
     mgr.close()
 
 
@@ -57,6 +80,16 @@ def test_eval_of_best_scores_the_step_with_the_lowest_in_training_wer(tmp_path, 
     assert (result["wer"], result["cer"]) == pytest.approx(wers[best], abs=1e-9)
     assert (result["best_checkpoint"]["wer"], result["best_checkpoint"]["cer"]) == pytest.approx(wers[best], abs=1e-9)
     assert transcribe.Transcriber(workdir, step="best").step == best  # transcribe --step=best
+    lm = str(tmp_path / "lm.arpa")  # tune_lm --step=best: the same checkpoint, by the same resolution
+    build_lm.write_arpa(*build_lm.estimate(build_lm.sentences(["the cat sat", "a dog ran"]), 2), lm)
+    tune = subprocess.run([sys.executable, "-m", "ds2_jax.tools.tune_lm", f"--workdir={workdir}", f"--lm={lm}", "--step=best",
+                           "--alphas=0", "--betas=0", "--beam_width=4", "--max_utterances=8"], cwd=helpers.ROOT,
+                          env=dict(os.environ, JAX_PLATFORMS="cpu"), capture_output=True, text=True, timeout=300)
+    assert tune.returncode == 0, tune.stderr[-2000:]
+    (tuned,) = glob.glob(os.path.join(workdir, "tune_lm-dev-clean-*.json"))
+    assert best != 8 and os.path.basename(tuned).startswith(f"tune_lm-dev-clean-{best}-")  # 8, the newest: 'latest'
+    greedy = json.load(open(tuned))["greedy"]
+    assert (greedy["wer"], greedy["cer"]) == pytest.approx(wers[best], abs=1e-9)
     assert not [r for r in caplog.records if "tracked_metric" in r.getMessage()]  # orbax's warning at step 3's save
 
 

@@ -46,6 +46,8 @@ USAGE_MISTAKES = [
     (("-m", "ds2_jax.tools.tune_lm", "--workdir={w}", "--lm=lm.arpa", "--betas=0,nan"), "error: --betas=0,nan: nan must be"),
     (("-m", "ds2_jax.tools.tune_lm", "--workdir={w}", "--lm=lm.arpa", "--beam_width=0"), "error: --beam_width=0: must be"),
     (("-m", "ds2_jax.tools.tune_lm", "--workdir={w}", "--lm=none.arpa"), "error: --lm=none.arpa: no such file"),
+    (("-m", "ds2_jax.tools.tune_lm", "--workdir={w}", "--lm=lm.arpa", "--step=newest"),
+     "error: --step=newest: must be a step number (>= 0) or 'best'"),
     (("-m", "ds2_jax.tools.build_lm", "--order=7", "--out={w}/lm.arpa", "--transcripts=a.txt"),
      "error: --order=7: must be 1..6"),
     (("-m", "ds2_jax.tools.build_lm", "--order=x", "--out={w}/lm.arpa"), "error: --order=x: expected an integer"),

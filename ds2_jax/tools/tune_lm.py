@@ -1,7 +1,7 @@
 """Grid search of the LM weights (decoding.alpha, decoding.beta) on a dev split.
 
     python -m ds2_jax.tools.tune_lm --workdir=W --lm=lm.arpa [--split=dev-clean] \\
-        [--alphas=0,0.25,0.5,1,1.5,2 --betas=0,0.5,1,2,3 --beam_width=32]
+        [--alphas=0,0.25,0.5,1,1.5,2 --betas=0,0.5,1,2,3 --beam_width=32] [--step=N|best]
 
 The model runs once over the split (log-probabilities kept on the host); then every
 (alpha, beta) pair re-runs only the beam search, with the LM loaded once. Picks the pair
@@ -34,7 +34,8 @@ def define_flags() -> None:
     flags.DEFINE_list("betas", ["0", "0.5", "1", "2", "3"], "Word bonuses to try.")
     flags.DEFINE_integer("beam_width", settings.LM_BEAM_WIDTH, "Beam width during the search (decoding.beam_width).")
     flags.DEFINE_integer("max_utterances", 0, "Utterances of the split used; 0 = all.")
-    flags.DEFINE_integer("step", None, "Checkpoint step (default: latest).")
+    flags.DEFINE_string("step", None, "Checkpoint step, or 'best' (the lowest in-training eval WER; "
+                        "keep_best_checkpoints); default: the latest.")
     flags.mark_flags_as_required(["workdir", "lm"])
 
 
@@ -56,8 +57,9 @@ def grid_search(outputs, beam, alphas: list[float], betas: list[float]) -> list[
 
 
 def tune(config: settings.Settings, workdir: str, lm: str, split: str, alphas, betas, beam_width: int,
-         max_utterances: int = 0, step=None) -> dict:
-    """Runs the grid; returns {'best': {...}, 'greedy': {...}, 'grid': [...], ...} and writes the json."""
+         max_utterances: int = 0, step: int | str | None = None) -> dict:
+    """Runs the grid on checkpoint `step` (None: the latest; 'best': the lowest in-training eval WER);
+    returns {'best': {...}, 'greedy': {...}, 'grid': [...], 'step': the step tuned, ...} and writes the json."""
     from ds2_jax import decoding, evaluation, files, metrics
 
     from ds2_jax import text
@@ -84,9 +86,9 @@ def tune(config: settings.Settings, workdir: str, lm: str, split: str, alphas, b
     return result
 
 
-def check_flags() -> None:
+def check_flags() -> int | str | None:
     """A usage error (exit 2) for a flag or grid value the search cannot use, before the model pass
-    (and before anything is written in the workdir)."""
+    (and before anything is written in the workdir); returns the checkpoint to tune (cli.checkpoint_step)."""
     from ds2_jax import cli
 
     for name, key in (("alphas", "decoding.alpha"), ("betas", "decoding.beta")):
@@ -104,29 +106,29 @@ def check_flags() -> None:
         cli.usage_error(f"--beam_width={FLAGS.beam_width}: must be >= 1 (the LM weights act in beam search only)")
     if FLAGS.max_utterances < 0:
         cli.usage_error(f"--max_utterances={FLAGS.max_utterances}: must be >= 0 (0 = the whole split)")
-    if FLAGS.step is not None and FLAGS.step < 0:
-        cli.usage_error(f"--step={FLAGS.step}: must be >= 0")
+    step = cli.checkpoint_step(FLAGS.step, "--step")
     if not os.path.isfile(FLAGS.lm):
         cli.usage_error(f"--lm={FLAGS.lm}: no such file (build one with python -m ds2_jax.tools.build_lm)")
+    return step
 
 
 def main(argv):
     from ds2_jax import cli, errors
 
-    check_flags()
+    step = check_flags()
     cli.setup_logging(FLAGS.workdir)
     # An explained error is one `error: ...` line (traceback in WORKDIR/error.log), as in launch.py.
-    return errors.run_explained(_tune_and_print, FLAGS.workdir, errors.traceback_wanted())
+    return errors.run_explained(lambda: _tune_and_print(step), FLAGS.workdir, errors.traceback_wanted())
 
 
-def _tune_and_print() -> None:
+def _tune_and_print(step: int | str | None) -> None:
     from ds2_jax import cli, workdir_config
 
     config = settings.from_config_dict(FLAGS.config) if FLAGS.config is not None else workdir_config.load_config(FLAGS.workdir)
     try:
         with cli.quiet_console():  # each grid point's line goes to WORKDIR/log.txt; the table below is printed once
             result = tune(config, FLAGS.workdir, FLAGS.lm, FLAGS.split, FLAGS.alphas, FLAGS.betas, FLAGS.beam_width,
-                          FLAGS.max_utterances, FLAGS.step)
+                          FLAGS.max_utterances, step)
     except ValueError as e:  # names decoding.* settings: say which flag
         raise ValueError(cli.in_flag_names(str(e), {"decoding.lm_path": "--lm", "decoding.beam_width": "--beam_width"})) from e
     best = result["best"]
