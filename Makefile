@@ -2,6 +2,7 @@
 #            and draws the run's curves to .demo/run/curves.png.
 # make plot: redraws the curves of WORKDIR (default .demo/run) from its metrics.jsonl.
 # make test: installs .[test] and runs pytest (TEST_WORKERS=2 processes; 0 = one).
+# make lint: ruff check and ruff format --check over the tree (.ci/run runs it before the tests).
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -13,7 +14,7 @@ XDIST := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
 WORKDIR ?= .demo/run
 export WORKDIR  # the recipe quotes it from the environment: any path a shell accepts
 
-.PHONY: demo plot test test-fast test-gpu converge-gpu mutate venv clean
+.PHONY: demo plot test test-fast lint test-gpu converge-gpu mutate venv clean
 
 $(VENV)/.stamp-base: setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +37,11 @@ plot: $(VENV)/.stamp-base
 
 test: $(VENV)/.stamp-test
 	$(PY) -m pytest -q $(XDIST) $(PYTEST_ARGS)
+
+# ruff over the whole tree: lint, and the format checked (`ruff format .` applies it); pyproject.toml.
+lint: $(VENV)/.stamp-test
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
 
 # Everything but the learning tests marked slow.
 test-fast: $(VENV)/.stamp-test

@@ -31,8 +31,16 @@ TORCH = "torch==2.13.0"
 EXPORT = ["jax2onnx>=0.17", "onnx>=1.20", "onnxruntime>=1.24"]
 
 EXTRAS = {
-    "test": ["pytest>=7.4,<9.2", "pytest-timeout>=2.2", "pytest-xdist>=3.5", TORCH, "matplotlib>=3.7", "psutil>=5.9",
-             *EXPORT],  # benchmarks and the export are tested too
+    "test": [
+        "pytest>=7.4,<9.2",
+        "pytest-timeout>=2.2",
+        "pytest-xdist>=3.5",
+        TORCH,
+        "matplotlib>=3.7",
+        "psutil>=5.9",
+        "ruff>=0.6",  # make lint (.ci/run): lint and format, configured in pyproject.toml
+        *EXPORT,
+    ],  # benchmarks and the export are tested too
     "bench": [TORCH, "matplotlib>=3.7", "psutil>=5.9"],  # psutil: worker memory in benchmarks.input_pipeline
     # A CUDA 12 jax: the pip CUDA/cuDNN/NCCL wheels, so only an NVIDIA driver >= 525 is needed
     # on the host (jax[cuda13] would need >= 580).
@@ -53,14 +61,16 @@ setup(
     install_requires=INSTALL_REQUIRES,
     extras_require=EXTRAS,
     # The commands (ds2_jax/commands.py): ds2-train is launch.py, the others their `python -m` forms.
-    entry_points={"console_scripts": [
-        "ds2-train=ds2_jax.commands:train",
-        "ds2-eval=ds2_jax.commands:evaluate",
-        "ds2-build=ds2_jax.commands:build",
-        "ds2-transcribe=ds2_jax.commands:transcribe",
-        "ds2-export=ds2_jax.commands:export",
-        "ds2-build-lm=ds2_jax.commands:build_lm",
-        "ds2-tune-lm=ds2_jax.commands:tune_lm",
-        "ds2-plot=ds2_jax.commands:plot",
-    ]},
+    entry_points={
+        "console_scripts": [
+            "ds2-train=ds2_jax.commands:train",
+            "ds2-eval=ds2_jax.commands:evaluate",
+            "ds2-build=ds2_jax.commands:build",
+            "ds2-transcribe=ds2_jax.commands:transcribe",
+            "ds2-export=ds2_jax.commands:export",
+            "ds2-build-lm=ds2_jax.commands:build_lm",
+            "ds2-tune-lm=ds2_jax.commands:tune_lm",
+            "ds2-plot=ds2_jax.commands:plot",
+        ]
+    },
 )

@@ -40,15 +40,18 @@ VARIANTS = {
 def define_flags(fv) -> None:
     from absl import flags
 
-    flags.DEFINE_string("out", None, "Folder for augmentation.json / .md (and the generated noise).", flag_values=fv,
-                        required=True)
-    flags.DEFINE_string("manual_dir", "corpora/tiny_librispeech", "LibriSpeech-layout corpus (train-clean-100).",
-                        flag_values=fv)
+    flags.DEFINE_string(
+        "out", None, "Folder for augmentation.json / .md (and the generated noise).", flag_values=fv, required=True
+    )
+    flags.DEFINE_string(
+        "manual_dir", "corpora/tiny_librispeech", "LibriSpeech-layout corpus (train-clean-100).", flag_values=fv
+    )
     flags.DEFINE_string("data_dir", "", "tfds data_dir for its build (default: DIR/tfds).", flag_values=fv)
     flags.DEFINE_integer("batch", 16, "Utterances per batch (the demo's).", flag_values=fv)
     flags.DEFINE_integer("steps", 20, "Batches (and train steps) timed per variant.", flag_values=fv)
-    flags.DEFINE_integer("train_steps", 0, "Also train the demo config this many steps, off vs all (0: skip).",
-                         flag_values=fv)
+    flags.DEFINE_integer(
+        "train_steps", 0, "Also train the demo config this many steps, off vs all (0: skip).", flag_values=fv
+    )
     flags.DEFINE_integer("num_workers", 1, "Input worker processes of --train_steps runs.", flag_values=fv)
 
 
@@ -94,7 +97,8 @@ def step_ms(config, steps: int) -> float:
     """The compiled train step of `config` on a batch of its source, median over `steps` runs."""
     import jax
 
-    from ds2_jax import settings, state as state_lib, train
+    from ds2_jax import settings, train
+    from ds2_jax import state as state_lib
     from ds2_jax.pipeline.batch import Sharding
     from ds2_jax.pipeline.source import make_source
 
@@ -125,8 +129,10 @@ def train_run(config, workdir: str, steps: int, workers: int) -> dict:
     train.train_and_evaluate(config, workdir)
     rows = [r for r in metrics.read_jsonl(os.path.join(workdir, "metrics.jsonl")) if "step_time_s" in r][1:]
     per = config.log_every_steps
-    return {"step_ms": round(1000 * float(np.mean([r["step_time_s"] for r in rows])), 1),
-            "input_wait_ms_per_step": round(1000 * float(np.mean([r["input_wait_s"] for r in rows])) / per, 2)}
+    return {
+        "step_ms": round(1000 * float(np.mean([r["step_time_s"] for r in rows])), 1),
+        "input_wait_ms_per_step": round(1000 * float(np.mean([r["input_wait_s"] for r in rows])) / per, 2),
+    }
 
 
 def main(argv=None) -> int:
@@ -156,27 +162,51 @@ def main(argv=None) -> int:
         runs = []
         with tempfile.TemporaryDirectory() as tmp:
             for i, name in enumerate(("off", "all", "all", "off")):
-                runs.append({"variant": name, **train_run(demo_config(args, noise, rir, VARIANTS[name]),
-                                                          os.path.join(tmp, f"{i}-{name}"), args.train_steps,
-                                                          args.num_workers)})
+                runs.append(
+                    {
+                        "variant": name,
+                        **train_run(
+                            demo_config(args, noise, rir, VARIANTS[name]),
+                            os.path.join(tmp, f"{i}-{name}"),
+                            args.train_steps,
+                            args.num_workers,
+                        ),
+                    }
+                )
                 print(json.dumps(runs[-1]), flush=True)
         mean = {v: float(np.mean([r["step_ms"] for r in runs if r["variant"] == v])) for v in ("off", "all")}
-        result["train"] = {"num_workers": args.num_workers, "runs": runs, "mean_step_ms": mean,
-                           "all_over_off_pct": round(100 * (mean["all"] / mean["off"] - 1), 1)}
+        result["train"] = {
+            "num_workers": args.num_workers,
+            "runs": runs,
+            "mean_step_ms": mean,
+            "all_over_off_pct": round(100 * (mean["all"] / mean["off"] - 1), 1),
+        }
         print(json.dumps({k: v for k, v in result["train"].items() if k != "runs"}), flush=True)
     with open(os.path.join(args.out, "augmentation.json"), "w") as f:
         json.dump(result, f, indent=1)
-    lines = [f"train step (demo model, batch {args.batch}): {step:.1f} ms", "",
-             "| augmentation (probability 1) | host ms per batch | extra ms | extra / step |", "|---|---:|---:|---:|"]
-    lines += [f"| {r['variant']} | {r['batch_ms']:.2f} | {r['extra_ms']:.2f} | {r['share_of_step_pct']:.2f}% |"
-              for r in rows]
+    lines = [
+        f"train step (demo model, batch {args.batch}): {step:.1f} ms",
+        "",
+        "| augmentation (probability 1) | host ms per batch | extra ms | extra / step |",
+        "|---|---:|---:|---:|",
+    ]
+    lines += [
+        f"| {r['variant']} | {r['batch_ms']:.2f} | {r['extra_ms']:.2f} | {r['share_of_step_pct']:.2f}% |" for r in rows
+    ]
     if "train" in result:
         t = result["train"]
-        lines += ["", f"launch-equivalent training, {args.train_steps} steps each, {args.num_workers} input worker(s) "
-                  "(steady-state mean step time; input wait per step):", "",
-                  "| run | augmentation | ms/step | input wait ms/step |", "|---|---|---:|---:|"]
-        lines += [f"| {i + 1} | {r['variant']} | {r['step_ms']:.1f} | {r['input_wait_ms_per_step']:.2f} |"
-                  for i, r in enumerate(t["runs"])]
+        lines += [
+            "",
+            f"launch-equivalent training, {args.train_steps} steps each, {args.num_workers} input worker(s) "
+            "(steady-state mean step time; input wait per step):",
+            "",
+            "| run | augmentation | ms/step | input wait ms/step |",
+            "|---|---|---:|---:|",
+        ]
+        lines += [
+            f"| {i + 1} | {r['variant']} | {r['step_ms']:.1f} | {r['input_wait_ms_per_step']:.2f} |"
+            for i, r in enumerate(t["runs"])
+        ]
         lines += ["", f"all on vs off: {t['all_over_off_pct']:+.1f}% step time"]
     with open(os.path.join(args.out, "augmentation.md"), "w") as f:
         f.write("\n".join(lines) + "\n")

@@ -27,17 +27,24 @@ def main(argv: list[str] | None = None) -> int:
     flags.DEFINE_integer("repeats", 5, "Timed passes per path.", flag_values=fv)
     files = fv([sys.argv[0], *(sys.argv[1:] if argv is None else argv)])[1:]
     if fv.threads == 1:  # before jax is imported
-        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false "
-                                   "intra_op_parallelism_threads=1").strip()
+        os.environ["XLA_FLAGS"] = (
+            os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+        ).strip()
     from ds2_jax import settings, transcribe
 
     waves = [transcribe.load_audio(f) for f in files]
     audio_seconds = sum(map(len, waves)) / 16_000
     greedy = settings.Decoding(beam_width=0)
-    paths = {"jax": transcribe.Transcriber(fv.workdir, greedy, batch_size=8),
-             "onnx": transcribe.OnnxTranscriber(fv.model, greedy, batch_size=8, threads=fv.threads)}
-    result = {"threads": fv.threads or os.cpu_count(), "files": len(files), "audio_seconds": round(audio_seconds, 2),
-              "load_average": os.getloadavg()[0]}
+    paths = {
+        "jax": transcribe.Transcriber(fv.workdir, greedy, batch_size=8),
+        "onnx": transcribe.OnnxTranscriber(fv.model, greedy, batch_size=8, threads=fv.threads),
+    }
+    result = {
+        "threads": fv.threads or os.cpu_count(),
+        "files": len(files),
+        "audio_seconds": round(audio_seconds, 2),
+        "load_average": os.getloadavg()[0],
+    }
     texts = {}
     for name, t in paths.items():
         texts[name] = t.transcribe(waves)  # warm-up (compiles the JAX path)

@@ -9,7 +9,8 @@ content) in the LibriSpeech layout under --workdir and builds them, reporting bu
 and peak memory. Reading uses only utterances of 6-8 s (the seed's training window),
 through ds2_jax.pipeline.loader as the trainer reads (inline with --num_workers=0, else grain
 worker processes; several counts in one run, e.g. --num_workers=0,1,2,4,8,16), after a
-warm-up of four batches per worker (the first batch's wait, worker start-up, reported apart). --to_device also stages every batch on all local jax
+warm-up of four batches per worker (the first batch's wait, worker start-up, reported apart).
+--to_device also stages every batch on all local jax
 devices as the trainer does (parallel.put_batches). Each row: utt/s, the main process's
 CPU use, and the peak resident memory of the process tree (workers included).
 """
@@ -92,7 +93,9 @@ def read_rate(config, sharding, source, steps: int, to_device: bool) -> dict:
 
     warm = 4 * max(1, loader.resolve_num_workers(config.dataset))  # every worker past its first batches
     host = loader.train_batches(config, sharding, source, 0, 1 + warm + steps)
-    batches = parallel.Parallel("pmap", jax.local_devices()).put_batches(host, config.prefetch_batches) if to_device else host
+    batches = (
+        parallel.Parallel("pmap", jax.local_devices()).put_batches(host, config.prefetch_batches) if to_device else host
+    )
     with PeakTreeRss() as rss:
         t = time.perf_counter()
         jax.block_until_ready(next(batches))

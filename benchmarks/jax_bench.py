@@ -29,8 +29,10 @@ def run(config, variant: str, n_devices: int, steps: int, warmup: int, profile_s
 
     Every variant compiles and stages through ds2_jax.parallel, as the training loop does.
     """
-    config = settings.override(settings.from_config_dict(config), {
-        "compile": variant != "jax_eager", "parallelism": PARALLELISM[variant], "num_devices": n_devices})
+    config = settings.override(
+        settings.from_config_dict(config),
+        {"compile": variant != "jax_eager", "parallelism": PARALLELISM[variant], "num_devices": n_devices},
+    )
     par = parallel.make(config)
     devices = par.devices
     global_batch = config.per_device_batch_size * n_devices
@@ -55,7 +57,11 @@ def run(config, variant: str, n_devices: int, steps: int, warmup: int, profile_s
         jax.block_until_ready(holder["metrics"])
 
     timed = timing.measure(step, warmup, steps)
-    row = {"params": params, "first_step_s": timed["first_step_s"], **timing.step_stats(timed["step_times_s"], global_batch)}
+    row = {
+        "params": params,
+        "first_step_s": timed["first_step_s"],
+        **timing.step_stats(timed["step_times_s"], global_batch),
+    }
     row["pipelined_ms_per_step"] = timing.pipelined_ms(dispatch, lambda: jax.block_until_ready(holder), steps)
     stats = devices[0].memory_stats() or {}  # None on the CPU
     if "peak_bytes_in_use" in stats:
@@ -69,7 +75,9 @@ def run(config, variant: str, n_devices: int, steps: int, warmup: int, profile_s
                     for i in range(profile_steps):
                         step(i)
                 path = profile.find_jax_trace(log_dir)
-                row["profile"] = profile.summarize(path, "jax", profile_steps, row["step_ms_median"], devices[0].platform == "gpu")
+                row["profile"] = profile.summarize(
+                    path, "jax", profile_steps, row["step_ms_median"], devices[0].platform == "gpu"
+                )
                 row["profile"]["trace_file"] = os.path.basename(path)
             except Exception as e:
                 row["profile"] = {"error": f"{type(e).__name__}: {e}"[:500]}

@@ -39,19 +39,25 @@ def make_input(args, root: str) -> tuple[str, float]:
     os.makedirs(os.path.join(manual, "clips"))
     rows = []  # (audio path, text)
     if args.librispeech:
-        for split_dir in sorted(os.path.join(r, d) for r, ds, _ in os.walk(args.librispeech) for d in ds
-                                if d in librispeech_local.LIBRISPEECH_SPLITS):
+        for split_dir in sorted(
+            os.path.join(r, d)
+            for r, ds, _ in os.walk(args.librispeech)
+            for d in ds
+            if d in librispeech_local.LIBRISPEECH_SPLITS
+        ):
             for r, _, names in os.walk(split_dir):
                 trans = {}
                 for n in names:
                     if n.endswith(".trans.txt"):
                         with open(os.path.join(r, n), "rb") as f:
                             trans.update(librispeech_local.parse_transcripts(f.read()))
-                rows += [(os.path.join(r, n), trans[n[:-5]]) for n in sorted(names)
-                         if n.endswith(".flac") and n[:-5] in trans]
+                rows += [
+                    (os.path.join(r, n), trans[n[:-5]])
+                    for n in sorted(names)
+                    if n.endswith(".flac") and n[:-5] in trans
+                ]
     else:
-        m = manifest.read_manifest(manifest.find_manifests(args.manual_dir, args.split)[args.split],
-                                   manifest.Options())
+        m = manifest.read_manifest(manifest.find_manifests(args.manual_dir, args.split)[args.split], manifest.Options())
         rows = [(e.audio, e.text) for e in m.entries]
     if args.join > 1:  # LibriSpeech-length utterances: `join` clips in one FLAC at their rate
         joined = os.path.join(root, "joined")
@@ -111,8 +117,17 @@ def per_file(jobs: list, sample_rate: int, root: str, reps: int = 5) -> dict:
     from ds2_jax.datasets import audio, shards
 
     items = tuple((i, f"u{i}", path, "a", "") for i, (path, _, _) in enumerate(jobs))
-    job = shards.ShardJob("train", 0, os.path.join(root, "per_file.tmp"), items, text.Alphabet(" a").symbols,
-                          sample_rate, "downmix", round(sample_rate * 0.02), round(sample_rate * 0.01))
+    job = shards.ShardJob(
+        "train",
+        0,
+        os.path.join(root, "per_file.tmp"),
+        items,
+        text.Alphabet(" a").symbols,
+        sample_rate,
+        "downmix",
+        round(sample_rate * 0.02),
+        round(sample_rate * 0.01),
+    )
     bare, work = [], []
     for _ in range(reps):
         t = time.process_time()
@@ -122,13 +137,18 @@ def per_file(jobs: list, sample_rate: int, root: str, reps: int = 5) -> dict:
         shards.write_shard(job)
         work.append(time.process_time() - t)
     b, w = sorted(bare)[reps // 2] * 1e3 / len(jobs), sorted(work)[reps // 2] * 1e3 / len(jobs)
-    return {"files": len(jobs), "bare_cpu_ms": round(b, 3), "build_cpu_ms": round(w, 3), "build_over_bare": round(b / w, 3)}
+    return {
+        "files": len(jobs),
+        "bare_cpu_ms": round(b, 3),
+        "build_cpu_ms": round(w, 3),
+        "build_over_bare": round(b / w, 3),
+    }
 
 
 def measure(args) -> dict:
     from ds2_jax import settings
-    from ds2_jax.pipeline.source import DataSettings
     from ds2_jax.datasets import audio, build, manifest
+    from ds2_jax.pipeline.source import DataSettings
 
     root = tempfile.mkdtemp(prefix="manifest_build_")
     try:
@@ -147,9 +167,16 @@ def measure(args) -> dict:
             bare = time.perf_counter() - t
             bare_cpu = [a - b for a, b in zip(cpu_s(), cpu)]
             n = len(jobs)
-            config = settings.override(settings.Settings(), {
-                "dataset.name": "manifest", "dataset.manual_dir": manual, "dataset.train_splits": "train",
-                "dataset.build_workers": workers, "features.sample_rate": args.sample_rate})
+            config = settings.override(
+                settings.Settings(),
+                {
+                    "dataset.name": "manifest",
+                    "dataset.manual_dir": manual,
+                    "dataset.train_splits": "train",
+                    "dataset.build_workers": workers,
+                    "features.sample_rate": args.sample_rate,
+                },
+            )
             options = manifest.Options.of(DataSettings.of(config))
             data_dir = os.path.join(root, f"tfds-{processes}")
             profiler = None
@@ -167,22 +194,38 @@ def measure(args) -> dict:
                 os.makedirs(os.path.dirname(os.path.abspath(args.profile)), exist_ok=True)
                 profiler.dump_stats(args.profile)
             kept = builder.info.splits["train"].num_examples
-            rows.append({"processes": processes, "build_workers": workers, "utterances": n, "kept": kept,
-                         "bare_s": round(bare, 3), "bare_utt_per_s": round(n / bare, 1),
-                         "build_s": round(built, 3), "build_utt_per_s": round(kept / built, 1),
-                         "build_audio_s_per_s": round(audio_s / built, 1),
-                         "build_over_bare": round((kept / built) / (n / bare), 3),
-                         # CPU time per utterance (contention on a shared host inflates wall time, not these)
-                         "bare_cpu_ms": round(1e3 * sum(bare_cpu) / n, 3),
-                         "build_main_cpu_ms": round(1e3 * main_cpu / kept, 3),
-                         "build_workers_cpu_ms": round(1e3 * workers_cpu / kept, 3),
-                         "load_average": round(os.getloadavg()[0], 2)})
+            rows.append(
+                {
+                    "processes": processes,
+                    "build_workers": workers,
+                    "utterances": n,
+                    "kept": kept,
+                    "bare_s": round(bare, 3),
+                    "bare_utt_per_s": round(n / bare, 1),
+                    "build_s": round(built, 3),
+                    "build_utt_per_s": round(kept / built, 1),
+                    "build_audio_s_per_s": round(audio_s / built, 1),
+                    "build_over_bare": round((kept / built) / (n / bare), 3),
+                    # CPU time per utterance (contention on a shared host inflates wall time, not these)
+                    "bare_cpu_ms": round(1e3 * sum(bare_cpu) / n, 3),
+                    "build_main_cpu_ms": round(1e3 * main_cpu / kept, 3),
+                    "build_workers_cpu_ms": round(1e3 * workers_cpu / kept, 3),
+                    "load_average": round(os.getloadavg()[0], 2),
+                }
+            )
             print(json.dumps(rows[-1]), flush=True)
             shutil.rmtree(data_dir)
-        return {"input": args.librispeech or f"{args.manual_dir}:{args.split}", "copies": args.copies,
-                "join": args.join,
-                "utterances": len(jobs), "audio_s": round(audio_s, 1), "sample_rate": args.sample_rate,
-                "cpu_count": os.cpu_count(), "per_file": steady, "rows": rows}
+        return {
+            "input": args.librispeech or f"{args.manual_dir}:{args.split}",
+            "copies": args.copies,
+            "join": args.join,
+            "utterances": len(jobs),
+            "audio_s": round(audio_s, 1),
+            "sample_rate": args.sample_rate,
+            "cpu_count": os.cpu_count(),
+            "per_file": steady,
+            "rows": rows,
+        }
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -192,18 +235,26 @@ def write(result: dict, out: str) -> None:
     with open(os.path.join(out, "results.json"), "w") as f:
         json.dump(result, f, indent=1)
     joined = f", {result['join']} clips joined per file" if result["join"] > 1 else ""
-    lines = [f"input {result['input']}{joined} x {result['copies']}: {result['utterances']} utterances, "
-             f"{result['audio_s']:.0f} s of audio, to {result['sample_rate']} Hz; {result['cpu_count']} cores", "",
-             "| processes | bare decode utt/s | build utt/s | build / bare | audio s per s | CPU ms/utt: bare "
-             "| build, main process | build, workers | load avg |",
-             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        f"input {result['input']}{joined} x {result['copies']}: {result['utterances']} utterances, "
+        f"{result['audio_s']:.0f} s of audio, to {result['sample_rate']} Hz; {result['cpu_count']} cores",
+        "",
+        "| processes | bare decode utt/s | build utt/s | build / bare | audio s per s | CPU ms/utt: bare "
+        "| build, main process | build, workers | load avg |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in result["rows"]:
-        lines.append(f"| {r['processes']} | {r['bare_utt_per_s']} | {r['build_utt_per_s']} | {r['build_over_bare']:.2f} "
-                     f"| {r['build_audio_s_per_s']} | {r['bare_cpu_ms']} | {r['build_main_cpu_ms']} "
-                     f"| {r['build_workers_cpu_ms']} | {r['load_average']} |")
+        lines.append(
+            f"| {r['processes']} | {r['bare_utt_per_s']} | {r['build_utt_per_s']} | {r['build_over_bare']:.2f} "
+            f"| {r['build_audio_s_per_s']} | {r['bare_cpu_ms']} | {r['build_main_cpu_ms']} "
+            f"| {r['build_workers_cpu_ms']} | {r['load_average']} |"
+        )
     p = result["per_file"]
-    lines += ["", f"per file, one process, median of 5 rounds over {p['files']} files: bare decode {p['bare_cpu_ms']} CPU "
-              f"ms, a build worker's whole work {p['build_cpu_ms']} ms: {p['build_over_bare']:.2f} of the bare rate"]
+    lines += [
+        "",
+        f"per file, one process, median of 5 rounds over {p['files']} files: bare decode {p['bare_cpu_ms']} CPU "
+        f"ms, a build worker's whole work {p['build_cpu_ms']} ms: {p['build_over_bare']:.2f} of the bare rate",
+    ]
     with open(os.path.join(out, "results.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
 
@@ -215,10 +266,15 @@ def define_flags(fv) -> None:
     flags.DEFINE_string("split", "train", "The manifest measured (with --manual_dir).", flag_values=fv)
     flags.DEFINE_string("librispeech", "", "Or a LibriSpeech tree: its FLACs and transcripts.", flag_values=fv)
     flags.DEFINE_integer("copies", 4, "Times each utterance is listed (symlinks).", flag_values=fv)
-    flags.DEFINE_integer("join", 1, "Utterances joined into one FLAC (LibriSpeech's ~12 s from short clips).",
-                         flag_values=fv)
-    flags.DEFINE_list("processes", ["1", "2"], "Process counts measured (1 = inline, dataset.build_workers=0; "
-                      "P > 1: dataset.build_workers=P).", flag_values=fv)
+    flags.DEFINE_integer(
+        "join", 1, "Utterances joined into one FLAC (LibriSpeech's ~12 s from short clips).", flag_values=fv
+    )
+    flags.DEFINE_list(
+        "processes",
+        ["1", "2"],
+        "Process counts measured (1 = inline, dataset.build_workers=0; P > 1: dataset.build_workers=P).",
+        flag_values=fv,
+    )
     flags.DEFINE_integer("sample_rate", 16_000, "features.sample_rate.", flag_values=fv)
     flags.DEFINE_string("profile", "", "A cProfile of the inline build (processes=1) to this file.", flag_values=fv)
     flags.DEFINE_string("out", None, "Output folder.", required=True, flag_values=fv)

@@ -30,12 +30,14 @@ RATE = 16_000
 def define_flags(fv) -> None:
     from absl import flags
 
-    flags.DEFINE_string("out", None, "Results, noise, the noisy corpus and the two workdirs.", flag_values=fv,
-                        required=True)
+    flags.DEFINE_string(
+        "out", None, "Results, noise, the noisy corpus and the two workdirs.", flag_values=fv, required=True
+    )
     flags.DEFINE_string("manual_dir", "corpora/tiny_librispeech", "The corpus (LibriSpeech layout).", flag_values=fv)
     flags.DEFINE_integer("steps", 400, "Training steps of each model (the demo's).", flag_values=fv)
-    flags.DEFINE_float("noise_prob", 0.3, "Share of training utterances with noise (the recommended 0.3).",
-                       flag_values=fv)
+    flags.DEFINE_float(
+        "noise_prob", 0.3, "Share of training utterances with noise (the recommended 0.3).", flag_values=fv
+    )
     flags.DEFINE_float("snr_db_min", 0.0, "Training noise: lowest SNR.", flag_values=fv)
     flags.DEFINE_float("snr_db_max", 15.0, "Training noise: highest SNR.", flag_values=fv)
     flags.DEFINE_list("seeds", ["0", "1"], "The runs' seeds (each trains both models).", flag_values=fv)
@@ -91,11 +93,17 @@ def means(rows: list[dict]) -> dict:
 
 def table(rows: list[dict]) -> str:
     """A Markdown table of the rows, then each training's mean over its seeds."""
-    lines = ["| training | seed | test-clean CER | WER | noisy test-clean CER | WER |", "|---|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| training | seed | test-clean CER | WER | noisy test-clean CER | WER |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
     cells = [(r["training"], str(r["seed"]), r) for r in rows]
     cells += [(n, "mean", m) for n, m in means(rows).items()]
-    lines += [f"| {n} | {seed} | {100 * r['clean_cer']:.1f}% | {100 * r['clean_wer']:.1f}% | "
-              f"{100 * r['noisy_cer']:.1f}% | {100 * r['noisy_wer']:.1f}% |" for n, seed, r in cells]
+    lines += [
+        f"| {n} | {seed} | {100 * r['clean_cer']:.1f}% | {100 * r['clean_wer']:.1f}% | "
+        f"{100 * r['noisy_cer']:.1f}% | {100 * r['noisy_wer']:.1f}% |"
+        for n, seed, r in cells
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -130,15 +138,32 @@ def main(argv=None) -> int:
         for name, prob in (("clean", 0.0), (setting, args.noise_prob)):
             workdir = os.path.join(args.out, f"run-{name}-seed{seed}")
             train.train_and_evaluate(config(prob, seed, args.manual_dir, os.path.join(args.out, "tfds")), workdir)
-            scores = [evaluation.evaluate_checkpoint(config(prob, seed, corpus, os.path.join(args.out, tfds)), workdir,
-                                                     split="test-clean")
-                      for corpus, tfds in ((args.manual_dir, "tfds"), (noisy, "tfds-noisy"))]
-            rows.append({"training": name, "seed": seed, "clean_cer": scores[0]["cer"], "clean_wer": scores[0]["wer"],
-                         "noisy_cer": scores[1]["cer"], "noisy_wer": scores[1]["wer"]})
+            scores = [
+                evaluation.evaluate_checkpoint(
+                    config(prob, seed, corpus, os.path.join(args.out, tfds)), workdir, split="test-clean"
+                )
+                for corpus, tfds in ((args.manual_dir, "tfds"), (noisy, "tfds-noisy"))
+            ]
+            rows.append(
+                {
+                    "training": name,
+                    "seed": seed,
+                    "clean_cer": scores[0]["cer"],
+                    "clean_wer": scores[0]["wer"],
+                    "noisy_cer": scores[1]["cer"],
+                    "noisy_wer": scores[1]["wer"],
+                }
+            )
             print(json.dumps(rows[-1]), flush=True)
-    result = {"steps": args.steps, "seeds": [int(s) for s in args.seeds], "noise_prob": args.noise_prob,
-              "train_snr_db": [args.snr_db_min, args.snr_db_max], "eval_snr_db": [0.0, 10.0], "rows": rows,
-              "means": means(rows)}
+    result = {
+        "steps": args.steps,
+        "seeds": [int(s) for s in args.seeds],
+        "noise_prob": args.noise_prob,
+        "train_snr_db": [args.snr_db_min, args.snr_db_max],
+        "eval_snr_db": [0.0, 10.0],
+        "rows": rows,
+        "means": means(rows),
+    }
     files.write_text(os.path.join(args.out, f"noisy_speech-{setting}.json"), json.dumps(result, indent=1) + "\n")
     files.write_text(os.path.join(args.out, f"noisy_speech-{setting}.md"), table(rows))
     return 0

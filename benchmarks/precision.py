@@ -55,8 +55,11 @@ def define_flags() -> None:
     flags.DEFINE_integer("evals", 6, "Evaluations per run, evenly spaced; the last at the final step.")
     flags.DEFINE_integer("log_every", 10, "Steps per logged training-loss point.")
     flags.DEFINE_list("seeds", ["0"], "config.seed of each repeat (initial parameters and batch order).")
-    flags.DEFINE_list("runs", ["float32:scan_vjp", "bfloat16:scan_vjp", "bfloat16:auto"],
-                      "dtype:rnn_impl of each run (model.dtype, model.rnn_impl), the reference first.")
+    flags.DEFINE_list(
+        "runs",
+        ["float32:scan_vjp", "bfloat16:scan_vjp", "bfloat16:auto"],
+        "dtype:rnn_impl of each run (model.dtype, model.rnn_impl), the reference first.",
+    )
     flags.DEFINE_string("data_dir", "", "Prepared corpus (tfds data dir); '' = configs/demo.py's.")
     flags.DEFINE_integer("processes", 1, "Seeds trained at once, each in its own process sharing the device.")
 
@@ -73,8 +76,10 @@ def parse_runs(specs: list[str]) -> list[tuple[str, str]]:
     for spec in specs:
         dtype, _, impl = spec.partition(":")
         if dtype not in settings.DTYPES or impl not in settings.RNN_IMPLS:
-            raise ValueError(f"--runs entry {spec!r}: expected dtype:rnn_impl with dtype in {list(settings.DTYPES)} "
-                             f"and rnn_impl in {list(settings.RNN_IMPLS)}")
+            raise ValueError(
+                f"--runs entry {spec!r}: expected dtype:rnn_impl with dtype in {list(settings.DTYPES)} "
+                f"and rnn_impl in {list(settings.RNN_IMPLS)}"
+            )
         runs.append((dtype, impl))
     if not runs or len(set(runs)) != len(runs):
         raise ValueError(f"--runs {specs}: expected one or more distinct dtype:rnn_impl entries")
@@ -87,7 +92,9 @@ def on_bundled_corpus(config, steps: int, evals: int, log_every: int, data_dir: 
     from configs import demo
 
     if steps < 1 or not 1 <= evals <= steps or steps % evals:
-        raise ValueError(f"--steps={steps} must be a positive multiple of --evals={evals} (the last eval is at the final step)")
+        raise ValueError(
+            f"--steps={steps} must be a positive multiple of --evals={evals} (the last eval is at the final step)"
+        )
     config = config.copy_and_resolve_references()
     config.dataset = demo.get_config().dataset
     if data_dir:
@@ -129,19 +136,29 @@ def run(config, dtype: str, rnn_impl: str, seed: int, workdir: str) -> dict:
 
 def summarize(rows: list[dict], dtype: str, steps: int, wall_s: float) -> dict:
     """One run's curves ((step, value) lists) and its figures at the final step."""
+
     def curve(key):
         return sorted((r["step"], r[key]) for r in rows if key in r and r["step"] <= steps)
 
     evals = {r["step"]: r for r in rows if "eval_cer" in r}
     if steps not in evals:
-        raise ValueError(f"{dtype}: no evaluation at the final step {steps} in metrics.jsonl (steps evaluated: {sorted(evals)})")
+        raise ValueError(
+            f"{dtype}: no evaluation at the final step {steps} in metrics.jsonl (steps evaluated: {sorted(evals)})"
+        )
     last = evals[steps]
     times = [t for _, t in curve("step_time_s")[1:]]  # the first interval holds the compile
     return {
-        "dtype": dtype, "steps": steps, "wall_s": round(wall_s, 1),
-        "loss": curve("loss"), "eval_loss": curve("eval_loss"), "eval_cer": curve("eval_cer"), "eval_wer": curve("eval_wer"),
-        "final_train_loss": curve("loss")[-1][1], "final_eval_loss": last["eval_loss"],
-        "final_cer": last["eval_cer"], "final_wer": last["eval_wer"],
+        "dtype": dtype,
+        "steps": steps,
+        "wall_s": round(wall_s, 1),
+        "loss": curve("loss"),
+        "eval_loss": curve("eval_loss"),
+        "eval_cer": curve("eval_cer"),
+        "eval_wer": curve("eval_wer"),
+        "final_train_loss": curve("loss")[-1][1],
+        "final_eval_loss": last["eval_loss"],
+        "final_cer": last["eval_cer"],
+        "final_wer": last["eval_wer"],
         "median_step_ms": round(1e3 * statistics.median(times), 2) if times else None,
     }
 
@@ -153,15 +170,24 @@ def summary(results: list[dict], runs: list[tuple[str, str]]) -> list[dict]:
     for dtype, impl in runs:
         cers = [r["final_cer"] for r in results if (r["dtype"], r["rnn_impl"]) == (dtype, impl)]
         if cers:
-            rows.append({"run": run_name(dtype, impl), "seeds": len(cers), "mean_cer": statistics.fmean(cers),
-                         "worst_cer": max(cers), "best_cer": min(cers)})
+            rows.append(
+                {
+                    "run": run_name(dtype, impl),
+                    "seeds": len(cers),
+                    "mean_cer": statistics.fmean(cers),
+                    "worst_cer": max(cers),
+                    "best_cer": min(cers),
+                }
+            )
     ref = rows[0] if rows else None
     for row in rows:
         # In points to 1e-6, so that a difference exactly at a limit is not lost to rounding.
         row["mean_minus_reference_points"] = round(100 * (row["mean_cer"] - ref["mean_cer"]), 6)
         row["worst_minus_reference_points"] = round(100 * (row["worst_cer"] - ref["worst_cer"]), 6)
-        row["meets_goal"] = (row["mean_minus_reference_points"] <= GOAL_MEAN_POINTS
-                             and row["worst_minus_reference_points"] <= GOAL_WORST_POINTS)
+        row["meets_goal"] = (
+            row["mean_minus_reference_points"] <= GOAL_MEAN_POINTS
+            and row["worst_minus_reference_points"] <= GOAL_WORST_POINTS
+        )
     return rows
 
 
@@ -176,7 +202,10 @@ def plot(results: list[dict], path: str) -> None:
     fig, (ax_loss, ax_cer) = plt.subplots(1, 2, figsize=(13, 5))
     for r in results:
         name = run_name(r["dtype"], r["rnn_impl"])
-        color, first = f"C{names.index(name)}", r is next(x for x in results if run_name(x["dtype"], x["rnn_impl"]) == name)
+        color, first = (
+            f"C{names.index(name)}",
+            r is next(x for x in results if run_name(x["dtype"], x["rnn_impl"]) == name),
+        )
         ax_loss.plot(*zip(*r["loss"]), color=color, alpha=0.7, linewidth=1, label=name if first else None)
         ax_cer.plot(*zip(*r["eval_cer"]), "o-", color=color, alpha=0.7, markersize=3, label=name if first else None)
         ax_cer.annotate(f"s{r['seed']}", r["eval_cer"][-1], fontsize=7, color=color)
@@ -193,23 +222,36 @@ def plot(results: list[dict], path: str) -> None:
 
 
 def notes(results: list[dict], rows: list[dict], meta: dict) -> str:
-    lines = ["# bfloat16 fast path vs float32 reference: convergence over seeds on the bundled corpus", "",
-             *(f"- {k}: {v}" for k, v in meta.items()), "",
-             "| run | seeds | mean CER | worst CER | best CER | mean - reference | worst - reference | goal |",
-             "|---|---:|---:|---:|---:|---:|---:|---|"]
+    lines = [
+        "# bfloat16 fast path vs float32 reference: convergence over seeds on the bundled corpus",
+        "",
+        *(f"- {k}: {v}" for k, v in meta.items()),
+        "",
+        "| run | seeds | mean CER | worst CER | best CER | mean - reference | worst - reference | goal |",
+        "|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
     for row in rows:
-        lines.append(f"| {row['run']} | {row['seeds']} | {100 * row['mean_cer']:.2f}% | {100 * row['worst_cer']:.2f}% | "
-                     f"{100 * row['best_cer']:.2f}% | {row['mean_minus_reference_points']:+.2f} | "
-                     f"{row['worst_minus_reference_points']:+.2f} | {'met' if row['meets_goal'] else 'MISSED'} |")
-    lines += ["", f"Goal: mean CER within {GOAL_MEAN_POINTS:g} point(s) of the reference's (the first run), worst "
-              f"seed within {GOAL_WORST_POINTS:g} of its worst.", "",
-              "| run | seed | steps | final train loss | eval loss | CER | WER | median ms/step | wall s (compile, evals included) |",
-              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        lines.append(
+            f"| {row['run']} | {row['seeds']} | {100 * row['mean_cer']:.2f}% | {100 * row['worst_cer']:.2f}% | "
+            f"{100 * row['best_cer']:.2f}% | {row['mean_minus_reference_points']:+.2f} | "
+            f"{row['worst_minus_reference_points']:+.2f} | {'met' if row['meets_goal'] else 'MISSED'} |"
+        )
+    lines += [
+        "",
+        f"Goal: mean CER within {GOAL_MEAN_POINTS:g} point(s) of the reference's (the first run), worst "
+        f"seed within {GOAL_WORST_POINTS:g} of its worst.",
+        "",
+        "| run | seed | steps | final train loss | eval loss | CER | WER | median ms/step | wall s (compile, "
+        "evals included) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in results:
         ms = f"{r['median_step_ms']:.1f}" if r["median_step_ms"] else "-"
-        lines.append(f"| {run_name(r['dtype'], r['rnn_impl'])} | {r['seed']} | {r['steps']} | {r['final_train_loss']:.3f} | "
-                     f"{r['final_eval_loss']:.3f} | {100 * r['final_cer']:.2f}% | {100 * r['final_wer']:.2f}% | {ms} | "
-                     f"{r['wall_s']:.0f} |")
+        lines.append(
+            f"| {run_name(r['dtype'], r['rnn_impl'])} | {r['seed']} | {r['steps']} | {r['final_train_loss']:.3f} | "
+            f"{r['final_eval_loss']:.3f} | {100 * r['final_cer']:.2f}% | {100 * r['final_wer']:.2f}% | {ms} | "
+            f"{r['wall_s']:.0f} |"
+        )
     lines += ["", "Curves: precision.png; data: precision.json; each run's workdir: <dtype>-<rnn_impl>-seed<S>/."]
     return "\n".join(lines) + "\n"
 
@@ -232,8 +274,13 @@ def prepare_corpus(dataset) -> None:
     """Builds the corpus once before seeds train at once: each would otherwise build it into
     the same fresh data_dir and all but one fail ("Cannot rename ... already exists").
     A process of its own: the build command starts no jax, so the device stays the seeds'."""
-    cmd = [sys.executable, "-m", "ds2_jax.datasets.build", f"--manual_dir={dataset.manual_dir}",
-           f"--data_dir={dataset.data_dir}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "ds2_jax.datasets.build",
+        f"--manual_dir={dataset.manual_dir}",
+        f"--data_dir={dataset.data_dir}",
+    ]
     print("preparing the corpus once: " + " ".join(cmd[1:]), flush=True)
     subprocess.run(cmd, check=True)
 
@@ -254,16 +301,16 @@ def in_processes(argv: list[str], seeds: list[int], processes: int, out: str) ->
             reap(running.pop(0))
         log = os.path.join(out, f"seed{seed}.log")
         with open(log, "w") as f:
-            proc = subprocess.Popen(seed_command(argv, seed, os.path.join(out, f"seed{seed}")), stdout=f,
-                                    stderr=subprocess.STDOUT, env=env)
+            proc = subprocess.Popen(
+                seed_command(argv, seed, os.path.join(out, f"seed{seed}")), stdout=f, stderr=subprocess.STDOUT, env=env
+            )
         running.append((proc, seed, log))
         print(f"seed {seed}: training in process {proc.pid} (log: {log})", flush=True)
     for proc_seed in running:
         reap(proc_seed)
     if failed:
         raise RuntimeError("failed: " + "; ".join(failed))
-    return [r for seed in seeds
-            for r in json.load(open(os.path.join(out, f"seed{seed}", "precision.json")))["runs"]]
+    return [r for seed in seeds for r in json.load(open(os.path.join(out, f"seed{seed}", "precision.json")))["runs"]]
 
 
 def main(argv) -> None:
@@ -282,12 +329,16 @@ def main(argv) -> None:
     if FLAGS.processes > 1 and len(seeds) > 1:  # (this process never starts jax: the device is the seeds')
         prepare_corpus(config.dataset)
         results = in_processes(sys.argv, seeds, FLAGS.processes, FLAGS.out)
-        meta["devices"] = json.load(open(os.path.join(FLAGS.out, f"seed{seeds[0]}", "precision.json")))["meta"]["devices"]
+        meta["devices"] = json.load(open(os.path.join(FLAGS.out, f"seed{seeds[0]}", "precision.json")))["meta"][
+            "devices"
+        ]
     else:
         results = in_this_process(config, runs, seeds, meta)
     rows = summary(results, runs)
-    files.write_text(os.path.join(FLAGS.out, "precision.json"),
-                     json.dumps({"meta": meta, "runs": results, "summary": rows}, indent=1))
+    files.write_text(
+        os.path.join(FLAGS.out, "precision.json"),
+        json.dumps({"meta": meta, "runs": results, "summary": rows}, indent=1),
+    )
     plot(results, os.path.join(FLAGS.out, "precision.png"))
     files.write_text(os.path.join(FLAGS.out, "NOTES.md"), notes(results, rows, meta))
     print(notes(results, rows, meta))
@@ -300,13 +351,19 @@ def describe(config, seeds: list[int]) -> dict:
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "command": "python -m benchmarks.precision " + " ".join(sys.argv[1:]),
         "devices": "",  # set by the process that starts jax
-        "model": (f"{m.num_conv_layers} conv x {m.conv_channels} ch, {m.num_rnn_layers} x "
-                  f"{'bi' if m.bidirectional else 'uni'}directional {m.rnn_cell} RNN of {m.rnn_size}; "
-                  f"ctc_impl={config.loss.ctc_impl}"),
-        "data": (f"{config.dataset.manual_dir}: train {config.dataset.train_splits}, eval {config.dataset.eval_split} "
-                 f"(held-out speakers), {config.per_device_batch_size} per device"),
-        "optimizer": (f"Adam {config.optimizer.learning_rate:g}, {config.optimizer.schedule}, "
-                      f"warm-up {config.optimizer.warmup_steps}, clip {config.optimizer.clip_global_norm:g}"),
+        "model": (
+            f"{m.num_conv_layers} conv x {m.conv_channels} ch, {m.num_rnn_layers} x "
+            f"{'bi' if m.bidirectional else 'uni'}directional {m.rnn_cell} RNN of {m.rnn_size}; "
+            f"ctc_impl={config.loss.ctc_impl}"
+        ),
+        "data": (
+            f"{config.dataset.manual_dir}: train {config.dataset.train_splits}, eval {config.dataset.eval_split} "
+            f"(held-out speakers), {config.per_device_batch_size} per device"
+        ),
+        "optimizer": (
+            f"Adam {config.optimizer.learning_rate:g}, {config.optimizer.schedule}, "
+            f"warm-up {config.optimizer.warmup_steps}, clip {config.optimizer.clip_global_norm:g}"
+        ),
         "seeds": seeds,
         "deterministic": bool(config.deterministic),
     }
@@ -326,8 +383,10 @@ def in_this_process(config, runs: list[tuple[str, str]], seeds: list[int], meta:
             workdir = os.path.join(FLAGS.out, f"{dtype}-{impl}-seed{seed}")
             results.append(run(config, dtype, impl, seed, workdir))
             # After each run, atomically: a command cut short keeps every finished run.
-            files.write_text(os.path.join(FLAGS.out, "precision.json"),
-                             json.dumps({"meta": meta, "runs": results, "summary": summary(results, runs)}, indent=1))
+            files.write_text(
+                os.path.join(FLAGS.out, "precision.json"),
+                json.dumps({"meta": meta, "runs": results, "summary": summary(results, runs)}, indent=1),
+            )
     return results
 
 

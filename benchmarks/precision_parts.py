@@ -114,21 +114,37 @@ def measure_fn(kwargs):
     def measure(state, batch):
         feats, frames = train.features_of(state, batch, kwargs["feature_cfg"])
         (logits, out_lengths), variables = model.DeepSpeech2(kwargs["model_cfg"]).apply(
-            {"params": state.params, "batch_stats": state.batch_stats}, feats, frames, train=True,
-            mutable=["batch_stats", "intermediates"], capture_intermediates=True)
+            {"params": state.params, "batch_stats": state.batch_stats},
+            feats,
+            frames,
+            train=True,
+            mutable=["batch_stats", "intermediates"],
+            capture_intermediates=True,
+        )
 
         def mean_loss(lg):
-            losses, ok = ctc.per_utterance_loss(lg, out_lengths, batch["labels"], batch["label_lengths"],
-                                                kwargs["norm_by_times"], kwargs["ctc_impl"])
+            losses, ok = ctc.per_utterance_loss(
+                lg, out_lengths, batch["labels"], batch["label_lengths"], kwargs["norm_by_times"], kwargs["ctc_impl"]
+            )
             used = ok.astype(jnp.float32) * batch["weights"]
             return jnp.sum(losses * used) / jnp.maximum(jnp.sum(used), 1.0), losses
 
         d_logits, losses = jax.grad(mean_loss, has_aux=True)(logits)
         grads, _ = train.loss_gradients(state, batch, jax.random.PRNGKey(0), **kwargs)
-        parts = {f"forward/{k.removesuffix('/__call__')}": module_output(v)
-                 for k, v in flat_paths(variables["intermediates"]).items() if k.endswith("/__call__")}
-        parts.update({"forward/features": feats, "forward/logits": logits, "forward/log_softmax": jax.nn.log_softmax(logits),
-                      "ctc/losses": losses, "ctc/d_logits": d_logits})
+        parts = {
+            f"forward/{k.removesuffix('/__call__')}": module_output(v)
+            for k, v in flat_paths(variables["intermediates"]).items()
+            if k.endswith("/__call__")
+        }
+        parts.update(
+            {
+                "forward/features": feats,
+                "forward/logits": logits,
+                "forward/log_softmax": jax.nn.log_softmax(logits),
+                "ctc/losses": losses,
+                "ctc/d_logits": d_logits,
+            }
+        )
         parts.update({f"gradient/{k}": v for k, v in flat_paths(grads).items()})
         return parts, grads, frames, out_lengths
 
@@ -139,7 +155,10 @@ def time_masks(frames, out_lengths, input_steps: int, output_steps: int) -> dict
     """{padded time steps: <bool>[B, T] valid frames} for the input and the output time axes."""
     import numpy as np
 
-    return {t: np.arange(t)[None, :] < lengths[:, None] for t, lengths in ((input_steps, frames), (output_steps, out_lengths))}
+    return {
+        t: np.arange(t)[None, :] < lengths[:, None]
+        for t, lengths in ((input_steps, frames), (output_steps, out_lengths))
+    }
 
 
 def compare(parts, reference, masks: dict) -> dict[str, float]:
@@ -153,7 +172,9 @@ def compare(parts, reference, masks: dict) -> dict[str, float]:
             continue
         batch_time = name.startswith("forward/") and ref.ndim >= 2
         mask = masks.get(ref.shape[1]) if batch_time else None
-        errors[name] = relative_error(parts[name], ref, mask if mask is not None and mask.shape[0] == ref.shape[0] else None)
+        errors[name] = relative_error(
+            parts[name], ref, mask if mask is not None and mask.shape[0] == ref.shape[0] else None
+        )
     return errors
 
 
@@ -219,15 +240,20 @@ def measure_parts(config, source, state, runs: list[tuple[str, str]], batches: i
         batch = device_batch(source, step)
         ref_parts, ref_grads, frames, out_lengths = fns[REFERENCE](state, batch)
         ref_parts = {k: np.asarray(v, np.float32) for k, v in ref_parts.items()}
-        masks = time_masks(np.asarray(frames), np.asarray(out_lengths), ref_parts["forward/features"].shape[1],
-                           ref_parts["forward/logits"].shape[1])
+        masks = time_masks(
+            np.asarray(frames),
+            np.asarray(out_lengths),
+            ref_parts["forward/features"].shape[1],
+            ref_parts["forward/logits"].shape[1],
+        )
         for run in [*runs, FLOOR]:
             parts, grads, _, _ = fns[REFERENCE](rounded, batch) if run == FLOOR else fns[run](state, batch)
             errors = compare({k: np.asarray(v, np.float32) for k, v in parts.items()}, ref_parts, masks)
             errors["gradient (whole)"] = whole(grads, ref_grads)
             errors.update(adam_update_errors(state, grads, ref_grads))
-            errors["reduce/gradient dtype is float32"] = float(all(
-                x.dtype == np.float32 for x in jax.tree_util.tree_leaves(grads)))
+            errors["reduce/gradient dtype is float32"] = float(
+                all(x.dtype == np.float32 for x in jax.tree_util.tree_leaves(grads))
+            )
             per_batch[f"{run[0]} {run[1]}"].append(errors)
     return {name: {k: statistics.median(e[k] for e in rows) for k in rows[0]} for name, rows in per_batch.items()}
 
@@ -240,13 +266,15 @@ def track(config, source, state, steps: int, points: int, dtype: str, runs: list
     import jax
     import numpy as np
 
-    from ds2_jax import state as state_lib, train
+    from ds2_jax import state as state_lib
+    from ds2_jax import train
 
     impl = next((i for d, i in runs if d == dtype), REFERENCE[1])
     train_kwargs = state_lib.step_kwargs(with_run(config, dtype, impl))
     step_fn = jax.jit(functools.partial(train.train_step, **train_kwargs, axis_name=None))
-    grad_fns = {run: jax.jit(functools.partial(train.loss_gradients, **step_kwargs(config, *run)))
-                for run in [REFERENCE, *runs]}
+    grad_fns = {
+        run: jax.jit(functools.partial(train.loss_gradients, **step_kwargs(config, *run))) for run in [REFERENCE, *runs]
+    }
     at = sorted({round(i * steps / max(points - 1, 1)) for i in range(points)})
     rng, rows = jax.random.PRNGKey(config.seed), []
     for step in range(steps + 1):
@@ -270,16 +298,29 @@ def track(config, source, state, steps: int, points: int, dtype: str, runs: list
 def notes(result: dict) -> str:
     """The tables of parts.json as Markdown."""
     names = list(result["parts"])
-    lines = ["# Where bfloat16 loses the training step: relative error against float32 (scan_vjp)", "",
-             *(f"- {k}: {v}" for k, v in result["meta"].items()), "",
-             "Relative error ||bf16 - f32|| / ||f32|| over valid frames, median over the batches.", "",
-             "| part | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
+    lines = [
+        "# Where bfloat16 loses the training step: relative error against float32 (scan_vjp)",
+        "",
+        *(f"- {k}: {v}" for k, v in result["meta"].items()),
+        "",
+        "Relative error ||bf16 - f32|| / ||f32|| over valid frames, median over the batches.",
+        "",
+        "| part | " + " | ".join(names) + " |",
+        "|---|" + "---:|" * len(names),
+    ]
     for part in result["parts"][names[0]]:
-        lines.append(f"| {part} | " + " | ".join(f"{result['parts'][n].get(part, float('nan')):.2e}" for n in names) + " |")
+        lines.append(
+            f"| {part} | " + " | ".join(f"{result['parts'][n].get(part, float('nan')):.2e}" for n in names) + " |"
+        )
     if result.get("track"):
         cols = [k for k in result["track"][0] if k not in ("step", "train_loss")]
-        lines += ["", f"Whole-gradient error along a {result['meta']['tracked run']} run:", "",
-                  "| step | train loss | " + " | ".join(cols) + " |", "|---:|---:|" + "---:|" * len(cols)]
+        lines += [
+            "",
+            f"Whole-gradient error along a {result['meta']['tracked run']} run:",
+            "",
+            "| step | train loss | " + " | ".join(cols) + " |",
+            "|---:|---:|" + "---:|" * len(cols),
+        ]
         for row in result["track"]:
             loss = f"{row['train_loss']:.3f}" if "train_loss" in row else "-"
             lines.append(f"| {row['step']} | {loss} | " + " | ".join(f"{row[c]:.2e}" for c in cols) + " |")
@@ -295,14 +336,17 @@ def main(argv) -> None:
     runs = [("bfloat16", impl) for impl in FLAGS.rnn_impls]
     config, source, state = setup(FLAGS.config, FLAGS.data_dir)
     m = config.model
-    result = {"meta": {
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "command": "python -m benchmarks.precision_parts " + " ".join(sys.argv[1:]),
-        "device": f"{jax.devices()[0].device_kind} ({jax.default_backend()})",
-        "model": f"{m.num_conv_layers} conv x {m.conv_channels} ch, {m.num_rnn_layers} x {m.rnn_size} {m.rnn_cell}",
-        "batches": f"{FLAGS.batches} training batches of {config.per_device_batch_size} (bundled corpus), seed {config.seed}",
-        "tracked run": f"{FLAGS.track_dtype}, {FLAGS.track_steps} steps" if FLAGS.track_steps else "none",
-    }}
+    result = {
+        "meta": {
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "command": "python -m benchmarks.precision_parts " + " ".join(sys.argv[1:]),
+            "device": f"{jax.devices()[0].device_kind} ({jax.default_backend()})",
+            "model": f"{m.num_conv_layers} conv x {m.conv_channels} ch, {m.num_rnn_layers} x {m.rnn_size} {m.rnn_cell}",
+            "batches": f"{FLAGS.batches} training batches of {config.per_device_batch_size} (bundled corpus), "
+            "seed {config.seed}",
+            "tracked run": f"{FLAGS.track_dtype}, {FLAGS.track_steps} steps" if FLAGS.track_steps else "none",
+        }
+    }
     os.makedirs(FLAGS.out, exist_ok=True)
     result["parts"] = measure_parts(config, source, state, runs, FLAGS.batches)
     if FLAGS.track_steps:

@@ -110,7 +110,9 @@ def summarize(trace_path: str, source: str, steps: int, step_ms: float | None, o
             out["kernels_per_step"] = "n/a (cpu)" if not on_gpu else "n/a (no GPU kernels in trace)"
             out["gpu_busy_fraction"] = "n/a (cpu)" if not on_gpu else "n/a"
             names = collections.Counter(str(e.get("name", "")) for e in host)
-            out["top_host_ops_by_count"] = [{"name": n[:80], "count_per_step": round(c / steps, 1)} for n, c in names.most_common(TOP_KERNELS)]
+            out["top_host_ops_by_count"] = [
+                {"name": n[:80], "count_per_step": round(c / steps, 1)} for n, c in names.most_common(TOP_KERNELS)
+            ]
             return out
         per_name = collections.defaultdict(lambda: [0, 0.0])
         for e in kernels:
@@ -124,8 +126,12 @@ def summarize(trace_path: str, source: str, steps: int, step_ms: float | None, o
             gpu_busy_ms_per_step=round(busy / 1e3, 3),
             gpu_busy_fraction=round(min(busy / 1e3 / step_ms, 1.0), 3) if step_ms else "n/a",
             top_kernels=[
-                {"name": n[:100], "ms_per_step": round(v[1] / steps / 1e3, 3), "calls_per_step": round(v[0] / steps, 1),
-                 "share": round(v[1] / kernel_us, 3)}
+                {
+                    "name": n[:100],
+                    "ms_per_step": round(v[1] / steps / 1e3, 3),
+                    "calls_per_step": round(v[0] / steps, 1),
+                    "share": round(v[1] / kernel_us, 3),
+                }
                 for n, v in sorted(per_name.items(), key=lambda kv: -kv[1][1])[:TOP_KERNELS]
             ],
             time_by_calls_per_step=by_calls_per_step(per_name, steps),

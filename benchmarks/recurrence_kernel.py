@@ -32,7 +32,8 @@ _SHAPE = flags.DEFINE_list("shape", ["267", "2", "16", "2048"], "T, directions, 
 _DTYPE = flags.DEFINE_string("dtype", "bfloat16", "Compute dtype.")
 _MOSAIC = flags.DEFINE_bool("mosaic", True, "Also the Mosaic GPU kernels (Hopper GPUs only).")
 _MOSAIC_PLANS = flags.DEFINE_list(
-    "mosaic_plans", ["auto"], "Mosaic calls to time, each ROWS_PER_CALL/PIECES (e.g. 32/1,64/4) or 'auto'.")
+    "mosaic_plans", ["auto"], "Mosaic calls to time, each ROWS_PER_CALL/PIECES (e.g. 32/1,64/4) or 'auto'."
+)
 
 
 def rel_err(a, b) -> float:
@@ -73,16 +74,17 @@ def main(argv):
     for setting in _KERNELS.value:
         cols, warps = (int(v) for v in setting.split("/"))
         options = triton_rnn.KernelOptions(cols=cols, num_warps=warps)
-        impls[f"pallas cols {cols} warps {warps}"] = (
-            lambda o: lambda x, r: triton_rnn.persistent_simple_rnn(x, r, o))(options)
+        impls[f"pallas cols {cols} warps {warps}"] = (lambda o: lambda x, r: triton_rnn.persistent_simple_rnn(x, r, o))(
+            options
+        )
     if _MOSAIC.value and mosaic_rnn.supported():  # as the model runs it: rows in calls the kernel takes
         for plan in _MOSAIC_PLANS.value or ["auto"]:
             per_call, pieces = (None, None) if plan == "auto" else (int(v) for v in plan.split("/"))
             chunks, rows = mosaic_rnn.row_chunks(b, h, per_call)
             pieces = pieces or mosaic_rnn.pieces_for(rows, h)
             impls[f"mosaic {chunks} x {rows} rows, state in {pieces} pieces"] = (
-                lambda n, p: lambda x, r: recurrence.mosaic_recurrence(x, r, "simple", rows_per_call=n, pieces=p))(
-                    per_call, pieces)
+                lambda n, p: lambda x, r: recurrence.mosaic_recurrence(x, r, "simple", rows_per_call=n, pieces=p)
+            )(per_call, pieces)
     # Float32 truth: scan_vjp on the same (rounded) inputs at full matmul precision.
     with jax.default_matmul_precision("highest"):
         truth_fwd, truth_grad = layer_fns(impls["scan_vjp unroll 8"])
@@ -93,12 +95,19 @@ def main(argv):
         fwd, fwd_bwd = layer_fns(impl)
         row = {"impl": name, "shape": [t, d, b, h], "dtype": dtype.name}
         try:
-            row["compile_fwd_s"], row["fwd_ms"] = timing.call_ms(lambda: jax.block_until_ready(fwd(xs, w)), _STEPS.value)
+            row["compile_fwd_s"], row["fwd_ms"] = timing.call_ms(
+                lambda: jax.block_until_ready(fwd(xs, w)), _STEPS.value
+            )
             row["compile_fwd_bwd_s"], row["fwd_bwd_ms"] = timing.call_ms(
-                lambda: jax.block_until_ready(fwd_bwd(xs, w, ct)), _STEPS.value)
+                lambda: jax.block_until_ready(fwd_bwd(xs, w, ct)), _STEPS.value
+            )
             ys, (_, (dxs, dw)) = fwd(xs, w), fwd_bwd(xs, w, ct)
-            row.update(rel_err_ys=rel_err(ys, reference[0]), rel_err_dxs=rel_err(dxs, reference[1]),
-                       rel_err_dw=rel_err(dw, reference[2]), status="ok")
+            row.update(
+                rel_err_ys=rel_err(ys, reference[0]),
+                rel_err_dxs=rel_err(dxs, reference[1]),
+                rel_err_dw=rel_err(dw, reference[2]),
+                status="ok",
+            )
         except Exception as e:  # a failing setting is reported, the others still run
             row.update(status="error", error=f"{type(e).__name__}: {e}"[:500])
         print(json.dumps(row), flush=True)
@@ -108,8 +117,10 @@ def main(argv):
         if r["status"] != "ok":
             lines.append(f"| {r['impl']} | error: {r['error'][:120]} | | | |")
             continue
-        lines.append(f"| {r['impl']} | {r['fwd_ms']:.2f} | {r['fwd_bwd_ms']:.2f} | {r['compile_fwd_bwd_s']:.1f} | "
-                     f"{r['rel_err_ys']:.1e} / {r['rel_err_dxs']:.1e} / {r['rel_err_dw']:.1e} |")
+        lines.append(
+            f"| {r['impl']} | {r['fwd_ms']:.2f} | {r['fwd_bwd_ms']:.2f} | {r['compile_fwd_bwd_s']:.1f} | "
+            f"{r['rel_err_ys']:.1e} / {r['rel_err_dxs']:.1e} / {r['rel_err_dw']:.1e} |"
+        )
     write_report(_OUT.value, "recurrence_kernel", rows, lines)
 
 

@@ -14,10 +14,30 @@ import matplotlib.pyplot as plt  # noqa: E402
 from benchmarks.timing import SEED_EPOCH_UTTERANCES, SEED_PADDLE_1080TI_EPOCH_S  # noqa: E402
 
 CSV_FIELDS = (
-    "variant", "dtype", "devices", "status", "global_batch", "steps_timed", "first_step_s",
-    "step_ms_median", "step_ms_p10", "step_ms_p90", "step_ms_p25", "step_ms_p75", "pipelined_ms_per_step", "utterances_per_s",
-    "minibatches_per_epoch", "time_per_minibatch_s", "epoch_time_s", "speedup", "efficiency", "params",
-    "kernels_per_step", "gpu_busy_fraction", "error", "notes",
+    "variant",
+    "dtype",
+    "devices",
+    "status",
+    "global_batch",
+    "steps_timed",
+    "first_step_s",
+    "step_ms_median",
+    "step_ms_p10",
+    "step_ms_p90",
+    "step_ms_p25",
+    "step_ms_p75",
+    "pipelined_ms_per_step",
+    "utterances_per_s",
+    "minibatches_per_epoch",
+    "time_per_minibatch_s",
+    "epoch_time_s",
+    "speedup",
+    "efficiency",
+    "params",
+    "kernels_per_step",
+    "gpu_busy_fraction",
+    "error",
+    "notes",
 )
 
 
@@ -54,10 +74,20 @@ def pytorch_vs_ours(rows: list[dict]) -> list[dict]:
             continue
         t = min(torch_rows, key=lambda r: r["step_ms_median"])
         o = min(ours, key=lambda r: r["step_ms_median"])
-        out.append({"dtype": dtype, "devices": devices, "pytorch": t["variant"], "pytorch_dtype": t["dtype"],
-                    "pytorch_ms": t["step_ms_median"], "ours": o["variant"], "ours_dtype": o["dtype"],
-                    "ours_ms": o["step_ms_median"], "ratio": t["step_ms_median"] / o["step_ms_median"],
-                    "pytorch_measured": sorted({r["variant"] for r in torch_rows})})
+        out.append(
+            {
+                "dtype": dtype,
+                "devices": devices,
+                "pytorch": t["variant"],
+                "pytorch_dtype": t["dtype"],
+                "pytorch_ms": t["step_ms_median"],
+                "ours": o["variant"],
+                "ours_dtype": o["dtype"],
+                "ours_ms": o["step_ms_median"],
+                "ratio": t["step_ms_median"] / o["step_ms_median"],
+                "pytorch_measured": sorted({r["variant"] for r in torch_rows}),
+            }
+        )
     return out
 
 
@@ -84,7 +114,13 @@ def write_all(out_dir: str, meta: dict, rows: list[dict]) -> None:
         w.writeheader()
         for r in rows:
             prof = r.get("profile") or {}
-            w.writerow({**r, "kernels_per_step": prof.get("kernels_per_step", ""), "gpu_busy_fraction": prof.get("gpu_busy_fraction", "")})
+            w.writerow(
+                {
+                    **r,
+                    "kernels_per_step": prof.get("kernels_per_step", ""),
+                    "gpu_busy_fraction": prof.get("gpu_busy_fraction", ""),
+                }
+            )
     with open(os.path.join(out_dir, "results.md"), "w") as f:
         f.write(markdown(meta, rows))
     speedup_plot(rows, os.path.join(out_dir, "speedup.png"))
@@ -109,34 +145,49 @@ def markdown(meta: dict, rows: list[dict]) -> str:
     for r in rows:
         if r.get("status") != "ok":
             reason = r.get("error") or r.get("notes") or ""
-            lines.append(f"| {r['variant']} | {r['dtype']} | {r['devices']} | {r.get('status')}: {reason[:160]} |||||||||")
+            lines.append(
+                f"| {r['variant']} | {r['dtype']} | {r['devices']} | {r.get('status')}: {reason[:160]} |||||||||"
+            )
             continue
         lines.append(
             f"| {r['variant']} | {r['dtype']} | {r['devices']} | {r['global_batch']} | {_fmt(r['step_ms_median'])} "
-            f"| {_fmt(r['step_ms_p10'])}-{_fmt(r['step_ms_p90'])} | {_fmt(r['first_step_s'], 2)} | {_fmt(r['utterances_per_s'])} "
+            f"| {_fmt(r['step_ms_p10'])}-{_fmt(r['step_ms_p90'])} | {_fmt(r['first_step_s'], 2)} | "
+            f"{_fmt(r['utterances_per_s'])} "
             f"| {r['minibatches_per_epoch']} | {_fmt(r['time_per_minibatch_s'], 4)} | {_fmt(r['epoch_time_s'])} "
             f"| {_fmt(r.get('speedup'), 2)} | {_fmt(r.get('efficiency'), 2)} |"
         )
     ratios = pytorch_vs_ours(rows)
     if ratios:
-        lines += ["", "## Strongest PyTorch / ours", "",
-                  "The fastest PyTorch variant measured against the fastest JAX variant (median ms/step), per dtype "
-                  "and device count; 'any' compares the fastest of every dtype.",
-                  "", "| dtype | devices | strongest PyTorch | ms/step | ours | ms/step | PyTorch / ours | PyTorch variants measured |",
-                  "|---|---:|---|---:|---|---:|---:|---|"]
+        lines += [
+            "",
+            "## Strongest PyTorch / ours",
+            "",
+            "The fastest PyTorch variant measured against the fastest JAX variant (median ms/step), per dtype "
+            "and device count; 'any' compares the fastest of every dtype.",
+            "",
+            "| dtype | devices | strongest PyTorch | ms/step | ours | ms/step | PyTorch / ours | PyTorch "
+            "variants measured |",
+            "|---|---:|---|---:|---|---:|---:|---|",
+        ]
         for q in ratios:
-            lines.append(f"| {q['dtype']} | {q['devices']} | {_side(q, 'pytorch')} | {_fmt(q['pytorch_ms'])} "
-                         f"| {_side(q, 'ours')} | {_fmt(q['ours_ms'])} | {q['ratio']:.2f}x "
-                         f"| {', '.join(q['pytorch_measured'])} |")
+            lines.append(
+                f"| {q['dtype']} | {q['devices']} | {_side(q, 'pytorch')} | {_fmt(q['pytorch_ms'])} "
+                f"| {_side(q, 'ours')} | {_fmt(q['ours_ms'])} | {q['ratio']:.2f}x "
+                f"| {', '.join(q['pytorch_measured'])} |"
+            )
     notes = [r for r in rows if r.get("status") == "ok" and r.get("notes")]
     if notes:
         lines += ["", "Notes:", *(f"- {r['variant']} {r['dtype']} x{r['devices']}: {r['notes']}" for r in notes)]
-    lines += ["", "## Profile", "",
-              "Kernels per step and GPU busy fraction (union of kernel time per step / median step time) "
-              "from torch.profiler (CUDA activities) or a jax.profiler trace; on the CPU only host op counts.",
-              "",
-              "| variant | dtype | devices | kernels/step | GPU busy | top kernels (ms/step) or host ops (count/step) |",
-              "|---|---|---:|---:|---:|---|"]
+    lines += [
+        "",
+        "## Profile",
+        "",
+        "Kernels per step and GPU busy fraction (union of kernel time per step / median step time) "
+        "from torch.profiler (CUDA activities) or a jax.profiler trace; on the CPU only host op counts.",
+        "",
+        "| variant | dtype | devices | kernels/step | GPU busy | top kernels (ms/step) or host ops (count/step) |",
+        "|---|---|---:|---:|---:|---|",
+    ]
     for r in rows:
         prof = r.get("profile")
         if r.get("status") != "ok" or not prof:
@@ -147,10 +198,20 @@ def markdown(meta: dict, rows: list[dict]) -> str:
         if "top_kernels" in prof:
             top = "; ".join(f"{k['name'][:60]} {k['ms_per_step']}" for k in prof["top_kernels"][:3])
         else:
-            top = "; ".join(f"{k['name'][:40]} x{k['count_per_step']}" for k in prof.get("top_host_ops_by_count", [])[:3])
-        lines.append(f"| {r['variant']} | {r['dtype']} | {r['devices']} | {prof.get('kernels_per_step')} | {prof.get('gpu_busy_fraction')} | {top.replace('|', '/')} |")
-    lines += ["", "## Seed reference: Paddle DS2 on 1080 Ti", "",
-              "| GPUs | time per epoch (s) | speedup | efficiency |", "|---:|---:|---:|---:|"]
+            top = "; ".join(
+                f"{k['name'][:40]} x{k['count_per_step']}" for k in prof.get("top_host_ops_by_count", [])[:3]
+            )
+        lines.append(
+            f"| {r['variant']} | {r['dtype']} | {r['devices']} | {prof.get('kernels_per_step')} | "
+            f"{prof.get('gpu_busy_fraction')} | {top.replace('|', '/')} |"
+        )
+    lines += [
+        "",
+        "## Seed reference: Paddle DS2 on 1080 Ti",
+        "",
+        "| GPUs | time per epoch (s) | speedup | efficiency |",
+        "|---:|---:|---:|---:|",
+    ]
     base = SEED_PADDLE_1080TI_EPOCH_S[1]
     for n, t in SEED_PADDLE_1080TI_EPOCH_S.items():
         lines.append(f"| {n} | {t} | {base / t:.2f} | {base / t / n:.2f} |")
@@ -161,8 +222,13 @@ def speedup_plot(rows: list[dict], path: str) -> None:
     fig, ax = plt.subplots(figsize=(6.5, 5))
     seed_n = sorted(SEED_PADDLE_1080TI_EPOCH_S)
     all_n = set(seed_n)
-    ax.plot(seed_n, [SEED_PADDLE_1080TI_EPOCH_S[1] / SEED_PADDLE_1080TI_EPOCH_S[n] for n in seed_n], "k--", marker="x",
-            label="seed: Paddle 1080 Ti")
+    ax.plot(
+        seed_n,
+        [SEED_PADDLE_1080TI_EPOCH_S[1] / SEED_PADDLE_1080TI_EPOCH_S[n] for n in seed_n],
+        "k--",
+        marker="x",
+        label="seed: Paddle 1080 Ti",
+    )
     series = {}
     for r in rows:
         if r.get("status") == "ok" and r.get("speedup"):

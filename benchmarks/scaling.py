@@ -60,15 +60,21 @@ _OUT = flags.DEFINE_string("out", None, "Output directory.", required=True)
 _STEPS = flags.DEFINE_integer("steps", 20, "Timed steps per measurement.")
 _WARMUP = flags.DEFINE_integer("warmup", 3, "Untimed steps first (the first one, compile + run, is reported).")
 _VARIANT_STEPS = flags.DEFINE_list(
-    "variant_steps", [], "Per-variant VARIANT:STEPS[:WARMUP[:PROFILE_STEPS]], e.g. torch_loop:10,jax_eager:2:1:1.")
+    "variant_steps", [], "Per-variant VARIANT:STEPS[:WARMUP[:PROFILE_STEPS]], e.g. torch_loop:10,jax_eager:2:1:1."
+)
 _PROFILE_STEPS = flags.DEFINE_integer("profile_steps", 2, "Steps traced for the profile summary; 0 = none.")
 _NUM_BATCHES = flags.DEFINE_integer("num_batches", 4, "Distinct batches staged on the devices and cycled.")
 _COMPILE_MODE = flags.DEFINE_string(
-    "torch_compile_mode", "cudagraphs",
-    "torch_compile: 'cudagraphs' (loop model fwd+bwd as CUDA graphs) or a torch.compile mode (e.g. reduce-overhead).")
-_CELL_TIMEOUT = flags.DEFINE_integer("cell_timeout_s", 0, "Limit per PyTorch measurement on GPUs (its own processes); 0 = none.")
+    "torch_compile_mode",
+    "cudagraphs",
+    "torch_compile: 'cudagraphs' (loop model fwd+bwd as CUDA graphs) or a torch.compile mode (e.g. reduce-overhead).",
+)
+_CELL_TIMEOUT = flags.DEFINE_integer(
+    "cell_timeout_s", 0, "Limit per PyTorch measurement on GPUs (its own processes); 0 = none."
+)
 _TORCH_TF32 = flags.DEFINE_bool(
-    "torch_tf32", False, "Let PyTorch float32 matmuls use TF32 (PyTorch's default: off; cuDNN convs and RNNs: on).")
+    "torch_tf32", False, "Let PyTorch float32 matmuls use TF32 (PyTorch's default: off; cuDNN convs and RNNs: on)."
+)
 _MERGE = flags.DEFINE_string("merge", "", "results.json of an earlier run: its rows are kept unless measured again.")
 
 
@@ -87,10 +93,15 @@ def _parse() -> tuple[list[int], list[str], list[str], dict[str, int]]:
     steps = {}
     for item in _VARIANT_STEPS.value:
         name, *counts = item.split(":")
-        if name not in VARIANTS or not 1 <= len(counts) <= 3 or not all(c.isdigit() for c in counts) or int(counts[0]) < 1:
+        if (
+            name not in VARIANTS
+            or not 1 <= len(counts) <= 3
+            or not all(c.isdigit() for c in counts)
+            or int(counts[0]) < 1
+        ):
             raise app.UsageError(f"--variant_steps entry {item!r}: expected VARIANT:STEPS[:WARMUP[:PROFILE_STEPS]]")
         defaults = [_STEPS.value, _WARMUP.value, _PROFILE_STEPS.value]
-        steps[name] = tuple(int(c) for c in counts) + tuple(defaults[len(counts):])
+        steps[name] = tuple(int(c) for c in counts) + tuple(defaults[len(counts) :])
     return devices, variants, dtypes, steps
 
 
@@ -107,7 +118,9 @@ def check_devices(devices: list[int], variants: list[str]) -> None:
         import torch
 
         if torch.cuda.is_available() and want > torch.cuda.device_count():
-            raise ValueError(f"--devices asks for {want} devices but only {torch.cuda.device_count()} CUDA GPUs are present")
+            raise ValueError(
+                f"--devices asks for {want} devices but only {torch.cuda.device_count()} CUDA GPUs are present"
+            )
 
 
 def _torch_distributed(config, spec: dict, n: int) -> dict:
@@ -116,9 +129,20 @@ def _torch_distributed(config, spec: dict, n: int) -> dict:
         spec_path, result_path = os.path.join(d, "spec.json"), os.path.join(d, "result.json")
         with open(spec_path, "w") as f:
             json.dump({**spec, "config": settings.to_dict(config)}, f)
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")]), JAX_PLATFORMS="cpu")
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}",
-               "-m", "benchmarks.torch_bench", f"--spec={spec_path}", f"--result={result_path}"]
+        env = dict(
+            os.environ, PYTHONPATH=os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")]), JAX_PLATFORMS="cpu"
+        )
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc_per_node={n}",
+            "-m",
+            "benchmarks.torch_bench",
+            f"--spec={spec_path}",
+            f"--result={result_path}",
+        ]
         try:
             proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=_CELL_TIMEOUT.value or None)
         except subprocess.TimeoutExpired as e:
@@ -135,8 +159,14 @@ def measure(config, variant: str, dtype: str, n: int, counts: tuple[int, int, in
     counts: (timed steps, warm-up steps, profiled steps).
     """
     steps, warmup, profile_steps = counts
-    row = {"variant": variant, "dtype": dtype, "devices": n, "global_batch": config.per_device_batch_size * n,
-           "per_device_batch": config.per_device_batch_size, "warmup": warmup}
+    row = {
+        "variant": variant,
+        "dtype": dtype,
+        "devices": n,
+        "global_batch": config.per_device_batch_size * n,
+        "per_device_batch": config.per_device_batch_size,
+        "warmup": warmup,
+    }
     config = settings.override(settings.from_config_dict(config), {"model.dtype": dtype})
     common = dict(steps=steps, warmup=warmup, profile_steps=profile_steps, num_batches=_NUM_BATCHES.value)
     try:
@@ -151,14 +181,26 @@ def measure(config, variant: str, dtype: str, n: int, counts: tuple[int, int, in
 
             if not torch.cuda.is_available():
                 if variant == "torch_compile" and _COMPILE_MODE.value == "cudagraphs":
-                    return {**row, "status": "skipped", "notes": "CUDA graphs need a GPU (on the CPU pass --torch_compile_mode=default)"}
+                    return {
+                        **row,
+                        "status": "skipped",
+                        "notes": "CUDA graphs need a GPU (on the CPU pass --torch_compile_mode=default)",
+                    }
                 if variant == "torch_cudnn_graphs":
-                    return {**row, "status": "skipped", "notes": "CUDA graphs need a GPU (torch_cudnn is the same model, eager)"}
+                    return {
+                        **row,
+                        "status": "skipped",
+                        "notes": "CUDA graphs need a GPU (torch_cudnn is the same model, eager)",
+                    }
             if torch.cuda.is_available():  # own processes: CUDA libraries apart from this one's JAX
-                spec = dict(variant=variant, n_devices=n, compile_mode=_COMPILE_MODE.value, tf32=_TORCH_TF32.value, **common)
+                spec = dict(
+                    variant=variant, n_devices=n, compile_mode=_COMPILE_MODE.value, tf32=_TORCH_TF32.value, **common
+                )
                 result = _torch_distributed(config, spec, n)
             elif n == 1:
-                result = torch_bench.run(config, variant, 1, compile_mode=_COMPILE_MODE.value, tf32=_TORCH_TF32.value, **common)
+                result = torch_bench.run(
+                    config, variant, 1, compile_mode=_COMPILE_MODE.value, tf32=_TORCH_TF32.value, **common
+                )
             else:
                 return {**row, "status": "skipped", "notes": "several torch devices need CUDA (one process per GPU)"}
         return {**row, "status": "ok", **result}
@@ -181,16 +223,23 @@ def main(argv) -> None:
         "command": "python -m benchmarks.scaling " + " ".join(sys.argv[1:]),
         "jax devices": jax_bench.device_description(),
         "model": _model_summary(config),
-        "data": (f"synthetic {config.dataset.synthetic_min_duration_s:g}-{config.dataset.synthetic_max_duration_s:g} s "
-                 f"utterances, padded to {config.dataset.synthetic_max_duration_s:g} s, "
-                 f"{config.per_device_batch_size} per device"),
-        "steps": f"{_STEPS.value} timed after {_WARMUP.value} warm-up (per-variant overrides: {dict(variant_steps) or 'none'})",
+        "data": (
+            f"synthetic {config.dataset.synthetic_min_duration_s:g}-{config.dataset.synthetic_max_duration_s:g} s "
+            f"utterances, padded to {config.dataset.synthetic_max_duration_s:g} s, "
+            f"{config.per_device_batch_size} per device"
+        ),
+        "steps": f"{_STEPS.value} timed after {_WARMUP.value} warm-up (per-variant overrides: "
+        "{dict(variant_steps) or 'none'})",
     }
     if any(v in TORCH_VARIANTS for v in variants):
         from benchmarks import torch_bench
 
         meta["torch devices"] = torch_bench.device_description()
-        meta["torch float32 matmuls"] = "TF32 allowed (--torch_tf32)" if _TORCH_TF32.value else "full float32 (PyTorch default; cuDNN convs/RNNs may use TF32)"
+        meta["torch float32 matmuls"] = (
+            "TF32 allowed (--torch_tf32)"
+            if _TORCH_TF32.value
+            else "full float32 (PyTorch default; cuDNN convs/RNNs may use TF32)"
+        )
     if any(v in jax_bench.VARIANTS for v in variants):
         meta["jax default matmul precision"] = str(jax.config.jax_default_matmul_precision or "default (XLA's choice)")
     rows = []
@@ -213,9 +262,11 @@ def main(argv) -> None:
 
 def _model_summary(config) -> str:
     m = config.model
-    return (f"{m.num_conv_layers} conv x {m.conv_channels} ch, {m.num_rnn_layers} x "
-            f"{'bi' if m.bidirectional else 'uni'}directional {m.rnn_cell} RNN of {m.rnn_size}"
-            f"{' (shared input weights)' if m.share_rnn_weights else ''}")
+    return (
+        f"{m.num_conv_layers} conv x {m.conv_channels} ch, {m.num_rnn_layers} x "
+        f"{'bi' if m.bidirectional else 'uni'}directional {m.rnn_cell} RNN of {m.rnn_size}"
+        f"{' (shared input weights)' if m.share_rnn_weights else ''}"
+    )
 
 
 if __name__ == "__main__":

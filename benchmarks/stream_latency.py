@@ -25,8 +25,10 @@ def main(argv: list[str] | None = None) -> int:
     from ds2_jax import state as state_lib
 
     args = sys.argv[1:] if argv is None else argv
-    chunks = [int(c) for c in next((a.split("=", 1)[1] for a in args if a.startswith("--chunk_ms=")),
-                                   "160,320,640").split(",")]
+    chunks = [
+        int(c)
+        for c in next((a.split("=", 1)[1] for a in args if a.startswith("--chunk_ms=")), "160,320,640").split(",")
+    ]
     path = next(a for a in args if not a.startswith("--"))
     config = demo.get_config()
     config.model.bidirectional = False
@@ -45,11 +47,20 @@ def main(argv: list[str] | None = None) -> int:
                 if timed:
                     times.append(1000 * (time.perf_counter() - start))
             stream.finish()
-        print(json.dumps({"chunk_ms": chunk_ms, "chunks": len(times), "median_ms": round(float(np.median(times)), 2),
-                          "p90_ms": round(float(np.percentile(times, 90)), 2),
-                          "rtf": round(float(np.median(times)) / chunk_ms, 4),
-                          "lookahead_s": round(export.lookahead_seconds(config), 3),
-                          "load_average": round(os.getloadavg()[0], 2)}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "chunk_ms": chunk_ms,
+                    "chunks": len(times),
+                    "median_ms": round(float(np.median(times)), 2),
+                    "p90_ms": round(float(np.percentile(times, 90)), 2),
+                    "rtf": round(float(np.median(times)) / chunk_ms, 4),
+                    "lookahead_s": round(export.lookahead_seconds(config), 3),
+                    "load_average": round(os.getloadavg()[0], 2),
+                }
+            ),
+            flush=True,
+        )
     return 0
 
 

@@ -37,10 +37,10 @@ import torch
 from benchmarks import profile, timing
 from benchmarks.torch_model import TorchDS2, count_params, ctc_loss
 from ds2_jax import settings
+from ds2_jax.model import ModelConfig
 from ds2_jax.pipeline.batch import Sharding
 from ds2_jax.pipeline.source import DataSettings
 from ds2_jax.pipeline.synthetic import SyntheticSource
-from ds2_jax.model import ModelConfig
 
 VARIANTS = ("torch_loop", "torch_cudnn", "torch_compile", "torch_cudnn_graphs")
 RNN_IMPL = {"torch_loop": "loop", "torch_cudnn": "cudnn", "torch_compile": "loop", "torch_cudnn_graphs": "cudnn_padded"}
@@ -58,8 +58,19 @@ def build(config: settings.Settings, variant: str, device: torch.device, mean, s
     return TorchDS2(cfg, config.features.spectrogram, mean, std, rnn_impl=RNN_IMPL[variant]).to(device)
 
 
-def run(config: settings.Settings, variant: str, n_devices: int, steps: int, warmup: int, profile_steps: int,
-        num_batches: int, compile_mode: str = "cudagraphs", tf32: bool = False, rank: int = 0, world: int = 1) -> dict:
+def run(
+    config: settings.Settings,
+    variant: str,
+    n_devices: int,
+    steps: int,
+    warmup: int,
+    profile_steps: int,
+    num_batches: int,
+    compile_mode: str = "cudagraphs",
+    tf32: bool = False,
+    rank: int = 0,
+    world: int = 1,
+) -> dict:
     if variant not in VARIANTS:
         raise ValueError(f"unknown torch variant {variant!r}")
     torch.backends.cuda.matmul.allow_tf32 = tf32
@@ -78,17 +89,21 @@ def run(config: settings.Settings, variant: str, n_devices: int, steps: int, war
 
     def autocast():
         # cache_enabled=False: required around CUDA graph capture, harmless otherwise.
-        return torch.autocast(device.type, dtype=torch.bfloat16, cache_enabled=False) if bf16 else contextlib.nullcontext()
+        return (
+            torch.autocast(device.type, dtype=torch.bfloat16, cache_enabled=False) if bf16 else contextlib.nullcontext()
+        )
 
     batches = []
     for i in range(num_batches):
         b = source.train_batch(i)
-        batches.append({
-            "audio": torch.from_numpy(b["audio"]).to(device),
-            "audio_lengths": torch.from_numpy(b["audio_lengths"]).long().to(device),
-            "labels": torch.from_numpy(b["labels"]).long().to(device),
-            "label_lengths": torch.from_numpy(b["label_lengths"]).long().to(device),
-        })
+        batches.append(
+            {
+                "audio": torch.from_numpy(b["audio"]).to(device),
+                "audio_lengths": torch.from_numpy(b["audio_lengths"]).long().to(device),
+                "labels": torch.from_numpy(b["labels"]).long().to(device),
+                "label_lengths": torch.from_numpy(b["label_lengths"]).long().to(device),
+            }
+        )
 
     t0 = time.perf_counter()
     graphed = variant == "torch_cudnn_graphs" or (variant == "torch_compile" and compile_mode == "cudagraphs")
@@ -102,12 +117,15 @@ def run(config: settings.Settings, variant: str, n_devices: int, steps: int, war
     setup_s = time.perf_counter() - t0
     notes = ""
     if graphed:
-        notes = GRAPHED_NOTE.format(model="cuDNN model (padded batch)" if variant == "torch_cudnn_graphs" else "loop model")
+        notes = GRAPHED_NOTE.format(
+            model="cuDNN model (padded batch)" if variant == "torch_cudnn_graphs" else "loop model"
+        )
     elif variant == "torch_compile":
         notes = f"torch.compile(loop model, mode={compile_mode})"
     opt_cfg = config.optimizer
-    optimizer = torch.optim.Adam(net.parameters(), lr=opt_cfg.learning_rate, betas=(opt_cfg.b1, opt_cfg.b2),
-                                 eps=opt_cfg.eps, fused=cuda)
+    optimizer = torch.optim.Adam(
+        net.parameters(), lr=opt_cfg.learning_rate, betas=(opt_cfg.b1, opt_cfg.b2), eps=opt_cfg.eps, fused=cuda
+    )
 
     def sync():
         if cuda:
@@ -128,7 +146,11 @@ def run(config: settings.Settings, variant: str, n_devices: int, steps: int, war
         sync()
 
     timed = timing.measure(step, warmup, steps)
-    row = {"params": params, "first_step_s": timed["first_step_s"] + setup_s, **timing.step_stats(timed["step_times_s"], global_batch)}
+    row = {
+        "params": params,
+        "first_step_s": timed["first_step_s"] + setup_s,
+        **timing.step_stats(timed["step_times_s"], global_batch),
+    }
     row["pipelined_ms_per_step"] = timing.pipelined_ms(dispatch, sync, steps)
     if cuda:
         row["peak_memory_gb"] = round(torch.cuda.max_memory_allocated(device) / 1e9, 2)
@@ -159,11 +181,15 @@ def graph_model(net: TorchDS2, sample: dict, autocast) -> TorchDS2:
     too: graph rnn_impl='cudnn_padded' instead.
     """
     if any(rnn.rnn_impl == "cudnn" for rnn in net.rnns):
-        raise ValueError("rnn_impl='cudnn' packs sequences with lengths on the host, which a CUDA graph "
-                         "cannot capture: build the model with rnn_impl='cudnn_padded'")
+        raise ValueError(
+            "rnn_impl='cudnn' packs sequences with lengths on the host, which a CUDA graph "
+            "cannot capture: build the model with rnn_impl='cudnn_padded'"
+        )
     if not torch.cuda.is_available():
-        raise RuntimeError("CUDA graphs need a GPU: on the CPU use torch_cudnn, torch_loop, or torch_compile "
-                           "with a torch.compile mode (e.g. --torch_compile_mode=default)")
+        raise RuntimeError(
+            "CUDA graphs need a GPU: on the CPU use torch_cudnn, torch_loop, or torch_compile "
+            "with a torch.compile mode (e.g. --torch_compile_mode=default)"
+        )
     with autocast():
         return torch.cuda.make_graphed_callables(net, (sample["audio"], sample["audio_lengths"]), num_warmup_iters=3)
 

@@ -272,8 +272,9 @@ class RNNLayer(nn.Module):
             # Packed-sequence signature: (data, batch_sizes, hx, weights, has_biases,
             # num_layers, dropout, train, bidirectional).
             out = fn(packed_x.data, packed_x.batch_sizes, hx, weights, False, 1, 0.0, self.training, bidirectional)
-            packed_out = nn.utils.rnn.PackedSequence(out[0], packed_x.batch_sizes, packed_x.sorted_indices,
-                                                     packed_x.unsorted_indices)
+            packed_out = nn.utils.rnn.PackedSequence(
+                out[0], packed_x.batch_sizes, packed_x.sorted_indices, packed_x.unsorted_indices
+            )
             y, _ = nn.utils.rnn.pad_packed_sequence(packed_out, batch_first=True, total_length=x.shape[1])
             return y
 
@@ -304,8 +305,9 @@ class RowConv(nn.Module):
 class TorchDS2(nn.Module):
     """int16 audio -> per-frame logits over blank + 28 symbols (ds2_jax.model.DeepSpeech2)."""
 
-    def __init__(self, cfg: ModelConfig, fc: settings.Spectrogram, mean, std, rnn_impl: str = "loop",
-                 clip: bool = True):
+    def __init__(
+        self, cfg: ModelConfig, fc: settings.Spectrogram, mean, std, rnn_impl: str = "loop", clip: bool = True
+    ):
         super().__init__()
         self.cfg = cfg
         self.features = Featurizer(fc, mean, std)

@@ -75,7 +75,8 @@ def trainer_ms(config, workdir: str) -> dict:
         "trainer_ms_per_step": round(1e3 * statistics.median(r["step_time_s"] for r in rows), 2),
         "trainer_utterances_per_s": round(statistics.median(r["utterances_per_s"] for r in rows), 1),
         "input_wait_fraction": round(
-            sum(r["input_wait_s"] for r in rows) / sum(r["step_time_s"] * config.log_every_steps for r in rows), 4),
+            sum(r["input_wait_s"] for r in rows) / sum(r["step_time_s"] * config.log_every_steps for r in rows), 4
+        ),
         "intervals": len(rows),
     }
 
@@ -113,11 +114,26 @@ def main(argv) -> int:
 def write(rows: list[dict]) -> None:
     with open(os.path.join(_OUT.value, "trainer_vs_step.json"), "w") as f:
         json.dump({"device": jax_bench.device_description(), "rows": rows}, f, indent=1)
-    cols = ["source", "per_device_batch_size", "clip_seconds", "dtype", "num_workers", "step_ms_median",
-            "step_ms_pipelined", "trainer_ms_per_step", "trainer_over_step", "trainer_over_pipelined",
-            "input_wait_fraction", "trainer_utterances_per_s"]
-    lines = [f"Trainer (train_and_evaluate) vs its step, {jax_bench.device_description()}", "",
-             "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    cols = [
+        "source",
+        "per_device_batch_size",
+        "clip_seconds",
+        "dtype",
+        "num_workers",
+        "step_ms_median",
+        "step_ms_pipelined",
+        "trainer_ms_per_step",
+        "trainer_over_step",
+        "trainer_over_pipelined",
+        "input_wait_fraction",
+        "trainer_utterances_per_s",
+    ]
+    lines = [
+        f"Trainer (train_and_evaluate) vs its step, {jax_bench.device_description()}",
+        "",
+        "| " + " | ".join(cols) + " |",
+        "|" + "---|" * len(cols),
+    ]
     lines += ["| " + " | ".join(str(r[c]) for c in cols) + " |" for r in rows]
     with open(os.path.join(_OUT.value, "trainer_vs_step.md"), "w") as f:
         f.write("\n".join(lines) + "\n")

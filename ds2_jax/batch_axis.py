@@ -56,8 +56,7 @@ def map_batch(fn: Callable, batched: Sequence[jax.Array], replicated: Sequence[j
     specs = (PartitionSpec(AXIS),) * len(batched) + (PartitionSpec(),) * len(replicated)
     # check_vma=False: under the check pallas_call wants a varying-axes type on every
     # out_shape. Unchecked, shard_map's transpose psums the replicated arguments' cotangents.
-    per_device = jax.shard_map(fn, in_specs=specs, out_specs=PartitionSpec(AXIS), axis_names={AXIS},
-                               check_vma=False)
+    per_device = jax.shard_map(fn, in_specs=specs, out_specs=PartitionSpec(AXIS), axis_names={AXIS}, check_vma=False)
     return per_device(*batched, *replicated)
 
 

@@ -46,11 +46,17 @@ def manager(workdir: str, keep: int = 3, keep_best: int = 0) -> ocp.CheckpointMa
         if not kept:
             return ocp.CheckpointManager(directory, options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True))
         policy = pp.AnyPreservationPolicy([pp.LatestN(keep), pp.CustomSteps(kept)])
-        return ocp.CheckpointManager(directory, options=ocp.CheckpointManagerOptions(create=True, preservation_policy=policy))
+        return ocp.CheckpointManager(
+            directory, options=ocp.CheckpointManagerOptions(create=True, preservation_policy=policy)
+        )
     _quiet_unranked_saves()
     best = pp.BestN(get_metric_fn=_wer, reverse=True, n=keep_best, keep_checkpoints_without_metrics=False)
     options = ocp.CheckpointManagerOptions(  # best_fn: orbax writes the metrics and tracks the best
-        create=True, best_fn=_wer, best_mode="min", preservation_policy=pp.AnyPreservationPolicy([pp.LatestN(keep), best]))
+        create=True,
+        best_fn=_wer,
+        best_mode="min",
+        preservation_policy=pp.AnyPreservationPolicy([pp.LatestN(keep), best]),
+    )
     return ocp.CheckpointManager(directory, options=options)
 
 
@@ -59,11 +65,21 @@ def ranked_steps(directory: str) -> list[int]:
     by a run with keep_best_checkpoints)."""
     if not os.path.isdir(directory):
         return []
-    mgr = ocp.CheckpointManager(directory, options=ocp.CheckpointManagerOptions(read_only=True))
+    absl_log = logging.getLogger("absl")
+    absl_log.addFilter(_drop_read_only_notes)  # orbax says at construction what read_only implies
+    try:
+        mgr = ocp.CheckpointManager(directory, options=ocp.CheckpointManagerOptions(read_only=True))
+    finally:
+        absl_log.removeFilter(_drop_read_only_notes)
     try:
         return [step for step in mgr.all_steps() if _metrics(mgr, step) is not None]
     finally:
         mgr.close()
+
+
+def _drop_read_only_notes(record: logging.LogRecord) -> bool:
+    message = record.getMessage()
+    return "read_only=True" not in message and "directory is read only" not in message
 
 
 def _drop_unranked_warning(record: logging.LogRecord) -> bool:
@@ -103,8 +119,11 @@ def managed(workdir: str, keep: int = 3, keep_best: int = 0):
     the failure reaches the main thread and is explained there in one line."""
     mgr = manager(workdir, keep, keep_best)
     if not keep_best and (kept := ranked_steps(mgr.directory)):
-        log.info("keep_best_checkpoints=0: the best checkpoints an earlier run kept (steps %s) stay untouched; "
-                 "--mode=eval --eval_step=best still scores the best of them", ", ".join(map(str, kept)))
+        log.info(
+            "keep_best_checkpoints=0: the best checkpoints an earlier run kept (steps %s) stay untouched; "
+            "--mode=eval --eval_step=best still scores the best of them",
+            ", ".join(map(str, kept)),
+        )
     with errors.background_errors_to_log(workdir, "orbax", "Event loop is closed"):
         try:
             yield mgr
@@ -174,8 +193,9 @@ def unfinished(mgr: ocp.CheckpointManager, step: int) -> str | None:
         return "item folder (e.g. default/): an empty or partial folder"
     others = [os.path.join(directory, str(s)) for s in mgr.all_steps() if s != step]
     for marker in COMMIT_MARKERS:
-        if not os.path.isfile(os.path.join(folder, marker)) and any(os.path.isfile(os.path.join(o, marker))
-                                                                    for o in others):
+        if not os.path.isfile(os.path.join(folder, marker)) and any(
+            os.path.isfile(os.path.join(o, marker)) for o in others
+        ):
             return marker
     return None
 
@@ -201,8 +221,12 @@ def wait_for_saves(mgr: ocp.CheckpointManager, wait_s: float | None = None, poll
     wait_s = SAVE_WAIT_S if wait_s is None else wait_s
     pending = being_written(mgr)
     if pending:
-        log.warning("checkpoint %d in %s is being written by a training run now: waiting for it (at most %.0f s)",
-                    pending[0], mgr.directory, wait_s)
+        log.warning(
+            "checkpoint %d in %s is being written by a training run now: waiting for it (at most %.0f s)",
+            pending[0],
+            mgr.directory,
+            wait_s,
+        )
     deadline = time.monotonic() + wait_s
     while pending and time.monotonic() < deadline:
         time.sleep(poll_s)
@@ -216,7 +240,8 @@ def still_being_written(mgr: ocp.CheckpointManager, steps: list[int]) -> errors.
     return errors.CheckpointError(
         f"checkpoint {steps[0]} in {mgr.directory} is being written by a training run now (or its save was cut "
         f"short), and no earlier one is finished: rerun when that run has written it (the folder is then named "
-        f"{steps[0]})")
+        f"{steps[0]})"
+    )
 
 
 def restore_latest(mgr: ocp.CheckpointManager, target, move_damaged: bool = False):
@@ -236,37 +261,63 @@ def restore_latest(mgr: ocp.CheckpointManager, target, move_damaged: bool = Fals
         if (missing := unfinished(mgr, step)) is not None:
             # Not handed to orbax: its failed guess at an empty folder's layout made every
             # later restore of this manager fail too (good checkpoints called damaged).
-            failures.append((step, f"never finished: no {missing} (being written by a training run now, or a save "
-                                   "cut short by a crash or a slow file system)"))
-            log.warning("checkpoint %d in %s is unfinished, trying the previous one (%s)", step, mgr.directory,
-                        failures[-1][1])
+            failures.append(
+                (
+                    step,
+                    f"never finished: no {missing} (being written by a training run now, or a save "
+                    "cut short by a crash or a slow file system)",
+                )
+            )
+            log.warning(
+                "checkpoint %d in %s is unfinished, trying the previous one (%s)", step, mgr.directory, failures[-1][1]
+            )
             continue
         try:
             state = mgr.restore(step, args=ocp.args.StandardRestore(target))
         except Exception as e:  # orbax raises many types for damaged files
             folder = os.path.join(os.fspath(mgr.directory), str(step))
             if not os.path.isfile(os.path.join(folder, COMMIT_MARKER)):  # a save written in place, under way
-                failures.append((step, "never finished: no commit marker and orbax cannot read it (being written "
-                                       "by a training run now, or a save cut short)"))
-                log.warning("checkpoint %d in %s is unfinished, trying the previous one (%s)", step, mgr.directory,
-                            failures[-1][1])
+                failures.append(
+                    (
+                        step,
+                        "never finished: no commit marker and orbax cannot read it (being written "
+                        "by a training run now, or a save cut short)",
+                    )
+                )
+                log.warning(
+                    "checkpoint %d in %s is unfinished, trying the previous one (%s)",
+                    step,
+                    mgr.directory,
+                    failures[-1][1],
+                )
                 continue
             failures.append((step, f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"))
-            log.warning("checkpoint %d in %s is damaged, trying the previous one (%s)", step, mgr.directory, failures[-1][1])
+            log.warning(
+                "checkpoint %d in %s is damaged, trying the previous one (%s)", step, mgr.directory, failures[-1][1]
+            )
             continue
         if (bad := non_finite(state)) is not None:  # saved before ds2_jax refused to: training on it is NaN
             failures.append((step, f"not finite: NaN or inf in {bad}"))
-            log.warning("checkpoint %d in %s is damaged, trying the previous one (%s)", step, mgr.directory, failures[-1][1])
+            log.warning(
+                "checkpoint %d in %s is damaged, trying the previous one (%s)", step, mgr.directory, failures[-1][1]
+            )
             continue
         log.info("restored checkpoint at step %d from %s", step, mgr.directory)
         if move_damaged and failures:
             for bad, _ in failures:
-                log.warning("moved damaged checkpoint %d aside to %s; steps %d-%d are trained again",
-                            bad, _move_aside(mgr, bad), step + 1, bad)
+                log.warning(
+                    "moved damaged checkpoint %d aside to %s; steps %d-%d are trained again",
+                    bad,
+                    _move_aside(mgr, bad),
+                    step + 1,
+                    bad,
+                )
             mgr.reload()
         return state, step
     if not move_damaged and all(reason.startswith("never finished") for _, reason in failures):
-        raise still_being_written(mgr, steps)  # eval/transcribe beside a live run: not damaged (training holds the lock)
+        raise still_being_written(
+            mgr, steps
+        )  # eval/transcribe beside a live run: not damaged (training holds the lock)
     # Name a failure orbax saw (a model mismatch, damaged files) before a merely unfinished folder.
     newest, reason = next(f for f in failures if not f[1].startswith("never finished"))
     raise errors.CheckpointError(
@@ -314,7 +365,8 @@ def save_or_explain(mgr: ocp.CheckpointManager, step: int, state, metrics: dict 
     if (bad := non_finite(state)) is not None:  # the step never keeps one; a resume from it would train NaN
         raise FloatingPointError(
             f"not writing checkpoint {step}: the state is not finite (NaN or inf in {bad}); {newest_words(mgr)}. "
-            "Rerun with a lower optimizer.learning_rate, or check the data")
+            "Rerun with a lower optimizer.learning_rate, or check the data"
+        )
     try:
         _STARTED[mgr] = step
         save(mgr, step, state, metrics=metrics)

@@ -119,11 +119,14 @@ def unknown_config_key_message(argv: list[str], name: str, config) -> str | None
     for a in argv:
         for prefix in (f"--{name}.", f"--no{name}."):
             if a.startswith(prefix):
-                key = a.split("=", 1)[0][len(prefix):]
+                key = a.split("=", 1)[0][len(prefix) :]
                 if key not in known:
                     close = difflib.get_close_matches(key, known, n=3, cutoff=0.6)
-                    hint = (f"did you mean {', '.join(close)}?" if close
-                            else "no key is close (--print_config lists them all, ds2_jax/settings.py explains them)")
+                    hint = (
+                        f"did you mean {', '.join(close)}?"
+                        if close
+                        else "no key is close (--print_config lists them all, ds2_jax/settings.py explains them)"
+                    )
                     where = _config_argument(argv, name) or "the default config"
                     return f"unknown config key {key!r} ({a}) in {where}: {hint}"
     return None
@@ -216,7 +219,9 @@ def config_source(config_flag) -> str:
     """'configs/smoke.py --config.model.rnn_size=64 ...': the file and the overrides of a config flag."""
     from ml_collections import config_flags
 
-    overrides = " ".join(f"--{config_flag.name}.{k}={v!r}" for k, v in config_flags.get_override_values(config_flag).items())
+    overrides = " ".join(
+        f"--{config_flag.name}.{k}={v!r}" for k, v in config_flags.get_override_values(config_flag).items()
+    )
     return " ".join(filter(None, [config_flags.get_config_filename(config_flag), overrides]))
 
 
@@ -366,8 +371,9 @@ def removing_new_workdir_on_error(fn: Callable[[], object], workdir: str) -> Cal
     return wrapped
 
 
-def parse_args(argv: list[str] | None, define: Callable[[flags.FlagValues], None], doc: str,
-               positional: str = "") -> tuple[flags.FlagValues, list[str]]:
+def parse_args(
+    argv: list[str] | None, define: Callable[[flags.FlagValues], None], doc: str, positional: str = ""
+) -> tuple[flags.FlagValues, list[str]]:
     """absl flags for a command whose `main(argv)` Python code calls too (tests, the demo):
     `define(fv)` defines them on a FlagValues of their own, so nothing is global and main
     can run twice. argv: the arguments without the program name (None: sys.argv's).

@@ -1,12 +1,12 @@
 """The installed commands (setup.py's console_scripts), each the same as its `python -m` form.
 
-    ds2-train, ds2-eval      launch.py (ds2_jax.launcher): train, or --mode=eval by default
-    ds2-build                python -m ds2_jax.datasets.build: prepare a dataset ahead of time
-    ds2-transcribe           python -m ds2_jax.transcribe: audio files -> text
-    ds2-export               python -m ds2_jax.export: a checkpoint -> an ONNX model
-    ds2-build-lm             python -m ds2_jax.tools.build_lm: an n-gram ARPA LM from transcripts
-    ds2-tune-lm              python -m ds2_jax.tools.tune_lm: alpha/beta grid on a split
-    ds2-plot                 python -m ds2_jax.plot: a workdir's curves
+ds2-train, ds2-eval      launch.py (ds2_jax.launcher): train, or --mode=eval by default
+ds2-build                python -m ds2_jax.datasets.build: prepare a dataset ahead of time
+ds2-transcribe           python -m ds2_jax.transcribe: audio files -> text
+ds2-export               python -m ds2_jax.export: a checkpoint -> an ONNX model
+ds2-build-lm             python -m ds2_jax.tools.build_lm: an n-gram ARPA LM from transcripts
+ds2-tune-lm              python -m ds2_jax.tools.tune_lm: alpha/beta grid on a split
+ds2-plot                 python -m ds2_jax.plot: a workdir's curves
 """
 
 from __future__ import annotations
@@ -61,4 +61,3 @@ def tune_lm() -> None:
 
 def plot() -> None:
     _explained("ds2_jax.plot")
-

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 
 from ds2_jax import batch_axis, geometry, text
-from ds2_jax.kernels import ctc as ctc_kernel, dispatch
+from ds2_jax.kernels import ctc as ctc_kernel
+from ds2_jax.kernels import dispatch
 
 
 def paddings(lengths: jax.Array, size: int) -> jax.Array:
@@ -28,8 +28,13 @@ def feasible(logit_lengths, labels, label_lengths) -> jax.Array:
 
 
 def _optax_loss(logits, logit_lengths, labels, label_lengths):
-    return optax.ctc_loss(logits, paddings(logit_lengths, logits.shape[1]), labels,
-                          paddings(label_lengths, labels.shape[1]), blank_id=text.BLANK)
+    return optax.ctc_loss(
+        logits,
+        paddings(logit_lengths, logits.shape[1]),
+        labels,
+        paddings(label_lengths, labels.shape[1]),
+        blank_id=text.BLANK,
+    )
 
 
 def _pallas_loss(logits, logit_lengths, labels, label_lengths):
@@ -59,8 +64,9 @@ def per_utterance_loss(
       (<float32>[B] loss, 0 where infeasible; <bool>[B] feasible).
     """
     ok = feasible(logit_lengths, labels, label_lengths)
-    loss = batch_axis.map_batch(_IMPLS[dispatch.ctc_impl(impl)], [logits.astype(jnp.float32), logit_lengths, labels,
-                                                                 label_lengths])
+    loss = batch_axis.map_batch(
+        _IMPLS[dispatch.ctc_impl(impl)], [logits.astype(jnp.float32), logit_lengths, labels, label_lengths]
+    )
     if norm_by_times:
         loss = loss / jnp.maximum(logit_lengths, 1).astype(jnp.float32)
     # jnp.where also blocks the gradient of the masked entries.
@@ -70,5 +76,3 @@ def per_utterance_loss(
 def greedy_ids(logits: jax.Array) -> jax.Array:
     """On-device argmax <int32>[B, T], so only small ints travel to the host."""
     return jnp.argmax(logits, axis=-1).astype(jnp.int32)
-
-

@@ -45,7 +45,10 @@ def greedy_texts(ids: np.ndarray, lengths: np.ndarray, alphabet: text.Alphabet =
     """<int32>[B, T] argmax paths and <int32>[B] valid frames -> B texts in `alphabet`, their words
     joined by one space as beam search's are (and references are): a stray space must not count
     as an error of greedy alone."""
-    return [" ".join(alphabet.decode(text.collapse(path, n)).split()) for path, n in zip(np.asarray(ids), np.asarray(lengths))]
+    return [
+        " ".join(alphabet.decode(text.collapse(path, n)).split())
+        for path, n in zip(np.asarray(ids), np.asarray(lengths))
+    ]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,12 +115,16 @@ class BeamSearchDecoder:
             with open(cfg.lm_path, "rb"):  # a clear FileNotFoundError naming the file
                 pass
             if not _is_arpa(cfg.lm_path) and not _is_kenlm_binary(cfg.lm_path):
-                raise ValueError(f"decoding.lm_path={cfg.lm_path!r} is not a word LM: neither an ARPA file (it "
-                                 "starts with \\data\\) nor a KenLM binary (build one with python -m "
-                                 "ds2_jax.tools.build_lm)")
+                raise ValueError(
+                    f"decoding.lm_path={cfg.lm_path!r} is not a word LM: neither an ARPA file (it "
+                    "starts with \\data\\) nor a KenLM binary (build one with python -m "
+                    "ds2_jax.tools.build_lm)"
+                )
             if not cfg.lexicon_path and not _is_arpa(cfg.lm_path):
-                raise ValueError(f"decoding.lm_path={cfg.lm_path!r} is a KenLM binary: set decoding.lexicon_path "
-                                 "to its word list (one word per line), or use the ARPA file")
+                raise ValueError(
+                    f"decoding.lm_path={cfg.lm_path!r} is a KenLM binary: set decoding.lexicon_path "
+                    "to its word list (one word per line), or use the ARPA file"
+                )
             self.words = lexicon_words(cfg.lexicon_path or cfg.lm_path, alphabet)
             self._word_dict = dictionary.Dictionary([*self.words, UNK])
             from flashlight.lib.text.decoder.kenlm import KenLM
@@ -148,15 +155,29 @@ class BeamSearchDecoder:
         threshold = -cfg.beam_prune_logp
         if not cfg.lm_path:
             opts = fl.LexiconFreeDecoderOptions(
-                beam_size=cfg.beam_width, beam_size_token=self.num_tokens, beam_threshold=threshold,
-                lm_weight=0.0, sil_score=0.0, log_add=False, criterion_type=fl.CriterionType.CTC)
+                beam_size=cfg.beam_width,
+                beam_size_token=self.num_tokens,
+                beam_threshold=threshold,
+                lm_weight=0.0,
+                sil_score=0.0,
+                log_add=False,
+                criterion_type=fl.CriterionType.CTC,
+            )
             return fl.LexiconFreeDecoder(opts, self._lm, self.silence, text.BLANK, [])
         opts = fl.LexiconDecoderOptions(
-            beam_size=cfg.beam_width, beam_size_token=self.num_tokens, beam_threshold=threshold,
-            lm_weight=self.alpha * math.log(10), word_score=self.beta,  # KenLM scores are log10
-            unk_score=cfg.unk_score_offset, sil_score=0.0, log_add=False, criterion_type=fl.CriterionType.CTC)
-        return fl.LexiconDecoder(opts, self._trie, self._lm, self.silence, text.BLANK, self._word_dict.get_index(UNK),
-                                 [], False)
+            beam_size=cfg.beam_width,
+            beam_size_token=self.num_tokens,
+            beam_threshold=threshold,
+            lm_weight=self.alpha * math.log(10),
+            word_score=self.beta,  # KenLM scores are log10
+            unk_score=cfg.unk_score_offset,
+            sil_score=0.0,
+            log_add=False,
+            criterion_type=fl.CriterionType.CTC,
+        )
+        return fl.LexiconDecoder(
+            opts, self._trie, self._lm, self.silence, text.BLANK, self._word_dict.get_index(UNK), [], False
+        )
 
     def set_weights(self, alpha: float, beta: float) -> None:
         """New LM weights without reloading the LM (alpha/beta tuning)."""
@@ -195,8 +216,9 @@ class BeamSearchDecoder:
         # spawn, not fork: the parent runs jax's threads. Workers import numpy and flashlight only.
         ctx = multiprocessing.get_context("spawn")
         tuned = dataclasses.replace(self.cfg, alpha=self.alpha, beta=self.beta)
-        with concurrent.futures.ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker,
-                                                    initargs=(tuned, self.alphabet)) as pool:
+        with concurrent.futures.ProcessPoolExecutor(
+            workers, mp_context=ctx, initializer=_init_worker, initargs=(tuned, self.alphabet)
+        ) as pool:
             chunk = max(1, len(log_probs) // (4 * workers))
             return list(pool.map(_decode_in_worker, log_probs, chunksize=chunk))
 
@@ -246,8 +268,10 @@ def lexicon_words(path: str, alphabet: text.Alphabet = text.LIBRISPEECH) -> list
     words = [w for w in dict.fromkeys(words) if w not in ("<s>", "</s>", UNK)]
     bad = [w for w in words if alphabet.unknown_chars(w) or " " in w]
     if bad:
-        raise ValueError(f"{path}: words outside the model's alphabet ({alphabet.describe()}): {bad[:5]} (build the "
-                         "LM with python -m ds2_jax.tools.build_lm --workdir=<the run> to keep only its words)")
+        raise ValueError(
+            f"{path}: words outside the model's alphabet ({alphabet.describe()}): {bad[:5]} (build the "
+            "LM with python -m ds2_jax.tools.build_lm --workdir=<the run> to keep only its words)"
+        )
     if not words:
         raise ValueError(f"{path}: no words for the lexicon")
     return words

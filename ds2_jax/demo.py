@@ -45,8 +45,10 @@ def _demo() -> None:
     for ex in result["examples"][:8]:
         print(f"  REF: {ex['reference']}\n  HYP: {ex['hypothesis']}\n")
     trained = max(result["step"] - first_step, 0)
-    print(f"CER {100 * result['cer']:.1f}%  WER {100 * result['wer']:.1f}%  at step {result['step']} "
-          f"({trained} steps trained now, {time.time() - start:.0f} s)")
+    print(
+        f"CER {100 * result['cer']:.1f}%  WER {100 * result['wer']:.1f}%  at step {result['step']} "
+        f"({trained} steps trained now, {time.time() - start:.0f} s)"
+    )
     print(f"curves: {_curves(FLAGS.workdir)}")
 
 

@@ -28,8 +28,10 @@ def apply(config) -> None:
     if not config.deterministic or flag_set():
         return
     if _backends_started():
-        raise RuntimeError("config.deterministic=True must be applied before jax starts (call "
-                           "ds2_jax.determinism.apply(config) first, or set XLA_FLAGS=" + FLAG + ")")
+        raise RuntimeError(
+            "config.deterministic=True must be applied before jax starts (call "
+            "ds2_jax.determinism.apply(config) first, or set XLA_FLAGS=" + FLAG + ")"
+        )
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + FLAG).strip()
 
 
@@ -37,5 +39,7 @@ def check(config, backend: str) -> None:
     """Raises when a deterministic config would run on a GPU without the flag (it cannot be
     added once jax has started)."""
     if config.deterministic and backend == "gpu" and not flag_set():
-        raise ValueError("deterministic=True: XLA was started without " + FLAG + "; run through launch.py or "
-                         "a benchmark command, or set XLA_FLAGS=" + FLAG + " before starting Python")
+        raise ValueError(
+            "deterministic=True: XLA was started without " + FLAG + "; run through launch.py or "
+            "a benchmark command, or set XLA_FLAGS=" + FLAG + " before starting Python"
+        )

@@ -9,13 +9,13 @@ file and the way out; its traceback goes to <workdir>/error.log, and to stderr w
 |---|---|---|
 | `WorkdirLocked` | another live run holds the workdir's lock | resilience.WorkdirLock |
 | `CheckpointError` | no checkpoint restores, or a save failed for any reason but a full disk | checkpoint, evaluation |
-| `DiskFull` | a write failed and `is_disk_full` (the OS's words for a full disk) | checkpoint, metrics, datasets.build |
+| `DiskFull` | a write failed and `is_disk_full` (the OS's words for a full disk) | checkpoint, metrics, build |
 | `OutOfMemory` | a step failed and `is_out_of_memory` (XLA's words, never a full disk) | `out_of_memory`, train |
 | `DatasetMismatch` | prepared data came from other files than dataset.manual_dir | datasets.build |
 | `InputWorkerError` | a batch worker process died or failed | loader |
 | `BuildWorkerError` | a dataset build worker process died | datasets.shards |
 | `AudioError` | a file gives no audio (missing, empty, undecodable) | transcribe, one line per file |
-| `PeerLost` | a multi-process step failed and `is_peer_lost` (a collective's words for a peer gone); exit code 3 | train |
+| `PeerLost` | a multi-process step failed and `is_peer_lost` (a collective's words: a peer gone); exit 3 | train |
 
 Checks of settings and sizes raise the built-in types (`ValueError`, `OSError`, `MemoryError`
 for the host's memory, `FloatingPointError` for divergence): `EXPLAINED` lists them. Any other
@@ -102,8 +102,13 @@ def is_disk_full(err: BaseException) -> bool:
 
 # A collective whose peer process is gone: gloo (CPU) reports the closed connection, NCCL the exited
 # process, the coordination service the missed heartbeats. Only asked of multi-process runs.
-PEER_LOST_TEXT = ("Connection reset by peer", "Connection closed by peer", "remote process exited",
-                  "heartbeat timeout", "stopped sending heartbeats")
+PEER_LOST_TEXT = (
+    "Connection reset by peer",
+    "Connection closed by peer",
+    "remote process exited",
+    "heartbeat timeout",
+    "stopped sending heartbeats",
+)
 
 
 def is_peer_lost(err: BaseException) -> bool:
@@ -116,7 +121,8 @@ def peer_lost(err: BaseException, process: int, processes: int) -> PeerLost:
     return PeerLost(
         f"process {process} of {processes}: another process of this run is gone (killed or crashed: "
         f"{one_line(err)[:200]}); exiting with code 3 so a supervisor can restart the run (the checkpoints on "
-        "disk are intact; rerun the same command on every process to resume)")
+        "disk are intact; rerun the same command on every process to resume)"
+    )
 
 
 def is_out_of_memory(err: BaseException) -> bool:
@@ -129,7 +135,8 @@ def out_of_memory(err: BaseException, batch_shapes: dict, config) -> OutOfMemory
     """The explained form of a step's out-of-memory error `err` (is_out_of_memory(err))."""
     return OutOfMemory(
         f"out of device memory for batch shapes {batch_shapes} "
-        f"(per_device_batch_size={config.per_device_batch_size}, dataset.max_duration_s={config.dataset.max_duration_s}, "
+        f"(per_device_batch_size={config.per_device_batch_size}, "
+        f"dataset.max_duration_s={config.dataset.max_duration_s}, "
         f"model.rnn_size={config.model.rnn_size}, model.dtype={config.model.dtype}); lower per_device_batch_size or "
         f"dataset.max_duration_s, or use model.dtype=bfloat16. Original error: {str(err)[:500]}"
     )
@@ -148,8 +155,9 @@ def free_space(path: str) -> str:
 def disk_full(what: str, where: str, way_out: str) -> DiskFull:
     """The project's disk-full line: '<what>: disk full (N MiB free in <where>); free disk space or
     <way_out>, then rerun the same command'."""
-    return DiskFull(f"{what}: disk full ({free_space(where)} in {where}); free disk space or {way_out}, then rerun "
-                    "the same command")
+    return DiskFull(
+        f"{what}: disk full ({free_space(where)} in {where}); free disk space or {way_out}, then rerun the same command"
+    )
 
 
 # Errors whose message is the whole story: the project's own, and the built-in types

@@ -32,7 +32,9 @@ def forward(state: TrainState, audio, audio_lengths, *, model_cfg, feature_cfg, 
     """
     net = model.DeepSpeech2(model_cfg, axis_name=axis_name)
     feats, frames = features.featurize(audio, audio_lengths, state.feature_mean, state.feature_std, feature_cfg)
-    logits, out_lengths = net.apply({"params": state.params, "batch_stats": state.batch_stats}, feats, frames, train=False)
+    logits, out_lengths = net.apply(
+        {"params": state.params, "batch_stats": state.batch_stats}, feats, frames, train=False
+    )
     return logits.astype(jnp.float32), out_lengths
 
 
@@ -68,9 +70,12 @@ def eval_step(
       (decoder_inputs: {'ids', 'lengths', 'log_probs' (only with log_probs=True)},
        {'loss_sum', 'loss_count'} psum'd over `axis_name`).
     """
-    logits, out_lengths = forward(state, batch["audio"], batch["audio_lengths"], model_cfg=model_cfg, feature_cfg=feature_cfg, axis_name=axis_name)
-    loss, ok = ctc.per_utterance_loss(logits, out_lengths, batch["labels"], batch["label_lengths"], norm_by_times,
-                                      ctc_impl)
+    logits, out_lengths = forward(
+        state, batch["audio"], batch["audio_lengths"], model_cfg=model_cfg, feature_cfg=feature_cfg, axis_name=axis_name
+    )
+    loss, ok = ctc.per_utterance_loss(
+        logits, out_lengths, batch["labels"], batch["label_lengths"], norm_by_times, ctc_impl
+    )
     used = ok.astype(jnp.float32) * batch["weights"]
     sums = {"loss_sum": psum(jnp.sum(loss * used), axis_name), "loss_count": psum(jnp.sum(used), axis_name)}
     return decoder_inputs(logits, out_lengths, log_probs), sums
@@ -79,8 +84,13 @@ def eval_step(
 def eval_kwargs(step_kwargs: dict, log_probs: bool = False) -> dict:
     """The fixed (static) arguments of eval_step: the train step's (state.step_kwargs) model,
     features and loss."""
-    return {"model_cfg": step_kwargs["model_cfg"], "feature_cfg": step_kwargs["feature_cfg"],
-            "norm_by_times": step_kwargs["norm_by_times"], "ctc_impl": step_kwargs["ctc_impl"], "log_probs": log_probs}
+    return {
+        "model_cfg": step_kwargs["model_cfg"],
+        "feature_cfg": step_kwargs["feature_cfg"],
+        "norm_by_times": step_kwargs["norm_by_times"],
+        "ctc_impl": step_kwargs["ctc_impl"],
+        "log_probs": log_probs,
+    }
 
 
 def compile_eval_step(par: parallel.Parallel, step_kwargs: dict, log_probs: bool = False) -> Callable:

@@ -42,8 +42,15 @@ class SplitOutputs:
     loss: float
 
 
-def run_split(p_eval, state, source, split: str, max_utterances: int, par: parallel.Parallel,
-              on_batch: Callable[[], None] | None = None) -> SplitOutputs:
+def run_split(
+    p_eval,
+    state,
+    source,
+    split: str,
+    max_utterances: int,
+    par: parallel.Parallel,
+    on_batch: Callable[[], None] | None = None,
+) -> SplitOutputs:
     """Runs `p_eval` (eval_step.compile_eval_step for `par`) on `state` (placed by `par`) over a split;
     keeps log-probs when the step returns them. `on_batch()` after each batch (the watchdog)."""
     refs, hyps, lps, sums = [], [], [], []
@@ -127,8 +134,7 @@ class EvalRun:
     step: int
 
 
-def prepare(config: settings.Settings, workdir: str, step: int | str | None = None,
-            log_probs: bool = False) -> EvalRun:
+def prepare(config: settings.Settings, workdir: str, step: int | str | None = None, log_probs: bool = False) -> EvalRun:
     """Restores checkpoint `step` (default: latest; 'best': state.restore_state), places it on the devices as
     config.parallelism says, and builds the source (this process's rows) and the eval step."""
     par = parallel.make(config)
@@ -151,7 +157,8 @@ def check_alphabet(config: settings.Settings, source: Source, workdir: str) -> N
             f"dataset.name={config.dataset.name!r} "
             f"({config.dataset.manual_dir or config.dataset.data_dir or 'synthetic'})"
             f" holds the alphabet {source.alphabet.describe()}: evaluate on data prepared with the model's alphabet "
-            "(dataset.vocabulary, or the data it was trained on)")
+            "(dataset.vocabulary, or the data it was trained on)"
+        )
 
 
 def split_list(spec: str) -> list[str]:
@@ -181,15 +188,19 @@ def decoding_tag(beam: decoding.BeamSearchDecoder | None) -> str:
     tag = f"beam{cfg.beam_width}"
     if cfg.lm_path:
         tag += f"-lm-{_stem(cfg.lm_path)}-a{beam.alpha:g}-b{beam.beta:g}"
-    rest = lambda c: {k: os.path.abspath(v) if k.endswith("_path") and v else v  # noqa: E731
-                      for k, v in dataclasses.asdict(c).items() if k not in ("beam_width", "alpha", "beta")}
+    rest = lambda c: {  # noqa: E731
+        k: os.path.abspath(v) if k.endswith("_path") and v else v
+        for k, v in dataclasses.asdict(c).items()
+        if k not in ("beam_width", "alpha", "beta")
+    }
     if rest(cfg) != rest(settings.Decoding()):
         tag += "-" + hashlib.sha256(json.dumps(rest(cfg), sort_keys=True).encode()).hexdigest()[:8]
     return tag
 
 
-def result_path(workdir: str, split: str, step: int, beam: decoding.BeamSearchDecoder | None,
-                max_utterances: int = 0) -> str:
+def result_path(
+    workdir: str, split: str, step: int, beam: decoding.BeamSearchDecoder | None, max_utterances: int = 0
+) -> str:
     """workdir/eval-<split>-<step>-<decoder>[-max<N>].json: a result over at most N utterances
     (eval.max_utterances) has a name of its own, so it never replaces the whole split's."""
     subset = f"-max{max_utterances}" if max_utterances else ""
@@ -207,8 +218,12 @@ def evaluate_splits(config, workdir: str, split: str = "", step: int | str | Non
     step = run.step
     best = checkpoint.best(checkpoint.manager(workdir))  # (step, its in-training WER/CER) or None
     if best is not None:
-        log.info("the best checkpoint by in-training eval WER is step %d (WER %.4f)%s", best[0], best[1]["wer"],
-                 "; evaluating it" if best[0] == step else f"; evaluating step {step}")
+        log.info(
+            "the best checkpoint by in-training eval WER is step %d (WER %.4f)%s",
+            best[0],
+            best[1]["wer"],
+            "; evaluating it" if best[0] == step else f"; evaluating step {step}",
+        )
     results, unwritten = {}, []
     for name in split_list(split or config.eval.split or config.dataset.eval_split):
         result = evaluate(run.p_eval, run.state, run.source, name, config.eval.max_utterances, run.par, beam)
@@ -227,8 +242,10 @@ def evaluate_splits(config, workdir: str, split: str = "", step: int | str | Non
             unwritten.append(f"{path} ({e.strerror or e})")
         results[name] = result
     if unwritten:
-        err = OSError(f"could not write {'; '.join(unwritten)}: the results are in the log above. Make {workdir} "
-                      "writable (or copy it somewhere writable) and rerun --mode=eval to keep them")
+        err = OSError(
+            f"could not write {'; '.join(unwritten)}: the results are in the log above. Make {workdir} "
+            "writable (or copy it somewhere writable) and rerun --mode=eval to keep them"
+        )
         err.results = results  # for callers of the Python API
         raise err
     return results

@@ -73,8 +73,13 @@ def inference_function(config: settings.Settings, state):
 
     from ds2_jax import features, model
 
-    cfg = dataclasses.replace(model.ModelConfig.of(config.model, num_bins=config.features.num_bins),
-                              rnn_impl="scan", conv_impl="direct", dtype="float32", sync_batch_norm=False)
+    cfg = dataclasses.replace(
+        model.ModelConfig.of(config.model, num_bins=config.features.num_bins),
+        rnn_impl="scan",
+        conv_impl="direct",
+        dtype="float32",
+        sync_batch_norm=False,
+    )
     net = model.DeepSpeech2(cfg)
     variables = {"params": state.params, "batch_stats": state.batch_stats}
 
@@ -99,8 +104,13 @@ def export_stablehlo(config: settings.Settings, state, out: str) -> None:
     from ds2_jax import eval_step, files, model
 
     fc = config.features.spectrogram
-    cfg = dataclasses.replace(model.ModelConfig.of(config.model, num_bins=config.features.num_bins),
-                              rnn_impl="scan", conv_impl="direct", dtype="float32", sync_batch_norm=False)
+    cfg = dataclasses.replace(
+        model.ModelConfig.of(config.model, num_bins=config.features.num_bins),
+        rnn_impl="scan",
+        conv_impl="direct",
+        dtype="float32",
+        sync_batch_norm=False,
+    )
 
     def log_probs(audio, audio_lengths):
         logits, lengths = eval_step.forward(state, audio, audio_lengths, model_cfg=cfg, feature_cfg=fc)
@@ -108,17 +118,18 @@ def export_stablehlo(config: settings.Settings, state, out: str) -> None:
 
     batch, samples = jax.export.symbolic_shape("batch, samples", constraints=[f"samples >= {fc.window}"])
     exported = jax.export.export(jax.jit(log_probs), platforms=("cpu", "cuda"))(
-        jax.ShapeDtypeStruct((batch, samples), jnp.int16), jax.ShapeDtypeStruct((batch,), jnp.int32))
+        jax.ShapeDtypeStruct((batch, samples), jnp.int16), jax.ShapeDtypeStruct((batch,), jnp.int32)
+    )
     with files.replacing(out, "wb") as f:
         f.write(exported.serialize())
 
 
 def export_onnx(config: settings.Settings, state, step: int, out: str) -> None:
     """Writes the ONNX model of `state` to `out` (atomically: a reader never sees half a file)."""
-    import jax
-    import jax.numpy as jnp
     import logging
 
+    import jax
+    import jax.numpy as jnp
     import onnx
     from jax2onnx import to_onnx
 
@@ -127,8 +138,14 @@ def export_onnx(config: settings.Settings, state, step: int, out: str) -> None:
 
     bins = config.features.num_bins
     inputs = [jax.ShapeDtypeStruct(("batch", "frames", bins), jnp.float32), jax.ShapeDtypeStruct(("batch",), jnp.int32)]
-    proto = to_onnx(inference_function(config, state), inputs, model_name="ds2_jax", opset=OPSET,
-                    input_names=list(onnx_model.INPUTS), output_names=list(onnx_model.OUTPUTS))
+    proto = to_onnx(
+        inference_function(config, state),
+        inputs,
+        model_name="ds2_jax",
+        opset=OPSET,
+        input_names=list(onnx_model.INPUTS),
+        output_names=list(onnx_model.OUTPUTS),
+    )
     for key, value in metadata(config, step).items():
         entry = proto.metadata_props.add()
         entry.key, entry.value = key, value
@@ -140,10 +157,15 @@ def export_onnx(config: settings.Settings, state, step: int, out: str) -> None:
 def define_flags(fv) -> None:
     from absl import flags
 
-    flags.DEFINE_string("workdir", None, "A training workdir (config.json + checkpoints/).", required=True,
-                        flag_values=fv)
-    flags.DEFINE_string("step", None, "Checkpoint step, or 'best' (the lowest in-training eval WER); default: the "
-                        "latest.", flag_values=fv)
+    flags.DEFINE_string(
+        "workdir", None, "A training workdir (config.json + checkpoints/).", required=True, flag_values=fv
+    )
+    flags.DEFINE_string(
+        "step",
+        None,
+        "Checkpoint step, or 'best' (the lowest in-training eval WER); default: the latest.",
+        flag_values=fv,
+    )
     flags.DEFINE_string("out", None, "The ONNX file to write.", required=True, flag_values=fv)
 
 
@@ -165,9 +187,11 @@ def main(argv: list[str] | None = None) -> int:
     restored, step = state.restore_state(config, args.workdir, step)
     export_onnx(config, restored, step, args.out)
     export_stablehlo(config, restored, stablehlo_path(args.out))
-    print(f"wrote {args.out}: step {step} of {os.path.abspath(args.workdir)}, "
-          f"{os.path.getsize(args.out) / 1e6:.1f} MB, and its jax.export artifact {stablehlo_path(args.out)}",
-          flush=True)
+    print(
+        f"wrote {args.out}: step {step} of {os.path.abspath(args.workdir)}, "
+        f"{os.path.getsize(args.out) / 1e6:.1f} MB, and its jax.export artifact {stablehlo_path(args.out)}",
+        flush=True,
+    )
     return 0
 
 

@@ -70,8 +70,9 @@ def normalize(spectrogram: jax.Array, lengths: jax.Array, mean: jax.Array, std: 
     return jnp.where(jnp.expand_dims(mask, -1), feats, 0.0)
 
 
-def spectrogram_stats(waveforms: Iterable[np.ndarray], fc: settings.Spectrogram = settings.Spectrogram(),
-                      pad_to: int = 64_000) -> tuple[np.ndarray, np.ndarray]:
+def spectrogram_stats(
+    waveforms: Iterable[np.ndarray], fc: settings.Spectrogram = settings.Spectrogram(), pad_to: int = 64_000
+) -> tuple[np.ndarray, np.ndarray]:
     """Per-bin <float32>[num_bins] mean and std of log spectrogram frames over int16 waveforms.
 
     Runs on the host once per run (a source's `feature_stats` picks the waveforms and caches

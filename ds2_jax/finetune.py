@@ -43,12 +43,15 @@ def source_config(init_from: str) -> tuple[str, int | None, settings.Settings]:
         raise FileNotFoundError(f"init_from={init_from!r}: no such directory {workdir}")
     steps = checkpoint.manager(workdir).all_steps() if os.path.isdir(os.path.join(workdir, "checkpoints")) else []
     if not steps:
-        raise FileNotFoundError(f"init_from={init_from!r}: {workdir} has no checkpoint (no "
-                                f"{os.path.join(workdir, 'checkpoints')}/<step>); train it first, or name a workdir "
-                                "that has one")
+        raise FileNotFoundError(
+            f"init_from={init_from!r}: {workdir} has no checkpoint (no "
+            f"{os.path.join(workdir, 'checkpoints')}/<step>); train it first, or name a workdir "
+            "that has one"
+        )
     if step is not None and step not in steps:
-        raise FileNotFoundError(f"init_from={init_from!r}: {workdir} has no checkpoint at step {step} (it has "
-                                f"{sorted(steps)})")
+        raise FileNotFoundError(
+            f"init_from={init_from!r}: {workdir} has no checkpoint at step {step} (it has {sorted(steps)})"
+        )
     try:
         trained = workdir_config.load_config(workdir)
     except FileNotFoundError as e:
@@ -59,12 +62,17 @@ def source_config(init_from: str) -> tuple[str, int | None, settings.Settings]:
 def check_features(init_from: str, trained: settings.Settings, config: settings.Settings) -> None:
     """A ValueError naming every spectrogram setting (sample rate, window, hop) that differs: the
     source's feature normalization and conv front end mean nothing for another spectrogram."""
-    diff = [(k, getattr(trained.features, k), getattr(config.features, k)) for k in SPECTROGRAM_KEYS
-            if getattr(trained.features, k) != getattr(config.features, k)]
+    diff = [
+        (k, getattr(trained.features, k), getattr(config.features, k))
+        for k in SPECTROGRAM_KEYS
+        if getattr(trained.features, k) != getattr(config.features, k)
+    ]
     if diff:
         shown = ", ".join(f"features.{k} ({init_from}: {a!r}, this run: {b!r})" for k, a, b in diff)
-        raise ValueError(f"init_from={init_from!r} was trained on another spectrogram: {shown}; a fine-tune keeps the "
-                         "source's features: set those to the source's values (its config.json)")
+        raise ValueError(
+            f"init_from={init_from!r} was trained on another spectrogram: {shown}; a fine-tune keeps the "
+            "source's features: set those to the source's values (its config.json)"
+        )
 
 
 def check_source(config: settings.Settings) -> None:
@@ -75,33 +83,41 @@ def check_source(config: settings.Settings) -> None:
 
 
 def _shapes(tree) -> dict[str, tuple]:
-    return {jax.tree_util.keystr(k, simple=True, separator="/"): tuple(np.shape(v))
-            for k, v in jax.tree_util.tree_flatten_with_path(tree)[0]}
+    return {
+        jax.tree_util.keystr(k, simple=True, separator="/"): tuple(np.shape(v))
+        for k, v in jax.tree_util.tree_flatten_with_path(tree)[0]
+    }
 
 
 def merge(source: TrainState, fresh: TrainState, init_from: str) -> tuple[TrainState, list[str]]:
     """`fresh` (this run's initial state, step 0) with `source`'s parameters, batch-norm statistics
     and feature statistics; the output layer stays fresh where its shape differs. Returns the
     state and the re-initialized parameter paths; any other difference is a ValueError naming the layers."""
-    src, new = _shapes({"params": source.params, "batch_stats": source.batch_stats}), \
-        _shapes({"params": fresh.params, "batch_stats": fresh.batch_stats})
+    src, new = (
+        _shapes({"params": source.params, "batch_stats": source.batch_stats}),
+        _shapes({"params": fresh.params, "batch_stats": fresh.batch_stats}),
+    )
     differing = sorted(p for p in set(src) | set(new) if src.get(p) != new.get(p))
     reinit = [p for p in differing if p.split("/")[1] == OUTPUT_LAYER]
     refused = [p for p in differing if p not in reinit]
     if refused:
         # the parameters (the batch-norm statistics beside them follow their shapes)
         named = [p for p in refused if p.startswith("params/")] or refused
-        shown = "; ".join(f"{p.partition('/')[2]} (source {src.get(p, 'absent')}, this run {new.get(p, 'absent')})"
-                          for p in named[:8])
+        shown = "; ".join(
+            f"{p.partition('/')[2]} (source {src.get(p, 'absent')}, this run {new.get(p, 'absent')})" for p in named[:8]
+        )
         more = f" and {len(named) - 8} more" if len(named) > 8 else ""
-        raise ValueError(f"init_from={init_from!r}: the model differs beyond the output layer: {shown}{more}. Only "
-                         "the output layer may change size (another alphabet); use the source's model settings "
-                         "(its config.json)")
+        raise ValueError(
+            f"init_from={init_from!r}: the model differs beyond the output layer: {shown}{more}. Only "
+            "the output layer may change size (another alphabet); use the source's model settings "
+            "(its config.json)"
+        )
 
     def take(path_prefix: str, fresh_tree, source_tree):
         def pick(k, f):
             path = path_prefix + jax.tree_util.keystr(k, simple=True, separator="/")
             return f if path in reinit else _at(source_tree, k)
+
         return jax.tree_util.tree_map_with_path(pick, fresh_tree)
 
     params = take("params/", fresh.params, source.params)
@@ -129,11 +145,21 @@ def initial_state(config: settings.Settings, fresh: TrainState) -> tuple[TrainSt
     source, step = restore_state(trained, workdir, step)
     state, reinit = merge(source, fresh, config.init_from)
     resolved = f"{os.path.abspath(workdir)}:{step}"
-    log.info("fine-tuning from %s: parameters, batch-norm statistics and feature normalization of step %d; step 0, "
-             "a fresh optimizer", resolved, step)
+    log.info(
+        "fine-tuning from %s: parameters, batch-norm statistics and feature normalization of step %d; step 0, "
+        "a fresh optimizer",
+        resolved,
+        step,
+    )
     if reinit:
         src, new = _shapes(source.params), _shapes(fresh.params)
-        log.warning("init_from: the output layer differs in size (another alphabet?): %s re-initialized",
-                    ", ".join(f"{p.partition('/')[2]} {src.get(p.partition('/')[2], 'absent')} -> "
-                              f"{new.get(p.partition('/')[2], 'absent')}" for p in reinit if p.startswith("params/")))
+        log.warning(
+            "init_from: the output layer differs in size (another alphabet?): %s re-initialized",
+            ", ".join(
+                f"{p.partition('/')[2]} {src.get(p.partition('/')[2], 'absent')} -> "
+                f"{new.get(p.partition('/')[2], 'absent')}"
+                for p in reinit
+                if p.startswith("params/")
+            ),
+        )
     return state, resolved

@@ -20,20 +20,36 @@ from ml_collections import config_flags
 from ds2_jax import cli
 
 FLAGS = flags.FLAGS
-config_flags.DEFINE_config_file("config", None, "Config file (configs/*.py); override any key with "
-                                "--config.KEY=VALUE; --print_config lists them.", lock_config=True)
+config_flags.DEFINE_config_file(
+    "config",
+    None,
+    "Config file (configs/*.py); override any key with --config.KEY=VALUE; --print_config lists them.",
+    lock_config=True,
+)
 flags.DEFINE_string("workdir", None, "Checkpoints, metrics.jsonl and TensorBoard events go here.")
 flags.DEFINE_enum("mode", "train", ["train", "eval"], "train (resumes if workdir has checkpoints) or eval.")
-flags.DEFINE_string("eval_step", None, "--mode=eval: checkpoint step to evaluate, or 'best' (the lowest "
-                   "in-training eval WER: keep_best_checkpoints); default: the latest.")
-flags.DEFINE_bool("distributed", False, "Start jax.distributed (several processes). Without the three flags "
-                  "below JAX reads them from the environment (SLURM, Open MPI, Kubernetes/JAX_COORDINATOR_ADDRESS).")
+flags.DEFINE_string(
+    "eval_step",
+    None,
+    "--mode=eval: checkpoint step to evaluate, or 'best' (the lowest "
+    "in-training eval WER: keep_best_checkpoints); default: the latest.",
+)
+flags.DEFINE_bool(
+    "distributed",
+    False,
+    "Start jax.distributed (several processes). Without the three flags "
+    "below JAX reads them from the environment (SLURM, Open MPI, Kubernetes/JAX_COORDINATOR_ADDRESS).",
+)
 flags.DEFINE_string("coordinator_address", None, "host:port of process 0 (implies --distributed).")
 flags.DEFINE_integer("num_processes", None, "Number of processes (with --coordinator_address).")
 flags.DEFINE_integer("process_id", None, "This process's index (with --coordinator_address).")
 flags.DEFINE_bool("traceback", False, "Print the traceback of an error too (also: DS2_TRACEBACK=1).")
-flags.DEFINE_bool("print_config", False, "Print every setting of --config (with the overrides) with its value, type "
-                  "and meaning, mark those that differ from the defaults, and exit.")
+flags.DEFINE_bool(
+    "print_config",
+    False,
+    "Print every setting of --config (with the overrides) with its value, type "
+    "and meaning, mark those that differ from the defaults, and exit.",
+)
 flags.mark_flags_as_required(["config"])
 
 

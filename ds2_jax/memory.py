@@ -28,8 +28,8 @@ import re
 import jax
 import numpy as np
 
-from ds2_jax.pipeline import batch as batch_format
 from ds2_jax.kernels import dispatch
+from ds2_jax.pipeline import batch as batch_format
 
 log = logging.getLogger("ds2_jax")
 
@@ -63,6 +63,7 @@ def residual_bytes(loss_function, state, rows: int, samples: int, label_len: int
     loss_function(state, batch, rng, axis_name=None, **loss_kwargs) -> params -> (loss, aux),
     as train.loss_function.
     """
+
     def saved(st, batch, rng):
         return jax.vjp(loss_function(st, batch, rng, axis_name=None, **loss_kwargs), st.params, has_aux=True)[1]
 
@@ -71,13 +72,16 @@ def residual_bytes(loss_function, state, rows: int, samples: int, label_len: int
     return tree_bytes(residuals)
 
 
-def estimate(loss_function, state, rows: int, shapes: list[tuple[int, int]], loss_kwargs: dict,
-             staged_batches: int) -> Estimate:
+def estimate(
+    loss_function, state, rows: int, shapes: list[tuple[int, int]], loss_kwargs: dict, staged_batches: int
+) -> Estimate:
     """The step's device bytes at the largest batch shape in `shapes` ((samples, label length)):
     the state, its gradient, `staged_batches` input batches on the device and the residuals,
     split into a fixed part and a part per row (the residuals at `rows` and 2 x `rows`)."""
     samples, label_len = max(shapes)
-    at_rows, at_twice = (residual_bytes(loss_function, state, n, samples, label_len, loss_kwargs) for n in (rows, 2 * rows))
+    at_rows, at_twice = (
+        residual_bytes(loss_function, state, n, samples, label_len, loss_kwargs) for n in (rows, 2 * rows)
+    )
     residual_per_row = (at_twice - at_rows) // rows
     batch_per_row = tree_bytes(batch_spec(1, samples, label_len))
     return Estimate(
@@ -105,8 +109,12 @@ def check(est: Estimate, per_device_batch_size: int, limit: int | None) -> str:
     if need <= limit:
         return f"device memory: the step needs at least {size(need)} of the device's {size(limit)}"
     fits = est.largest_fitting(limit)
-    advice = (f"the largest that could fit is about per_device_batch_size={fits} (XLA needs more than this estimate: "
-              "leave headroom)" if fits else "not even one row fits: use model.dtype=bfloat16 or a smaller model")
+    advice = (
+        f"the largest that could fit is about per_device_batch_size={fits} (XLA needs more than this estimate: "
+        "leave headroom)"
+        if fits
+        else "not even one row fits: use model.dtype=bfloat16 or a smaller model"
+    )
     raise MemoryError(
         f"per_device_batch_size={per_device_batch_size} cannot fit on this device: the train step needs at least "
         f"{size(need)} ({size(est.fixed)} of state, gradient and fixed activations, {size(est.per_row)} per row "
@@ -117,16 +125,17 @@ def check(est: Estimate, per_device_batch_size: int, limit: int | None) -> str:
 
 _ITEM_BYTES = {"f64": 8, "f32": 4, "bf16": 2, "f16": 2, "s32": 4, "s16": 2, "s8": 1, "u8": 1, "pred": 1}
 _SHAPE = re.compile(r"%([\w.-]+) = (\w+)\[([\d,]*)\]")
-_CONV = re.compile(r"%[\w.-]+ = \w+\[([\d,]*)\]\S* convolution\(%([\w.-]+), %[\w.-]+\), "
-                   r"window=\{size=([\dx]+)[^}]*\}, dim_labels=(\w+)_\w+->(\w+)(?:, feature_group_count=(\d+))?")
+_CONV = re.compile(
+    r"%[\w.-]+ = \w+\[([\d,]*)\]\S* convolution\(%([\w.-]+), %[\w.-]+\), "
+    r"window=\{size=([\dx]+)[^}]*\}, dim_labels=(\w+)_\w+->(\w+)(?:, feature_group_count=(\d+))?"
+)
 
 
 def convolution_scratch_bytes(hlo_text: str) -> int:
     """The largest convolution's patches (im2col: output positions x window x input features, per
     batch entry) in an optimized HLO module's text: the buffer Eigen builds on the CPU outside
     XLA's own (one convolution runs at a time). 0 with no convolution."""
-    shapes = {m.group(1): (m.group(2), [int(d) for d in m.group(3).split(",") if d])
-              for m in _SHAPE.finditer(hlo_text)}
+    shapes = {m.group(1): (m.group(2), [int(d) for d in m.group(3).split(",") if d]) for m in _SHAPE.finditer(hlo_text)}
     largest = 0
     for m in _CONV.finditer(hlo_text):
         out = [int(d) for d in m.group(1).split(",") if d]
@@ -164,13 +173,19 @@ def compiled_need(compiled, devices: int) -> CompiledNeed | None:
         return None
     if stats is None:
         return None
-    xla = (stats.temp_size_in_bytes + stats.argument_size_in_bytes + stats.output_size_in_bytes
-           - stats.alias_size_in_bytes + stats.generated_code_size_in_bytes)
+    xla = (
+        stats.temp_size_in_bytes
+        + stats.argument_size_in_bytes
+        + stats.output_size_in_bytes
+        - stats.alias_size_in_bytes
+        + stats.generated_code_size_in_bytes
+    )
     return CompiledNeed(xla=devices * xla, convolution=devices * convolution_scratch_bytes(text))
 
 
-def check_compiled(need: CompiledNeed, est: Estimate, per_device_batch_size: int, devices: int,
-                   available: int | None) -> str:
+def check_compiled(
+    need: CompiledNeed, est: Estimate, per_device_batch_size: int, devices: int, available: int | None
+) -> str:
     """A line on the compiled step's host need against `available` bytes; a MemoryError naming
     per_device_batch_size and about the largest that fits when it exceeds them. The rows scale
     what is not the state and its gradient (est.fixed, per device)."""
@@ -181,9 +196,12 @@ def check_compiled(need: CompiledNeed, est: Estimate, per_device_batch_size: int
     fixed = est.fixed * devices
     per_row = max((need.total - fixed) / per_device_batch_size, 1)
     fits = max(int((available - fixed) // per_row), 0)
-    advice = (f"the largest that could fit is about per_device_batch_size={fits} (the process and its input "
-              "batches need more: leave headroom)" if fits
-              else "not even one row fits: use a smaller model")
+    advice = (
+        f"the largest that could fit is about per_device_batch_size={fits} (the process and its input "
+        "batches need more: leave headroom)"
+        if fits
+        else "not even one row fits: use a smaller model"
+    )
     raise MemoryError(
         f"per_device_batch_size={per_device_batch_size} cannot fit in this machine's memory: the train step on "
         f"the CPU needs about {size(need.total)} ({size(need.xla)} of XLA's buffers, {size(need.convolution)} of "
@@ -198,6 +216,7 @@ def tree_bytes(tree) -> int:
 
 
 # ----------------------------------------------------------------------------- the host
+
 
 def host_memory_bytes() -> int | None:
     """The host's physical memory in bytes; None where the OS does not say."""
@@ -219,8 +238,9 @@ def available_host_memory() -> int | None:
     return host_memory_bytes()
 
 
-def check_host_memory(config, local_batch: int, shapes: list[tuple[int, int]], batches_in_flight: int,
-                      memory_bytes: int | None = None) -> None:
+def check_host_memory(
+    config, local_batch: int, shapes: list[tuple[int, int]], batches_in_flight: int, memory_bytes: int | None = None
+) -> None:
     """Before anything is allocated: a MemoryError naming per_device_batch_size (and about the
     largest that fits) when the host copies of the batches in flight (staged, in the workers'
     buffers) exceed this machine's memory; numpy would fail at the first step otherwise."""

@@ -112,9 +112,15 @@ def read_jsonl(path: str) -> list[dict]:
             records.append(json.loads(line))
         except json.JSONDecodeError as e:
             if n == len(lines) - 1:
-                log.warning("%s: dropping its torn last line %d (%r), written by a run that was killed mid-write",
-                            path, number, line[:80])
+                log.warning(
+                    "%s: dropping its torn last line %d (%r), written by a run that was killed mid-write",
+                    path,
+                    number,
+                    line[:80],
+                )
                 break
-            raise ValueError(f"{path} line {number} is not JSON ({e}); fix or delete that line, "
-                             "or move the file away (its records are then lost)") from e
+            raise ValueError(
+                f"{path} line {number} is not JSON ({e}); fix or delete that line, "
+                "or move the file away (its records are then lost)"
+            ) from e
     return records

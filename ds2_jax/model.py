@@ -34,8 +34,11 @@ class ModelConfig(settings.Model):
     @classmethod
     def of(cls, section: settings.Model, num_bins: int = 161) -> "ModelConfig":
         """config.model (checked when the Settings were built) with the input width."""
-        return cls(**{f.name: getattr(section, f.name) for f in dataclasses.fields(settings.Model)}, num_bins=num_bins,
-                   vocab_size=text.Alphabet.of_setting(section.alphabet).vocab_size)
+        return cls(
+            **{f.name: getattr(section, f.name) for f in dataclasses.fields(settings.Model)},
+            num_bins=num_bins,
+            vocab_size=text.Alphabet.of_setting(section.alphabet).vocab_size,
+        )
 
     @property
     def compute_dtype(self):

@@ -45,20 +45,29 @@ class MetaData:
         """The metadata of `props` (the file's custom metadata); a ValueError naming `path` if it
         is not a ds2_jax export of this format."""
         if props.get(FORMAT_KEY) != FORMAT:
-            found = f"format {props[FORMAT_KEY]!r}, this ds2_jax reads {FORMAT!r}" if FORMAT_KEY in props else (
-                f"no {FORMAT_KEY} in its metadata")
+            found = (
+                f"format {props[FORMAT_KEY]!r}, this ds2_jax reads {FORMAT!r}"
+                if FORMAT_KEY in props
+                else (f"no {FORMAT_KEY} in its metadata")
+            )
             raise ValueError(f"{path}: not a ds2_jax export ({found}); write one with python -m ds2_jax.export")
         try:
-            return cls(alphabet=text.Alphabet.of_setting(props["ds2_jax.alphabet"]),
-                       sample_rate=int(props["ds2_jax.sample_rate"]), hop=int(props["ds2_jax.hop"]),
-                       window=int(props["ds2_jax.window"]), eps=float(props["ds2_jax.eps"]),
-                       num_conv_layers=int(props["ds2_jax.num_conv_layers"]),
-                       frame_seconds=float(props["ds2_jax.frame_seconds"]),
-                       bidirectional=props["ds2_jax.bidirectional"] == "true",
-                       lookahead_seconds=float(props["ds2_jax.lookahead_seconds"]), step=int(props["ds2_jax.step"]))
+            return cls(
+                alphabet=text.Alphabet.of_setting(props["ds2_jax.alphabet"]),
+                sample_rate=int(props["ds2_jax.sample_rate"]),
+                hop=int(props["ds2_jax.hop"]),
+                window=int(props["ds2_jax.window"]),
+                eps=float(props["ds2_jax.eps"]),
+                num_conv_layers=int(props["ds2_jax.num_conv_layers"]),
+                frame_seconds=float(props["ds2_jax.frame_seconds"]),
+                bidirectional=props["ds2_jax.bidirectional"] == "true",
+                lookahead_seconds=float(props["ds2_jax.lookahead_seconds"]),
+                step=int(props["ds2_jax.step"]),
+            )
         except (KeyError, ValueError) as e:
-            raise ValueError(f"{path}: a ds2_jax export with damaged metadata ({type(e).__name__}: {e}); export it "
-                             "again") from e
+            raise ValueError(
+                f"{path}: a ds2_jax export with damaged metadata ({type(e).__name__}: {e}); export it again"
+            ) from e
 
 
 def log_spectrogram(audio: np.ndarray, meta: MetaData) -> np.ndarray:
@@ -99,8 +108,9 @@ class OnnxModel:
         try:
             self.session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
         except Exception as e:  # noqa: BLE001  (onnxruntime raises its own Fail, InvalidProtobuf, ...)
-            raise ValueError(f"{path}: not an ONNX model onnxruntime loads ({type(e).__name__}: "
-                             f"{' '.join(str(e).split())[:200]})") from e
+            raise ValueError(
+                f"{path}: not an ONNX model onnxruntime loads ({type(e).__name__}: {' '.join(str(e).split())[:200]})"
+            ) from e
         self.meta = MetaData.of(self.session.get_modelmeta().custom_metadata_map, path)
 
     def decoder_inputs(self, audio: np.ndarray, audio_lengths: np.ndarray) -> dict[str, np.ndarray]:

@@ -90,8 +90,10 @@ class Parallel:
             return {k: jax.ShapeDtypeStruct((n, v.shape[0] // n, *v.shape[1:]), v.dtype) for k, v in spec.items()}
         if self.kind == "jit":
             rows = next(iter(spec.values())).shape[0] * jax.process_count()  # the global batch
-            return {k: jax.ShapeDtypeStruct((rows, *v.shape[1:]), v.dtype, sharding=self._sharding((AXIS,)))
-                    for k, v in spec.items()}
+            return {
+                k: jax.ShapeDtypeStruct((rows, *v.shape[1:]), v.dtype, sharding=self._sharding((AXIS,)))
+                for k, v in spec.items()
+            }
         return dict(spec)
 
     def put_batches(self, batches: Iterator[dict], size: int, with_host: bool = False) -> "Staged":
@@ -245,10 +247,12 @@ def cpu_warning(config: settings.Settings, devices: list) -> str | None:
     """What to expect when a GPU-sized config runs on the CPU (None otherwise)."""
     if devices[0].platform != "cpu" or config.model.rnn_size < GPU_SIZED_RNN:
         return None
-    return (f"no GPU found: jax runs on the CPU, and this config is sized for GPUs (model.rnn_size="
-            f"{config.model.rnn_size}): expect a long compile and seconds to minutes per step. With an NVIDIA GPU, "
-            "install jax for it (pip install -e '.[cuda]'; `python -c \"import jax; print(jax.devices())\"` should "
-            "list it); on the CPU, configs/demo.py trains in minutes")
+    return (
+        f"no GPU found: jax runs on the CPU, and this config is sized for GPUs (model.rnn_size="
+        f"{config.model.rnn_size}): expect a long compile and seconds to minutes per step. With an NVIDIA GPU, "
+        "install jax for it (pip install -e '.[cuda]'; `python -c \"import jax; print(jax.devices())\"` should "
+        "list it); on the CPU, configs/demo.py trains in minutes"
+    )
 
 
 def make(config: settings.Settings) -> Parallel:

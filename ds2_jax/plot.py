@@ -36,8 +36,9 @@ def draw(rows: list[dict], title: str = ""):
 
     panels = [p for p in PANELS if any(series(rows, k)[0] for k, _ in p[2])]
     if not panels:
-        raise ValueError("no curves to draw: the rows have none of the keys "
-                         f"{sorted(k for p in PANELS for k, _ in p[2])}")
+        raise ValueError(
+            f"no curves to draw: the rows have none of the keys {sorted(k for p in PANELS for k, _ in p[2])}"
+        )
     cols = 2 if len(panels) > 1 else 1
     nrows = -(-len(panels) // cols)
     fig = Figure(figsize=(6 * cols, 3.6 * nrows), layout="constrained")

@@ -49,16 +49,26 @@ class StepProgress:
     def __init__(self, start: int, total: int, enabled: bool, loggers: tuple[str, ...] = ("", "ds2_jax")):
         from tqdm import tqdm
 
-        self.bar = tqdm(total=total, initial=start, disable=not enabled, unit="step", dynamic_ncols=True,
-                        mininterval=1.0, bar_format=BAR_FORMAT)
+        self.bar = tqdm(
+            total=total,
+            initial=start,
+            disable=not enabled,
+            unit="step",
+            dynamic_ncols=True,
+            mininterval=1.0,
+            bar_format=BAR_FORMAT,
+        )
         self.finished = start
         self._pending: collections.deque = collections.deque()
         self._times: collections.deque = collections.deque()  # (time, steps, utterances) of finished steps
         self._utterances = 0.0
         # handle, not emit: absl's handler forwards handle() to an inner handler.
         # Handlers that write to files (`terminal = False`, the workdir's log) are left alone.
-        handlers = [h for name in loggers for h in logging.getLogger(name).handlers
-                    if getattr(h, "terminal", True)] if enabled else []
+        handlers = (
+            [h for name in loggers for h in logging.getLogger(name).handlers if getattr(h, "terminal", True)]
+            if enabled
+            else []
+        )
         self._handlers = [(h, h.__dict__.get("handle")) for h in handlers]  # a handle set on the instance, if any
         for h in handlers:
             h.handle = self._clearing(h.handle, h.filter)

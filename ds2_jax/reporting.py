@@ -70,8 +70,9 @@ class Reporter:
         """A marker in metrics.jsonl where a resume changed a (numeric) setting; all of them are
         in config_changes.jsonl (workdir_config.record_resume_changes)."""
         if changes:
-            self.writer.write(step, {k: v for k, _, v in changes if isinstance(v, (int, float))},
-                              prefix="config_change/")
+            self.writer.write(
+                step, {k: v for k, _, v in changes if isinstance(v, (int, float))}, prefix="config_change/"
+            )
 
     def next_batch(self, batches) -> dict:
         """The next staged batch; the time the devices sat idle waiting for it is input wait."""
@@ -112,11 +113,21 @@ class Reporter:
         summary["input_wait_s"] = self.input_wait.take(interval_s)
         summary["skipped_steps"] = float(first(state.skipped_steps))
         self.writer.write(done, summary)
-        skipped = "" if summary["loss"] is not None else f" (every step of steps {done - len(fetched) + 1}-{done} " \
+        skipped = (
+            ""
+            if summary["loss"] is not None
+            else f" (every step of steps {done - len(fetched) + 1}-{done} "
             "was skipped: a non-finite loss, gradient or update)"
-        log.info("step %d: means of steps %d-%d: %s%s%s", done, done - len(fetched) + 1, done,
-                 " ".join(f"{k}={'-' if v is None else format(v, '.4g')}" for k, v in summary.items()), skipped,
-                 time_left(summary["step_time_s"], self.config.num_train_steps - done))
+        )
+        log.info(
+            "step %d: means of steps %d-%d: %s%s%s",
+            done,
+            done - len(fetched) + 1,
+            done,
+            " ".join(f"{k}={'-' if v is None else format(v, '.4g')}" for k, v in summary.items()),
+            skipped,
+            time_left(summary["step_time_s"], self.config.num_train_steps - done),
+        )
         self.pending, self._last_time, self._last_step = [], time.perf_counter(), done
         self.watchdog.ping(f"step {done}")
 
@@ -124,7 +135,9 @@ class Reporter:
     def evaluating(self, step: int):
         """Around an evaluation at `step`; yields the callback for each eval batch (progress for
         the watchdog). The first evaluation compiles its step first, with the watchdog suspended."""
-        first_eval = contextlib.nullcontext() if self.evals else self.suspended(f"compiling the eval step at step {step}")
+        first_eval = (
+            contextlib.nullcontext() if self.evals else self.suspended(f"compiling the eval step at step {step}")
+        )
         with first_eval:
             yield lambda: self.watchdog.ping(f"eval at step {step}")
         self.evals += 1
@@ -132,8 +145,14 @@ class Reporter:
     def evaluated(self, step: int, result: dict) -> None:
         """An evaluation's figures into metrics.jsonl (eval_*) and the log, with its first examples."""
         self.writer.write(step, {"wer": result["wer"], "cer": result["cer"], "loss": result["loss"]}, prefix="eval_")
-        log.info("eval at step %d: WER %.4f CER %.4f loss %.4f (%d utterances)", step, result["wer"], result["cer"],
-                 result["loss"], result["utterances"])
+        log.info(
+            "eval at step %d: WER %.4f CER %.4f loss %.4f (%d utterances)",
+            step,
+            result["wer"],
+            result["cer"],
+            result["loss"],
+            result["utterances"],
+        )
         for ex in result["examples"][: self.config.eval.num_examples_to_print]:
             log.info("  REF: %s", ex["reference"])
             log.info("  HYP: %s", ex["hypothesis"])

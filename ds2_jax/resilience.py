@@ -18,7 +18,6 @@ import sys
 import threading
 import time
 
-
 from ds2_jax import errors
 
 log = logging.getLogger("ds2_jax")
@@ -82,8 +81,12 @@ class Preemption:
             self._exit_now(signum)
             return
         self.signal = signum
-        log.warning("received %s: checkpointing after the steps in flight (at most %d), then exiting; send it again "
-                    "to exit at once without a checkpoint", name, STEPS_IN_FLIGHT)
+        log.warning(
+            "received %s: checkpointing after the steps in flight (at most %d), then exiting; send it again "
+            "to exit at once without a checkpoint",
+            name,
+            STEPS_IN_FLIGHT,
+        )
 
     def _watch(self, read: int) -> None:
         """The second stop signal, seen as it arrives (the wakeup fd), even while the main thread is in C++."""
@@ -100,8 +103,11 @@ class Preemption:
         if not self._exiting.acquire(blocking=False):  # the handler or the thread is at it already
             return
         removed = self._workdir is not None and remove_half_made(self._workdir)
-        state = (f"removed {self._workdir}, which this run created and wrote no result to" if removed else
-                 "the checkpoints on disk are intact (rerun the same command to resume from the newest)")
+        state = (
+            f"removed {self._workdir}, which this run created and wrote no result to"
+            if removed
+            else "the checkpoints on disk are intact (rerun the same command to resume from the newest)"
+        )
         msg = f"received {signal.Signals(signum).name} again: exiting now without writing a checkpoint; {state}"
         sys.stderr.flush()
         os.write(2, f"ds2_jax: {msg}\n".encode())  # the one line (logging it too would print it twice)
@@ -126,7 +132,8 @@ SCAFFOLDING_PREFIXES = ("events.out.tfevents.",)  # TensorBoard's file, created 
 def half_made(workdir: str) -> bool:
     """True when `workdir` holds nothing but SCAFFOLDING (no checkpoint, no metrics, no result)."""
     return os.path.isdir(workdir) and all(
-        f in SCAFFOLDING or f.startswith(SCAFFOLDING_PREFIXES) for _, _, files in os.walk(workdir) for f in files)
+        f in SCAFFOLDING or f.startswith(SCAFFOLDING_PREFIXES) for _, _, files in os.walk(workdir) for f in files
+    )
 
 
 def remove_half_made(workdir: str) -> bool:
@@ -178,8 +185,10 @@ class Watchdog:
                 continue
             idle = time.monotonic() - self._last
             if idle > self.timeout_s:
-                msg = (f"no progress for {idle:.0f} s after {self._what} (step_timeout_s={self.timeout_s}): "
-                       "a hung step or collective (dead peer?); exiting so a supervisor can restart the run")
+                msg = (
+                    f"no progress for {idle:.0f} s after {self._what} (step_timeout_s={self.timeout_s}): "
+                    "a hung step or collective (dead peer?); exiting so a supervisor can restart the run"
+                )
                 log.error(msg)
                 print(f"ds2_jax watchdog: {msg}", file=sys.stderr, flush=True)
                 os._exit(self.EXIT_CODE)
@@ -234,8 +243,11 @@ class WorkdirLock:
             return {}  # torn or unreadable: written by a run that died while writing it
 
     def acquire(self) -> None:
-        me = {"host": socket.gethostname(), "pid": os.getpid(),
-              "start": datetime.datetime.now().isoformat(timespec="seconds")}
+        me = {
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "start": datetime.datetime.now().isoformat(timespec="seconds"),
+        }
         try:
             os.makedirs(self.workdir, exist_ok=True)
         except OSError as e:
@@ -265,8 +277,13 @@ class WorkdirLock:
                 f"{owner.get('start')}); wait for it to finish, stop it, or choose another --workdir. If that "
                 f"run is gone (e.g. its machine died), delete {self.path}"
             )
-        log.warning("taking over the stale lock %s of a run that is gone (host %s, pid %s, started %s)",
-                    self.path, host, pid, owner.get("start"))
+        log.warning(
+            "taking over the stale lock %s of a run that is gone (host %s, pid %s, started %s)",
+            self.path,
+            host,
+            pid,
+            owner.get("start"),
+        )
         try:
             if self.owner() == owner:  # not a lock another run took over meanwhile
                 os.remove(self.path)
@@ -302,5 +319,3 @@ def check_workdir(workdir: str, checkpoint_bytes: int) -> None:
             f"{checkpoint_bytes / 2**20:.0f} MiB (and one more while the next is written); free disk space "
             "or choose another --workdir"
         )
-
-

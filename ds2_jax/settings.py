@@ -125,7 +125,9 @@ RANGES: dict[str, Range] = {
     "dataset.synthetic_chars_per_second": _above(0.0),
     "dataset.synthetic_num_utterances": Range(1),
     "dataset.synthetic_pool_size": Range(1),
-    "features.sample_rate": Range(*SAMPLE_RATES, why="manifest data is resampled to it at build; LibriSpeech is 16 kHz"),
+    "features.sample_rate": Range(
+        *SAMPLE_RATES, why="manifest data is resampled to it at build; LibriSpeech is 16 kHz"
+    ),
     "features.window_ms": _above(0.0),
     "features.hop_ms": _above(0.0),
     "features.eps": _above(0.0, "log(power + eps) of a silent frame"),
@@ -210,7 +212,7 @@ class Faults:
 
     nan_at_steps: str = setting("", 'e.g. "5,7-9": these steps get a NaN loss and gradient.')
     kill_at: str = setting("", '"step:N", "checkpoint:N" or "eval:N": SIGKILL there.')
-    hang_at_step: int = setting(-1, 'Block forever before this step (watchdog drill).')
+    hang_at_step: int = setting(-1, "Block forever before this step (watchdog drill).")
     kill_input_worker_at_step: int = setting(-1, "The input worker making this step's batch dies.")
 
     def __post_init__(self):
@@ -222,8 +224,10 @@ class Faults:
         if self.kill_at:
             point, _, step = self.kill_at.partition(":")
             if point not in KILL_POINTS or not step.isdigit():
-                raise ValueError(f"faults.kill_at={self.kill_at!r}: expected '' or <point>:<step> with point one of "
-                                 f"{list(KILL_POINTS)}, e.g. 'step:5'")
+                raise ValueError(
+                    f"faults.kill_at={self.kill_at!r}: expected '' or <point>:<step> with point one of "
+                    f"{list(KILL_POINTS)}, e.g. 'step:5'"
+                )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -237,7 +241,7 @@ class Dataset:
         "'synthetic' (random audio and text, compute only), 'librispeech_local' (the project's tfds "
         "builder over a LibriSpeech-layout manual_dir), 'librispeech' (tfds's official, already prepared "
         "build) or 'manifest' (your own data: every <split>.tsv/.csv/.jsonl/.json of manual_dir is a "
-        'split; ds2_jax/datasets/manifest.py).',
+        "split; ds2_jax/datasets/manifest.py).",
     )
     manual_dir: str = setting(
         "",
@@ -245,43 +249,43 @@ class Dataset:
     )
     data_dir: str = setting("", "tfds data_dir; '' = tfds default (~/tensorflow_datasets).")
     train_splits: str = setting("train-clean-100+train-clean-360+train-other-500", "Training splits, '+'-separated.")
-    eval_split: str = setting("dev-clean", 'Split evaluated during training.')
-    min_duration_s: float = setting(0.0, 'Utterances shorter than this are skipped.')
-    max_duration_s: float = setting(27.0, 'Utterances longer than this are skipped.')
-    num_buckets: int = setting(4, 'Duration buckets = compiled shapes (<= 8).')
-    sortagrad: bool = setting(True, 'First epoch in ascending duration (DS2 SortaGrad).')
-    feature_stats_utterances: int = setting(2000, 'Sample size for per-bin mean/std.')
+    eval_split: str = setting("dev-clean", "Split evaluated during training.")
+    min_duration_s: float = setting(0.0, "Utterances shorter than this are skipped.")
+    max_duration_s: float = setting(27.0, "Utterances longer than this are skipped.")
+    num_buckets: int = setting(4, "Duration buckets = compiled shapes (<= 8).")
+    sortagrad: bool = setting(True, "First epoch in ascending duration (DS2 SortaGrad).")
+    feature_stats_utterances: int = setting(2000, "Sample size for per-bin mean/std.")
     num_workers: int = setting(
         -1,
         "Worker processes (grain) that read, decode and pad training batches off the step's critical "
-        'path; 0 = inline in the training process; -1 = from the cores present '
-        '(ds2_jax.pipeline.loader.resolve_num_workers: cores - 2, at most 16; 0 for synthetic data).',
+        "path; 0 = inline in the training process; -1 = from the cores present "
+        "(ds2_jax.pipeline.loader.resolve_num_workers: cores - 2, at most 16; 0 for synthetic data).",
     )
-    worker_buffer_size: int = setting(2, 'Batches each worker keeps ready.')
+    worker_buffer_size: int = setting(2, "Batches each worker keeps ready.")
     # Synthetic source: utterances uniform in [min_duration_s, max_duration_s] of the
     # synthetic_* bounds, random int16 noise, random transcripts of chars_per_second.
     synthetic_min_duration_s: float = setting(
         6.0,
-        'Synthetic source: utterances uniform in [min_duration_s, max_duration_s] of the synthetic_* '
-        'bounds, random int16 noise, random transcripts of chars_per_second.',
+        "Synthetic source: utterances uniform in [min_duration_s, max_duration_s] of the synthetic_* "
+        "bounds, random int16 noise, random transcripts of chars_per_second.",
     )
     synthetic_max_duration_s: float = setting(
         8.0,
-        'Synthetic source: utterances uniform in [min_duration_s, max_duration_s] of the synthetic_* '
-        'bounds, random int16 noise, random transcripts of chars_per_second.',
+        "Synthetic source: utterances uniform in [min_duration_s, max_duration_s] of the synthetic_* "
+        "bounds, random int16 noise, random transcripts of chars_per_second.",
     )
     synthetic_chars_per_second: float = setting(
         14.0,
-        'Synthetic source: utterances uniform in [min_duration_s, max_duration_s] of the synthetic_* '
-        'bounds, random int16 noise, random transcripts of chars_per_second.',
+        "Synthetic source: utterances uniform in [min_duration_s, max_duration_s] of the synthetic_* "
+        "bounds, random int16 noise, random transcripts of chars_per_second.",
     )
     synthetic_num_utterances: int = setting(15_552, 'One "epoch" (the seed\'s 972 x 16).')
-    synthetic_pool_size: int = setting(512, 'Distinct utterances; index i repeats i % this.')
+    synthetic_pool_size: int = setting(512, "Distinct utterances; index i repeats i % this.")
     vocabulary: str = setting(
         "",
         "Manifest datasets (name='manifest'), read at build time; the prepared data records them. The "
         "alphabet: a vocabulary file (one symbol a line, the space as '<space>'); '' = derived from the "
-        'transcripts of the train_splits at build time.',
+        "transcripts of the train_splits at build time.",
     )
     alphabet_min_count: int = setting(
         2,
@@ -289,8 +293,8 @@ class Dataset:
         "one (a typo, a stray foreign letter: a label too rare to learn) is left out and its utterances "
         "skipped, both counted in the build report. 1 keeps every character.",
     )
-    lower_case: bool = setting(True, 'Transcripts lower-cased (text.normalize).')
-    strip_punctuation: bool = setting(True, 'Punctuation and symbols removed, apostrophes kept (text.normalize).')
+    lower_case: bool = setting(True, "Transcripts lower-cased (text.normalize).")
+    strip_punctuation: bool = setting(True, "Punctuation and symbols removed, apostrophes kept (text.normalize).")
     path_column: str = setting(
         "",
         "CSV/TSV/JSON column of the audio path; '' = a known name (path, audio_filepath, ...).",
@@ -300,32 +304,42 @@ class Dataset:
     manifest_splits: str = setting(
         "",
         "Manifests built, '+'-separated; '' = every manifest of manual_dir but Common Voice's supersets "
-        'and side files (validated, invalidated, other, reported, ...).',
+        "and side files (validated, invalidated, other, reported, ...).",
     )
-    build_workers: int = setting(-1, 'Processes decoding audio at build; -1 = the cores present, 0 = inline.')
+    build_workers: int = setting(-1, "Processes decoding audio at build; -1 = the cores present, 0 = inline.")
 
     def __post_init__(self):
         _check_ranges(self)
         _one_of("dataset.name", self.name, DATASETS)
         _one_of("dataset.stereo", self.stereo, STEREO)
         if self.build_workers < -1:
-            raise ValueError(f"dataset.build_workers={self.build_workers}: must be -1 (the cores), 0 (inline) or a "
-                             "count")
+            raise ValueError(
+                f"dataset.build_workers={self.build_workers}: must be -1 (the cores), 0 (inline) or a count"
+            )
         if self.name == "manifest" and not (self.manual_dir or self.data_dir):
-            raise ValueError("dataset.name='manifest' needs dataset.manual_dir (the folder of <split>.tsv/.csv/"
-                             ".jsonl/.json manifests)")
+            raise ValueError(
+                "dataset.name='manifest' needs dataset.manual_dir (the folder of <split>.tsv/.csv/"
+                ".jsonl/.json manifests)"
+            )
         if self.vocabulary and self.name != "manifest":
-            raise ValueError(f"dataset.vocabulary={self.vocabulary!r} is read by dataset.name='manifest' builds only "
-                             f"(dataset.name={self.name!r} has its own alphabet)")
+            raise ValueError(
+                f"dataset.vocabulary={self.vocabulary!r} is read by dataset.name='manifest' builds only "
+                f"(dataset.name={self.name!r} has its own alphabet)"
+            )
         if not 0 <= self.min_duration_s < self.max_duration_s:
-            raise ValueError(f"dataset.min_duration_s={self.min_duration_s} must be >= 0 and < "
-                             f"dataset.max_duration_s={self.max_duration_s}")
+            raise ValueError(
+                f"dataset.min_duration_s={self.min_duration_s} must be >= 0 and < "
+                f"dataset.max_duration_s={self.max_duration_s}"
+            )
         if self.synthetic_min_duration_s > self.synthetic_max_duration_s:
-            raise ValueError(f"dataset.synthetic_min_duration_s={self.synthetic_min_duration_s} must be <= "
-                             f"dataset.synthetic_max_duration_s={self.synthetic_max_duration_s}")
+            raise ValueError(
+                f"dataset.synthetic_min_duration_s={self.synthetic_min_duration_s} must be <= "
+                f"dataset.synthetic_max_duration_s={self.synthetic_max_duration_s}"
+            )
         if self.name == "librispeech_local" and not (self.manual_dir or self.data_dir):
-            raise ValueError("dataset.name='librispeech_local' needs dataset.manual_dir (the LibriSpeech tree or "
-                             "archives)")
+            raise ValueError(
+                "dataset.name='librispeech_local' needs dataset.manual_dir (the LibriSpeech tree or archives)"
+            )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -334,10 +348,10 @@ class Spectrogram:
 
     KEY: ClassVar[str] = "features"
 
-    sample_rate: int = setting(16_000, 'Hz; manifest data is resampled to it at build; LibriSpeech is 16 kHz.')
-    window_ms: float = setting(20.0, 'Hann window -> 161 linear bins at 16 kHz.')
-    hop_ms: float = setting(10.0, 'One frame every hop_ms.')
-    eps: float = setting(1e-14, 'log(power + eps).')
+    sample_rate: int = setting(16_000, "Hz; manifest data is resampled to it at build; LibriSpeech is 16 kHz.")
+    window_ms: float = setting(20.0, "Hann window -> 161 linear bins at 16 kHz.")
+    hop_ms: float = setting(10.0, "One frame every hop_ms.")
+    eps: float = setting(1e-14, "log(power + eps).")
 
     @property
     def window(self) -> int:
@@ -357,15 +371,15 @@ class SpecAugment:
     """SpecAugment masks (ds2_jax.features.spec_augment); 0 masks = off."""
 
     # SpecAugment masks, applied to training batches only (0 masks = off, as in the seed).
-    freq_masks: int = setting(0, 'SpecAugment masks, applied to training batches only (0 masks = off, as in the seed).')
+    freq_masks: int = setting(0, "SpecAugment masks, applied to training batches only (0 masks = off, as in the seed).")
     freq_mask_width: int = setting(
         27,
-        'SpecAugment masks, applied to training batches only (0 masks = off, as in the seed).',
+        "SpecAugment masks, applied to training batches only (0 masks = off, as in the seed).",
     )
-    time_masks: int = setting(0, 'SpecAugment masks, applied to training batches only (0 masks = off, as in the seed).')
+    time_masks: int = setting(0, "SpecAugment masks, applied to training batches only (0 masks = off, as in the seed).")
     time_mask_max_fraction: float = setting(
         0.05,
-        'SpecAugment masks, applied to training batches only (0 masks = off, as in the seed).',
+        "SpecAugment masks, applied to training batches only (0 masks = off, as in the seed).",
     )
 
     @property
@@ -386,11 +400,15 @@ class Features(SpecAugment, Spectrogram):
     def __post_init__(self):
         _check_ranges(self)
         if self.hop < 1 or self.window < 1:
-            raise ValueError(f"features.window_ms={self.window_ms} and hop_ms={self.hop_ms} must each be at least one "
-                             f"sample ({1000 / self.sample_rate} ms)")
+            raise ValueError(
+                f"features.window_ms={self.window_ms} and hop_ms={self.hop_ms} must each be at least one "
+                f"sample ({1000 / self.sample_rate} ms)"
+            )
         if self.window % self.hop:  # features._frames frames the audio in hops: refused there at the first step
-            raise ValueError(f"features.window_ms={self.window_ms} must be a multiple of features.hop_ms={self.hop_ms} "
-                             f"(a window of {self.window} samples in hops of {self.hop})")
+            raise ValueError(
+                f"features.window_ms={self.window_ms} must be a multiple of features.hop_ms={self.hop_ms} "
+                f"(a window of {self.window} samples in hops of {self.hop})"
+            )
 
     @property
     def spectrogram(self) -> Spectrogram:
@@ -412,33 +430,37 @@ class Waveform:
 
     noise_dir: str = setting(
         "",
-        'Additive noise at a random SNR: a folder of noise recordings (searched recursively; any format '
-        'and rate libsndfile reads) or a text file listing them, one path a line.',
+        "Additive noise at a random SNR: a folder of noise recordings (searched recursively; any format "
+        "and rate libsndfile reads) or a text file listing them, one path a line.",
     )
-    noise_prob: float = setting(0.0, 'Share of utterances that get noise.')
-    noise_snr_db_min: float = setting(0.0, 'SNR drawn uniform in [min, max] dB.')
-    noise_snr_db_max: float = setting(15.0, 'Highest SNR (dB) of added noise.')
+    noise_prob: float = setting(0.0, "Share of utterances that get noise.")
+    noise_snr_db_min: float = setting(0.0, "SNR drawn uniform in [min, max] dB.")
+    noise_snr_db_max: float = setting(15.0, "Highest SNR (dB) of added noise.")
     speed_prob: float = setting(
         0.0,
         "Speed perturbation (tempo and pitch, as Kaldi/icefall's 0.9/1.0/1.1): resampled by a factor "
-        'uniform in [speed_min, speed_max]; buckets are padded for speed_min.',
+        "uniform in [speed_min, speed_max]; buckets are padded for speed_min.",
     )
-    speed_min: float = setting(0.9, 'Slowest speed factor (> 0).')
-    speed_max: float = setting(1.1, 'Fastest speed factor.')
-    gain_prob: float = setting(0.0, 'Share of utterances scaled by a gain uniform in [gain_db_min, gain_db_max].')
-    gain_db_min: float = setting(-6.0, 'Lowest gain (dB).')
-    gain_db_max: float = setting(6.0, 'Highest gain (dB).')
-    rir_dir: str = setting("", 'Reverberation: convolution with a room impulse response from this folder or list.')
-    rir_prob: float = setting(0.0, 'Share of utterances reverberated.')
+    speed_min: float = setting(0.9, "Slowest speed factor (> 0).")
+    speed_max: float = setting(1.1, "Fastest speed factor.")
+    gain_prob: float = setting(0.0, "Share of utterances scaled by a gain uniform in [gain_db_min, gain_db_max].")
+    gain_db_min: float = setting(-6.0, "Lowest gain (dB).")
+    gain_db_max: float = setting(6.0, "Highest gain (dB).")
+    rir_dir: str = setting("", "Reverberation: convolution with a room impulse response from this folder or list.")
+    rir_prob: float = setting(0.0, "Share of utterances reverberated.")
 
     def __post_init__(self):
         _check_ranges(self)  # shares in [0, 1], speeds > 0, all finite
         if not 0 < self.speed_min <= self.speed_max:
-            raise ValueError(f"waveform.speed_min={self.speed_min}, speed_max={self.speed_max}: the speed range must "
-                             "be positive, min <= max (e.g. 0.9 and 1.1)")
+            raise ValueError(
+                f"waveform.speed_min={self.speed_min}, speed_max={self.speed_max}: the speed range must "
+                "be positive, min <= max (e.g. 0.9 and 1.1)"
+            )
         for low, high in (("noise_snr_db_min", "noise_snr_db_max"), ("gain_db_min", "gain_db_max")):
             if getattr(self, low) > getattr(self, high):
-                raise ValueError(f"waveform.{low}={getattr(self, low)} must be <= waveform.{high}={getattr(self, high)}")
+                raise ValueError(
+                    f"waveform.{low}={getattr(self, low)} must be <= waveform.{high}={getattr(self, high)}"
+                )
         for prob, folder in (("noise_prob", "noise_dir"), ("rir_prob", "rir_dir")):
             if getattr(self, prob) > 0 and not getattr(self, folder):
                 raise ValueError(f"waveform.{prob}={getattr(self, prob)} needs waveform.{folder} (recordings to use)")
@@ -459,18 +481,18 @@ class Model:
 
     KEY: ClassVar[str] = "model"
 
-    num_conv_layers: int = setting(2, 'Conv layers before the RNNs: 1..3 (the seed: 2).')
-    conv_channels: int = setting(32, 'Output channels of each conv layer.')
-    num_rnn_layers: int = setting(3, 'Recurrent layers after the convs.')
-    rnn_size: int = setting(2048, 'Hidden units per direction.')
+    num_conv_layers: int = setting(2, "Conv layers before the RNNs: 1..3 (the seed: 2).")
+    conv_channels: int = setting(32, "Output channels of each conv layer.")
+    num_rnn_layers: int = setting(3, "Recurrent layers after the convs.")
+    rnn_size: int = setting(2048, "Hidden units per direction.")
     rnn_cell: str = setting("simple", "'simple' (clipped ReLU), 'gru' or 'lstm'.")
-    share_rnn_weights: bool = setting(True, 'One input projection + BN for both directions.')
-    bidirectional: bool = setting(True, 'False: forward RNN + lookahead row convolution.')
-    row_conv_context: int = setting(20, 'Future frames seen by the row convolution.')
+    share_rnn_weights: bool = setting(True, "One input projection + BN for both directions.")
+    bidirectional: bool = setting(True, "False: forward RNN + lookahead row convolution.")
+    row_conv_context: int = setting(20, "Future frames seen by the row convolution.")
     dtype: str = setting("float32", "Compute dtype: 'float32' or 'bfloat16' (params stay f32).")
-    sync_batch_norm: bool = setting(True, 'Batch-norm statistics over all devices.')
-    batch_norm_momentum: float = setting(0.99, 'Decay of the batch-norm running statistics.')
-    batch_norm_epsilon: float = setting(1e-5, 'Added to the batch-norm variance.')
+    sync_batch_norm: bool = setting(True, "Batch-norm statistics over all devices.")
+    batch_norm_momentum: float = setting(0.99, "Decay of the batch-norm running statistics.")
+    batch_norm_epsilon: float = setting(1e-5, "Added to the batch-norm variance.")
     conv_impl: str = setting(
         "space_to_depth",
         "Strided convs: 'direct' (lax.conv_general_dilated with strides, the reference) or "
@@ -483,15 +505,15 @@ class Model:
         "backward, weight gradient as one GEMM), 'pallas' (simple cell: one persistent Pallas kernel per "
         "layer and direction pair, GPU; interpreted elsewhere), 'mosaic' (simple cell, bfloat16, Hopper "
         "GPUs: Mosaic GPU kernels on cluster pairs, batch run in chunks of 16) or 'auto' (per-device "
-        'batch <= 16 on GPUs: mosaic where it runs, else pallas when it fits shared memory; otherwise '
-        'scan_vjp; scan for GRU/LSTM).',
+        "batch <= 16 on GPUs: mosaic where it runs, else pallas when it fits shared memory; otherwise "
+        "scan_vjp; scan for GRU/LSTM).",
     )
-    scan_unroll: int = setting(1, 'lax.scan unroll factor.')
+    scan_unroll: int = setting(1, "lax.scan unroll factor.")
     alphabet: str = setting(
         "",
         "The characters the model emits (its output layer: one more, the blank); '' = LibriSpeech's 28 "
-        '(text.LIBRISPEECH). Training sets it from the prepared data; a resume or eval on data of another'
-        ' alphabet is refused.',
+        "(text.LIBRISPEECH). Training sets it from the prepared data; a resume or eval on data of another"
+        " alphabet is refused.",
     )
 
     def __post_init__(self):
@@ -510,8 +532,10 @@ class Model:
         if self.rnn_impl in ("scan_vjp", "pallas", "mosaic") and self.rnn_cell not in KERNEL_CELLS:
             raise ValueError(f"model.rnn_impl={self.rnn_impl!r} supports rnn_cell='simple' only; use 'auto' or 'scan'")
         if self.rnn_impl == "mosaic" and self.dtype != "bfloat16":
-            raise ValueError(f"model.rnn_impl='mosaic' computes in bfloat16; set model.dtype='bfloat16' (got "
-                             f"{self.dtype!r}) or use 'auto'")
+            raise ValueError(
+                f"model.rnn_impl='mosaic' computes in bfloat16; set model.dtype='bfloat16' (got "
+                f"{self.dtype!r}) or use 'auto'"
+            )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -538,22 +562,23 @@ class Optimizer:
     b2: float = setting(0.999, "Adam's second-moment decay.")
     eps: float = setting(1e-8, "Adam's denominator epsilon.")
     clip_global_norm: float = setting(400.0, "Paddle's gradient_clipping_threshold.")
-    warmup_steps: int = setting(0, 'Linear warm-up from 0.')
+    warmup_steps: int = setting(0, "Linear warm-up from 0.")
     schedule: str = setting("constant", "After warm-up: 'constant', 'cosine' or 'exponential'.")
     decay_rate: float = setting(0.83, "'exponential': factor per decay_steps.")
     decay_steps: int = setting(
         10_000,
-        "'cosine': steps after warm-up to reach 0 (0: to num_train_steps); 'exponential': steps per "
-        'decay_rate.',
+        "'cosine': steps after warm-up to reach 0 (0: to num_train_steps); 'exponential': steps per decay_rate.",
     )
-    max_consecutive_skips: int = setting(20, 'Non-finite steps in a row before stopping.')
+    max_consecutive_skips: int = setting(20, "Non-finite steps in a row before stopping.")
 
     def __post_init__(self):
         _check_ranges(self)
         _one_of("optimizer.schedule", self.schedule, SCHEDULES)
         if self.decay_steps == 0 and self.schedule == "exponential":
-            raise ValueError("optimizer.decay_steps=0 with optimizer.schedule='exponential': 0 (decay to the last "
-                             "step) is for 'cosine'; give the steps per optimizer.decay_rate")
+            raise ValueError(
+                "optimizer.decay_steps=0 with optimizer.schedule='exponential': 0 (decay to the last "
+                "step) is for 'cosine'; give the steps per optimizer.decay_rate"
+            )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -561,8 +586,8 @@ class Eval:
     KEY: ClassVar[str] = "eval"
 
     split: str = setting("", "--mode=eval split; '' = dataset.eval_split.")
-    max_utterances: int = setting(0, 'Utterances scored per split; 0 = the whole split.')
-    num_examples_to_print: int = setting(3, 'Reference/hypothesis pairs logged.')
+    max_utterances: int = setting(0, "Utterances scored per split; 0 = the whole split.")
+    num_examples_to_print: int = setting(3, "Reference/hypothesis pairs logged.")
 
     def __post_init__(self):
         _check_ranges(self)
@@ -574,21 +599,25 @@ class Decoding:
 
     KEY: ClassVar[str] = "decoding"
 
-    beam_width: int = setting(0, '> 0: also beam search (flashlight-text); 0 = greedy only. With an LM, 32 is tuned.')
+    beam_width: int = setting(0, "> 0: also beam search (flashlight-text); 0 = greedy only. With an LM, 32 is tuned.")
     lm_path: str = setting("", "KenLM ARPA/binary word LM (tools.build_lm); '' = no LM.")
     lexicon_path: str = setting("", "Words the LM search may output, one a line; '' = the ARPA's unigrams.")
-    alpha: float = setting(0.5, 'LM weight (on the natural-log LM score).')
+    alpha: float = setting(0.5, "LM weight (on the natural-log LM score).")
     beta: float = setting(1.0, "Bonus per decoded word (offsets the LM's short-output bias).")
-    beam_prune_logp: float = setting(-10.0, 'Drop beams this far below the best (log).')
+    beam_prune_logp: float = setting(-10.0, "Drop beams this far below the best (log).")
     token_min_logp: float = setting(-5.0, "Skip tokens below this log-prob (unless a frame's argmax).")
-    unk_score_offset: float = setting(float("-inf"), 'Score of an out-of-lexicon word (output as <unk>); -inf = none.')
+    unk_score_offset: float = setting(float("-inf"), "Score of an out-of-lexicon word (output as <unk>); -inf = none.")
 
     def __post_init__(self):
         _check_ranges(self)
         if self.lm_path and self.beam_width == 0:
-            raise ValueError(f"decoding.lm_path={self.lm_path!r} is used by beam search only: set decoding.beam_width > 0")
+            raise ValueError(
+                f"decoding.lm_path={self.lm_path!r} is used by beam search only: set decoding.beam_width > 0"
+            )
         if self.lexicon_path and not self.lm_path:
-            raise ValueError(f"decoding.lexicon_path={self.lexicon_path!r} is used with an LM only: set decoding.lm_path")
+            raise ValueError(
+                f"decoding.lexicon_path={self.lexicon_path!r} is used with an LM only: set decoding.lm_path"
+            )
 
     @property
     def beam(self) -> bool:
@@ -602,43 +631,43 @@ class Decoding:
 class Settings:
     """Every setting of a run: the run's own fields, then one field per section."""
 
-    seed: int = setting(0, 'Seeds parameters, data order and dropout-free rng streams.')
-    num_train_steps: int = setting(100_000, 'Total optimizer steps (resume continues to this).')
-    per_device_batch_size: int = setting(16, 'Utterances per device; global = this x devices.')
-    num_devices: int = setting(0, 'Local devices to use; 0 = all local devices.')
-    compile: bool = setting(True, 'False runs the same step op by op on one device (eager).')
+    seed: int = setting(0, "Seeds parameters, data order and dropout-free rng streams.")
+    num_train_steps: int = setting(100_000, "Total optimizer steps (resume continues to this).")
+    per_device_batch_size: int = setting(16, "Utterances per device; global = this x devices.")
+    num_devices: int = setting(0, "Local devices to use; 0 = all local devices.")
+    compile: bool = setting(True, "False runs the same step op by op on one device (eager).")
     parallelism: str = setting("pmap", "'pmap' or 'jit' (jit + NamedSharding over a device mesh).")
-    log_every_steps: int = setting(50, 'stdout / metrics.jsonl / TensorBoard cadence.')
-    eval_every_steps: int = setting(2_000, 'Greedy WER/CER on dataset.eval_split; 0 = never.')
-    checkpoint_every_steps: int = setting(1_000, 'Orbax checkpoint cadence (and one at the end).')
-    keep_checkpoints: int = setting(3, 'Checkpoints kept on disk.')
+    log_every_steps: int = setting(50, "stdout / metrics.jsonl / TensorBoard cadence.")
+    eval_every_steps: int = setting(2_000, "Greedy WER/CER on dataset.eval_split; 0 = never.")
+    checkpoint_every_steps: int = setting(1_000, "Orbax checkpoint cadence (and one at the end).")
+    keep_checkpoints: int = setting(3, "Checkpoints kept on disk.")
     keep_best_checkpoints: int = setting(
         0,
-        'Also keep the N checkpoints with the lowest in-training eval WER (a checkpoint is written at '
-        'each eval; 0 = only the newest keep_checkpoints). --mode=eval --eval_step=best takes the best.',
+        "Also keep the N checkpoints with the lowest in-training eval WER (a checkpoint is written at "
+        "each eval; 0 = only the newest keep_checkpoints). --mode=eval --eval_step=best takes the best.",
     )
-    prefetch_batches: int = setting(2, 'Batches staged on the devices ahead of the step.')
+    prefetch_batches: int = setting(2, "Batches staged on the devices ahead of the step.")
     input_wait_warn_fraction: float = setting(
         0.05,
-        'Warn once when the devices sit idle waiting for input more than this fraction of two log '
-        'intervals in a row (metrics: input_wait_s).',
+        "Warn once when the devices sit idle waiting for input more than this fraction of two log "
+        "intervals in a row (metrics: input_wait_s).",
     )
     step_timeout_s: float = setting(
         1800.0,
-        'Watchdog: exit 3 if no step/eval batch ends for this long (compiles, saves exempt); 0 = off.',
+        "Watchdog: exit 3 if no step/eval batch ends for this long (compiles, saves exempt); 0 = off.",
     )
     compilation_cache_dir: str = setting(
         "~/.cache/ds2_jax/xla",
         "JAX's persistent compilation cache: a restart with the same shapes loads its compiled steps "
         "instead of compiling them again. '' = off; JAX_COMPILATION_CACHE_DIR wins.",
     )
-    deterministic: bool = setting(False, 'GPU: --xla_gpu_deterministic_ops (slower, bitwise repeatable).')
+    deterministic: bool = setting(False, "GPU: --xla_gpu_deterministic_ops (slower, bitwise repeatable).")
     init_from: str = setting(
         "",
-        'Fine-tuning: WORKDIR or WORKDIR:STEP (default its newest checkpoint) whose parameters, batch-'
-        'norm statistics and feature normalization start this run (at step 0, fresh optimizer); an output'
-        ' layer of another size (another alphabet) starts afresh. Used only while this workdir has no '
-        'checkpoint: a rerun resumes its own.',
+        "Fine-tuning: WORKDIR or WORKDIR:STEP (default its newest checkpoint) whose parameters, batch-"
+        "norm statistics and feature normalization start this run (at step 0, fresh optimizer); an output"
+        " layer of another size (another alphabet) starts afresh. Used only while this workdir has no "
+        "checkpoint: a rerun resumes its own.",
     )
     # Parameters not trained, comma-separated: top-level modules ('ConvBlock' = every conv
     # block, 'RNNLayer_0', 'output') or paths ('RNNLayer_1/recurrent_kernel'); '' = train all.
@@ -662,16 +691,22 @@ class Settings:
         _check_ranges(self)  # num_devices: the devices present are checked by parallel.make
         _one_of("parallelism", self.parallelism, PARALLELISMS)
         if self.dataset.name in LIBRISPEECH_DATASETS and self.features.sample_rate != 16_000:
-            raise ValueError(f"features.sample_rate={self.features.sample_rate} with dataset.name="
-                             f"{self.dataset.name!r}: LibriSpeech is stored at 16000 Hz; other rates need "
-                             "dataset.name='manifest' (resampled at build)")
+            raise ValueError(
+                f"features.sample_rate={self.features.sample_rate} with dataset.name="
+                f"{self.dataset.name!r}: LibriSpeech is stored at 16000 Hz; other rates need "
+                "dataset.name='manifest' (resampled at build)"
+            )
         if self.keep_best_checkpoints and not self.eval_every_steps:
-            raise ValueError(f"keep_best_checkpoints={self.keep_best_checkpoints} ranks checkpoints by the in-training "
-                             "eval's WER: set eval_every_steps > 0")
+            raise ValueError(
+                f"keep_best_checkpoints={self.keep_best_checkpoints} ranks checkpoints by the in-training "
+                "eval's WER: set eval_every_steps > 0"
+            )
         if self.parallelism == "jit" and not self.model.sync_batch_norm:
-            raise ValueError("model.sync_batch_norm=False with parallelism='jit': under jit batch norm always sees "
-                             "the global batch; set model.sync_batch_norm=True, or parallelism='pmap' for "
-                             "per-device statistics")
+            raise ValueError(
+                "model.sync_batch_norm=False with parallelism='jit': under jit batch norm always sees "
+                "the global batch; set model.sync_batch_norm=True, or parallelism='pmap' for "
+                "per-device statistics"
+            )
 
 
 # ----------------------------------------------------------------------------- building
@@ -749,8 +784,10 @@ def defaults(cls=None) -> dict:
     (so without checks, imports or devices): what configs/default.py serves."""
     cls = cls or Settings
     hints = typing.get_type_hints(cls)
-    return {f.name: defaults(hints[f.name]) if f.default is dataclasses.MISSING else f.default
-            for f in dataclasses.fields(cls)}
+    return {
+        f.name: defaults(hints[f.name]) if f.default is dataclasses.MISSING else f.default
+        for f in dataclasses.fields(cls)
+    }
 
 
 def to_config_dict(config: Settings | None = None):
@@ -779,11 +816,25 @@ def describe(config) -> list[dict]:
                 walk(want, given.get(f.name), f"{prefix}{f.name}.")
                 continue
             default = f.default
-            rows.append({"key": prefix + f.name, "value": given.get(f.name, default), "type": want.__name__,
-                         "default": default, "help": helps.get(f.name, "")})
+            rows.append(
+                {
+                    "key": prefix + f.name,
+                    "value": given.get(f.name, default),
+                    "type": want.__name__,
+                    "default": default,
+                    "help": helps.get(f.name, ""),
+                }
+            )
         for name in sorted(set(given) - {f.name for f in dataclasses.fields(cls)}):
-            rows.append({"key": prefix + name, "value": given[name], "type": "?", "default": None,
-                         "help": "not a setting (ds2_jax/settings.py)"})
+            rows.append(
+                {
+                    "key": prefix + name,
+                    "value": given[name],
+                    "type": "?",
+                    "default": None,
+                    "help": "not a setting (ds2_jax/settings.py)",
+                }
+            )
 
     walk(Settings, config, "")
     return rows

@@ -33,8 +33,9 @@ def fold_kernel(kernel: jax.Array, strides: Sequence[int]) -> jax.Array:
     return k.reshape(ut, s, uf, r, c, o).transpose(0, 2, 1, 3, 4, 5).reshape(ut, uf, s * r * c, o)
 
 
-def fold_input(x: jax.Array, strides: Sequence[int], padding: Sequence[tuple[int, int]],
-               kernel_shape: Sequence[int]) -> jax.Array:
+def fold_input(
+    x: jax.Array, strides: Sequence[int], padding: Sequence[tuple[int, int]], kernel_shape: Sequence[int]
+) -> jax.Array:
     """[B, T, F, C] -> [B, T', F', s * r * C]: the padded input cut (or zero-extended) to
     exactly the rows the folded kernel reads, then each s x r patch folded into channels."""
     b, *spatial, c = x.shape
@@ -50,17 +51,42 @@ def fold_input(x: jax.Array, strides: Sequence[int], padding: Sequence[tuple[int
     return x.reshape(b, t, s, f, r, c).transpose(0, 1, 3, 2, 4, 5).reshape(b, t, f, s * r * c)
 
 
-def conv(lhs: jax.Array, rhs: jax.Array, window_strides: Sequence[int], padding, *, lhs_dilation=None,
-         rhs_dilation=None, dimension_numbers=None, feature_group_count: int = 1, precision=None, **unused) -> jax.Array:
+def conv(
+    lhs: jax.Array,
+    rhs: jax.Array,
+    window_strides: Sequence[int],
+    padding,
+    *,
+    lhs_dilation=None,
+    rhs_dilation=None,
+    dimension_numbers=None,
+    feature_group_count: int = 1,
+    precision=None,
+    **unused,
+) -> jax.Array:
     """Drop-in for `lax.conv_general_dilated` on NHWC input, HWIO kernel, explicit padding."""
     del unused
     expected = jax.lax.conv_dimension_numbers(lhs.shape, rhs.shape, ("NHWC", "HWIO", "NHWC"))
-    if (lhs.ndim != 4 or isinstance(padding, str) or feature_group_count != 1
-            or any(d not in (None, 1) and tuple(d) != (1, 1) for d in (lhs_dilation, rhs_dilation))
-            or (dimension_numbers is not None
-                and jax.lax.conv_dimension_numbers(lhs.shape, rhs.shape, dimension_numbers) != expected)):
-        raise ValueError("space_to_depth.conv takes a 2-D NHWC/HWIO convolution with explicit padding, "
-                         "no dilation and one feature group")
+    if (
+        lhs.ndim != 4
+        or isinstance(padding, str)
+        or feature_group_count != 1
+        or any(d not in (None, 1) and tuple(d) != (1, 1) for d in (lhs_dilation, rhs_dilation))
+        or (
+            dimension_numbers is not None
+            and jax.lax.conv_dimension_numbers(lhs.shape, rhs.shape, dimension_numbers) != expected
+        )
+    ):
+        raise ValueError(
+            "space_to_depth.conv takes a 2-D NHWC/HWIO convolution with explicit padding, "
+            "no dilation and one feature group"
+        )
     x = fold_input(lhs, window_strides, padding, rhs.shape[:2])
-    return jax.lax.conv_general_dilated(x, fold_kernel(rhs, window_strides), (1, 1), "VALID",
-                                       dimension_numbers=("NHWC", "HWIO", "NHWC"), precision=precision)
+    return jax.lax.conv_general_dilated(
+        x,
+        fold_kernel(rhs, window_strides),
+        (1, 1),
+        "VALID",
+        dimension_numbers=("NHWC", "HWIO", "NHWC"),
+        precision=precision,
+    )

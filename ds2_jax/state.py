@@ -84,12 +84,14 @@ def idle_steps_warning(opt: settings.Optimizer, start: int, stop: int) -> str | 
     first = max(start, low) + 1  # counted as the log counts them: step n is the n-th finished
     warmup = max(opt.warmup_steps, 0)
     stretched = math.ceil((stop - warmup) * math.pi / math.acos(2 * IDLE_FRACTION - 1))  # low == stop
-    return (f"steps {first}-{stop} will train at under {IDLE_FRACTION:.0%} of optimizer.learning_rate (0 from step "
-            f"{end}): optimizer.schedule='cosine' ends at step {end} (optimizer.warmup_steps={opt.warmup_steps} + "
-            f"optimizer.decay_steps={opt.decay_steps}). To train further, stretch the schedule: "
-            f"--config.optimizer.decay_steps={stretched} or more, or 0 to decay to num_train_steps (the rate rises "
-            "again from this step on), or use "
-            "--config.optimizer.schedule=constant")
+    return (
+        f"steps {first}-{stop} will train at under {IDLE_FRACTION:.0%} of optimizer.learning_rate (0 from step "
+        f"{end}): optimizer.schedule='cosine' ends at step {end} (optimizer.warmup_steps={opt.warmup_steps} + "
+        f"optimizer.decay_steps={opt.decay_steps}). To train further, stretch the schedule: "
+        f"--config.optimizer.decay_steps={stretched} or more, or 0 to decay to num_train_steps (the rate rises "
+        "again from this step on), or use "
+        "--config.optimizer.schedule=constant"
+    )
 
 
 def make_optimizer(opt: settings.Optimizer, frozen: tuple[str, ...] = ()) -> optax.GradientTransformation:
@@ -102,8 +104,9 @@ def make_optimizer(opt: settings.Optimizer, frozen: tuple[str, ...] = ()) -> opt
     )
     if not frozen:
         return adam
-    return optax.multi_transform({"trained": adam, "frozen": optax.set_to_zero()},
-                                 lambda params: frozen_labels(params, frozen))
+    return optax.multi_transform(
+        {"trained": adam, "frozen": optax.set_to_zero()}, lambda params: frozen_labels(params, frozen)
+    )
 
 
 def freeze_names(freeze: str) -> tuple[str, ...]:
@@ -115,35 +118,49 @@ def _frozen_by(path: str, name: str) -> bool:
     """Whether parameter `path` ('RNNLayer_0/recurrent_kernel') is frozen by `name`: the path itself, a
     prefix of it ending at a '/', or a module family ('ConvBlock' for ConvBlock_0, ConvBlock_1...)."""
     top = path.split("/")[0]
-    return path == name or path.startswith(name + "/") or (top.rpartition("_")[0] == name and
-                                                            top.rpartition("_")[2].isdigit())
+    return (
+        path == name
+        or path.startswith(name + "/")
+        or (top.rpartition("_")[0] == name and top.rpartition("_")[2].isdigit())
+    )
 
 
 def frozen_labels(params, frozen: tuple[str, ...]):
     """params' tree of 'frozen' / 'trained' labels (optax.multi_transform's); a name that freezes
     no parameter is a ValueError naming the model's modules."""
-    paths = {jax.tree_util.keystr(k, simple=True, separator="/"): None
-             for k, _ in jax.tree_util.tree_flatten_with_path(params)[0]}
+    paths = {
+        jax.tree_util.keystr(k, simple=True, separator="/"): None
+        for k, _ in jax.tree_util.tree_flatten_with_path(params)[0]
+    }
     unused = [n for n in frozen if not any(_frozen_by(p, n) for p in paths)]
     if unused:
         modules = sorted({p.split("/")[0] for p in paths})
-        raise ValueError(f"freeze={','.join(frozen)!r}: {', '.join(unused)} names no parameter of this model; its "
-                         f"modules are {modules} (a name freezes a module, its family like 'ConvBlock', or a path "
-                         "like 'RNNLayer_0/recurrent_kernel')")
+        raise ValueError(
+            f"freeze={','.join(frozen)!r}: {', '.join(unused)} names no parameter of this model; its "
+            f"modules are {modules} (a name freezes a module, its family like 'ConvBlock', or a path "
+            "like 'RNNLayer_0/recurrent_kernel')"
+        )
     return jax.tree_util.tree_map_with_path(
-        lambda k, _: "frozen" if any(_frozen_by(jax.tree_util.keystr(k, simple=True, separator="/"), n)
-                                     for n in frozen) else "trained", params)
+        lambda k, _: (
+            "frozen"
+            if any(_frozen_by(jax.tree_util.keystr(k, simple=True, separator="/"), n) for n in frozen)
+            else "trained"
+        ),
+        params,
+    )
 
 
-def create_state(config: settings.Settings, rng: jax.Array, feature_mean: np.ndarray,
-                 feature_std: np.ndarray) -> TrainState:
+def create_state(
+    config: settings.Settings, rng: jax.Array, feature_mean: np.ndarray, feature_std: np.ndarray
+) -> TrainState:
     """Initial (unreplicated) state: parameters, batch-norm statistics, optimizer state."""
     cfg = model.ModelConfig.of(config.model, num_bins=len(feature_mean))
     net = model.DeepSpeech2(cfg)
     frames = INIT_FRAMES
     with dispatch.unlogged():  # one dummy row: not the kernel choice training makes
-        variables = jax.jit(lambda r: net.init(r, jnp.zeros((1, frames, cfg.num_bins)), jnp.array([frames]),
-                                               train=False))(rng)
+        variables = jax.jit(
+            lambda r: net.init(r, jnp.zeros((1, frames, cfg.num_bins)), jnp.array([frames]), train=False)
+        )(rng)
     return TrainState.create(
         apply_fn=net.apply,
         params=variables["params"],
@@ -185,7 +202,9 @@ def restore_state(config: settings.Settings, workdir: str, step: int | str | Non
     so no dataset is needed.
     """
     num_bins = config.features.num_bins
-    template = create_state(config, jax.random.PRNGKey(0), np.zeros(num_bins, np.float32), np.ones(num_bins, np.float32))
+    template = create_state(
+        config, jax.random.PRNGKey(0), np.zeros(num_bins, np.float32), np.ones(num_bins, np.float32)
+    )
     mgr = checkpoint.manager(workdir, config.keep_checkpoints)
     if step == BEST:
         step = best_step(mgr, workdir)
@@ -197,13 +216,19 @@ def restore_state(config: settings.Settings, workdir: str, step: int | str | Non
         if state is None:
             raise FileNotFoundError(f"no checkpoint in {os.path.join(workdir, 'checkpoints')}: train first")
         if writing:
-            log.warning("checkpoint %d in %s is still being written: using checkpoint %d, the newest finished",
-                        writing[0], mgr.directory, step)
+            log.warning(
+                "checkpoint %d in %s is still being written: using checkpoint %d, the newest finished",
+                writing[0],
+                mgr.directory,
+                step,
+            )
     elif step in mgr.all_steps():
         if (missing := checkpoint.unfinished(mgr, step)) is not None:
-            raise errors.CheckpointError(f"checkpoint {step} in {mgr.directory} was never finished (no {missing}): "
-                                         "a training run may be writing it now (wait for it), or a save was cut "
-                                         f"short; or choose another step of {sorted(mgr.all_steps())}")
+            raise errors.CheckpointError(
+                f"checkpoint {step} in {mgr.directory} was never finished (no {missing}): "
+                "a training run may be writing it now (wait for it), or a save was cut "
+                f"short; or choose another step of {sorted(mgr.all_steps())}"
+            )
         try:
             state = mgr.restore(step, args=checkpoint.ocp.args.StandardRestore(template))
         except Exception as e:  # noqa: BLE001  (orbax raises many types)
@@ -213,8 +238,10 @@ def restore_state(config: settings.Settings, workdir: str, step: int | str | Non
                 f"{os.path.join(workdir, 'config.json')}, use those, or choose another step"
             ) from e
         if (bad := checkpoint.non_finite(state)) is not None:
-            raise errors.CheckpointError(f"checkpoint {step} in {mgr.directory} is not finite (NaN or inf in {bad}): "
-                                         f"choose another step of {sorted(mgr.all_steps())}")
+            raise errors.CheckpointError(
+                f"checkpoint {step} in {mgr.directory} is not finite (NaN or inf in {bad}): "
+                f"choose another step of {sorted(mgr.all_steps())}"
+            )
     else:
         raise FileNotFoundError(f"no checkpoint at step {step} in {mgr.directory} (it has {sorted(mgr.all_steps())})")
     return state.replace(apply_fn=template.apply_fn, tx=template.tx), int(step)
@@ -225,7 +252,9 @@ def best_step(mgr, workdir: str) -> int:
     saying how to get one when no checkpoint was saved with its WER."""
     found = checkpoint.best(mgr)
     if found is None:
-        raise FileNotFoundError(f"no checkpoint in {mgr.directory} was saved with an eval WER (it has "
-                                f"{sorted(mgr.all_steps())}), so none is 'best': train with "
-                                "--config.keep_best_checkpoints=N (and eval_every_steps > 0), or name a step")
+        raise FileNotFoundError(
+            f"no checkpoint in {mgr.directory} was saved with an eval WER (it has "
+            f"{sorted(mgr.all_steps())}), so none is 'best': train with "
+            "--config.keep_best_checkpoints=N (and eval_every_steps > 0), or name a step"
+        )
     return found[0]

@@ -33,9 +33,11 @@ from ds2_jax.rnn import reference
 def refuse_bidirectional(config: settings.Settings) -> None:
     """A ValueError saying why a bidirectional model cannot stream."""
     if config.model.bidirectional:
-        raise ValueError("--stream needs a unidirectional model (model.bidirectional=False, with its row-convolution "
-                         "lookahead): this one is bidirectional, and its backward RNN starts from the end of each "
-                         "utterance, so nothing is known before the audio ends; transcribe whole files instead")
+        raise ValueError(
+            "--stream needs a unidirectional model (model.bidirectional=False, with its row-convolution "
+            "lookahead): this one is bidirectional, and its backward RNN starts from the end of each "
+            "utterance, so nothing is known before the audio ends; transcribe whole files instead"
+        )
 
 
 # The compute of each stage, compiled once per input shape (a fixed chunk size gives a few);
@@ -45,8 +47,9 @@ def refuse_bidirectional(config: settings.Settings) -> None:
 @functools.partial(jax.jit, static_argnames=("strides", "freq_pad", "epsilon"))
 def _conv_block(window, kernel, scale, bias, mean, var, *, strides, freq_pad, epsilon):
     """ConvBlock's conv (no time padding: the buffer holds it), batch norm, clipped ReLU of [T, F, C] frames."""
-    y = jax.lax.conv_general_dilated(window[None], kernel, strides, ((0, 0), (freq_pad, freq_pad)),
-                                     dimension_numbers=("NHWC", "HWIO", "NHWC"))[0]
+    y = jax.lax.conv_general_dilated(
+        window[None], kernel, strides, ((0, 0), (freq_pad, freq_pad)), dimension_numbers=("NHWC", "HWIO", "NHWC")
+    )[0]
     return clipped_relu(model.batch_norm_affine(y, scale, bias, mean, var, epsilon))
 
 
@@ -96,12 +99,19 @@ class _ConvStage:
     def __init__(self, spec: geometry.ConvSpec, params: dict, stats: dict, epsilon: float, in_shape: tuple):
         self.spec, self.kernel = spec, params["Conv_0"]["kernel"]
         bn = params["MaskedBatchNorm_0"]
-        self.affine = (bn["scale"], bn["bias"], stats["MaskedBatchNorm_0"]["mean"], stats["MaskedBatchNorm_0"]["var"],
-                       epsilon)
+        self.affine = (
+            bn["scale"],
+            bn["bias"],
+            stats["MaskedBatchNorm_0"]["mean"],
+            stats["MaskedBatchNorm_0"]["var"],
+            epsilon,
+        )
         self.buffer = _Frames(np.zeros((spec.padding[0], *in_shape), np.float32), -spec.padding[0])  # left padding
         self.next = 0  # the next output frame
-        self.out_shape = (geometry.conv_out(in_shape[0], spec.kernel[1], spec.strides[1], spec.padding[1]),
-                          self.kernel.shape[-1])
+        self.out_shape = (
+            geometry.conv_out(in_shape[0], spec.kernel[1], spec.strides[1], spec.padding[1]),
+            self.kernel.shape[-1],
+        )
 
     def __call__(self, frames: np.ndarray, last: bool = False) -> np.ndarray:
         """[T, F, C] new input frames -> [T', F', C'] the output frames they complete (with `last`:
@@ -117,8 +127,16 @@ class _ConvStage:
         self.buffer.drop_before(s * self.next - p)
         if count == 0:
             return np.zeros((0, *self.out_shape), np.float32)
-        return np.asarray(_conv_block(window, self.kernel, *self.affine[:4], strides=tuple(self.spec.strides),
-                                      freq_pad=pf, epsilon=self.affine[4]))
+        return np.asarray(
+            _conv_block(
+                window,
+                self.kernel,
+                *self.affine[:4],
+                strides=tuple(self.spec.strides),
+                freq_pad=pf,
+                epsilon=self.affine[4],
+            )
+        )
 
 
 class _RnnStage:
@@ -136,8 +154,9 @@ class _RnnStage:
         """[T, D] -> [T, H]."""
         if x.shape[0] == 0:
             return np.zeros((0, self.recurrent.shape[1]), np.float32)
-        self.carry, ys = _rnn_layer(x, self.carry, self.projection, *self.affine[:4], self.recurrent, cell=self.cell,
-                                    epsilon=self.affine[4])
+        self.carry, ys = _rnn_layer(
+            x, self.carry, self.projection, *self.affine[:4], self.recurrent, cell=self.cell, epsilon=self.affine[4]
+        )
         return np.asarray(ys)
 
 
@@ -157,8 +176,9 @@ class _RowConvAndOutput:
         count = max(self.buffer.frames.shape[0] - self.context, 0)
         if count == 0:
             return np.zeros((0, self.output["bias"].shape[0]), np.float32)
-        out = _row_conv_and_output(self.buffer.frames[: count + self.context], self.kernel, self.output["kernel"],
-                                   self.output["bias"])
+        out = _row_conv_and_output(
+            self.buffer.frames[: count + self.context], self.kernel, self.output["kernel"], self.output["bias"]
+        )
         self.buffer.drop_before(self.buffer.first + count)
         return np.asarray(out)
 
@@ -177,11 +197,16 @@ class Stream:
         for i, spec in enumerate(geometry.conv_specs(mc.num_conv_layers)):
             self.convs.append(_ConvStage(spec, params[f"ConvBlock_{i}"], stats[f"ConvBlock_{i}"], eps, shape))
             shape = self.convs[-1].out_shape
-        self.rnns = [_RnnStage(params[f"RNNLayer_{i}"], stats[f"RNNLayer_{i}"], mc.rnn_cell, eps)
-                     for i in range(mc.num_rnn_layers)]
+        self.rnns = [
+            _RnnStage(params[f"RNNLayer_{i}"], stats[f"RNNLayer_{i}"], mc.rnn_cell, eps)
+            for i in range(mc.num_rnn_layers)
+        ]
         # Without a row convolution (row_conv_context=0), one tap of weight 1: the identity
-        kernel = params["RowConv_0"]["Conv_0"]["kernel"] if mc.row_conv_context > 0 else np.ones((1, 1, mc.rnn_size),
-                                                                                                  np.float32)
+        kernel = (
+            params["RowConv_0"]["Conv_0"]["kernel"]
+            if mc.row_conv_context > 0
+            else np.ones((1, 1, mc.rnn_size), np.float32)
+        )
         self.head = _RowConvAndOutput(kernel, params["output"], mc.rnn_size)
 
     def feed(self, chunk: np.ndarray) -> np.ndarray:

@@ -127,8 +127,10 @@ def read_vocabulary(path: str) -> Alphabet:
                 continue
             entry = " " if entry in SPACE_NAMES else ("#" if entry == "\\#" else unicodedata.normalize("NFC", entry))
             if len(entry) != 1:
-                raise ValueError(f"{path}:{number}: {entry!r} is not one character (a vocabulary file holds one "
-                                 "symbol a line; the space as '<space>')")
+                raise ValueError(
+                    f"{path}:{number}: {entry!r} is not one character (a vocabulary file holds one "
+                    "symbol a line; the space as '<space>')"
+                )
             if entry in symbols:
                 raise ValueError(f"{path}:{number}: {entry!r} is listed twice")
             symbols.append(entry)

@@ -24,11 +24,27 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from ds2_jax import (checkpoint, ctc, determinism, errors, eval_step, evaluation, faults, features, finetune,
-                     memory, model, parallel, reporting, resilience, settings, workdir_config)
+from ds2_jax import (
+    checkpoint,
+    ctc,
+    determinism,
+    errors,
+    eval_step,
+    evaluation,
+    faults,
+    features,
+    finetune,
+    memory,
+    model,
+    parallel,
+    reporting,
+    resilience,
+    settings,
+    workdir_config,
+)
+from ds2_jax.batch_axis import psum
 from ds2_jax.pipeline import loader
 from ds2_jax.pipeline.source import make_source, with_data_alphabet
-from ds2_jax.batch_axis import psum
 from ds2_jax.state import TrainState, idle_steps_warning, initial_state, run_optimizer, step_kwargs
 
 log = logging.getLogger("ds2_jax")
@@ -71,8 +87,9 @@ def loss_function(
         (logits, out_lengths), updates = net.apply(
             {"params": params, "batch_stats": state.batch_stats}, feats, frames, train=True, mutable=["batch_stats"]
         )
-        loss, ok = ctc.per_utterance_loss(logits, out_lengths, batch["labels"], batch["label_lengths"], norm_by_times,
-                                          ctc_impl)
+        loss, ok = ctc.per_utterance_loss(
+            logits, out_lengths, batch["labels"], batch["label_lengths"], norm_by_times, ctc_impl
+        )
         used = ok.astype(jnp.float32) * weights
         count = psum(jnp.sum(used), axis_name)
         local_sum = jnp.sum(loss * used)
@@ -113,7 +130,10 @@ def train_step(
 
     updated = state.apply_gradients(grads=grads, batch_stats=new_stats)
     finite = finite & all_finite((updated.params, updated.opt_state))
-    keep = lambda new, old: jax.tree_util.tree_map(lambda n, o: jnp.where(finite, n, o), new, old)
+
+    def keep(new, old):
+        return jax.tree_util.tree_map(lambda n, o: jnp.where(finite, n, o), new, old)
+
     new_state = updated.replace(
         params=keep(updated.params, state.params),
         opt_state=keep(updated.opt_state, state.opt_state),
@@ -165,9 +185,11 @@ def train_and_evaluate(config, workdir: str) -> TrainState:
         # The stop signals are caught from the start: one arriving while the model is built or the step
         # compiles (minutes) stops the run at the first step boundary, not with a traceback or a kill.
         alone = jax.process_count() == 1  # a shared workdir is left to its processes
-        with resilience.Preemption(workdir if alone else None) as preemption, \
-                resilience.WorkdirLock(workdir, enabled=jax.process_index() == 0), \
-                checkpoint.managed(workdir, config.keep_checkpoints, config.keep_best_checkpoints) as mgr:
+        with (
+            resilience.Preemption(workdir if alone else None) as preemption,
+            resilience.WorkdirLock(workdir, enabled=jax.process_index() == 0),
+            checkpoint.managed(workdir, config.keep_checkpoints, config.keep_best_checkpoints) as mgr,
+        ):
             return _train(config, workdir, mgr, preemption)
     except Exception as e:
         if jax.process_count() > 1 and errors.is_peer_lost(e):  # a collective whose peer was killed
@@ -181,12 +203,22 @@ def _nothing_to_train(start: int, config: settings.Settings, workdir: str) -> bo
         return False
     where = f"the checkpoint in {workdir} is at step {start}"
     if start == config.num_train_steps:
-        log.info("nothing to train: workdir already at step %d of %d (%s). Raise --config.num_train_steps "
-                 "to train on, or evaluate it with --mode=eval", start, config.num_train_steps, workdir)
+        log.info(
+            "nothing to train: workdir already at step %d of %d (%s). Raise --config.num_train_steps "
+            "to train on, or evaluate it with --mode=eval",
+            start,
+            config.num_train_steps,
+            workdir,
+        )
     else:
-        log.warning("%s, past num_train_steps=%d: nothing to train (steps are never undone). Raise "
-                    "--config.num_train_steps above %d to train on, evaluate it with --mode=eval, or choose "
-                    "another --workdir to start over", where, config.num_train_steps, start)
+        log.warning(
+            "%s, past num_train_steps=%d: nothing to train (steps are never undone). Raise "
+            "--config.num_train_steps above %d to train on, evaluate it with --mode=eval, or choose "
+            "another --workdir to start over",
+            where,
+            config.num_train_steps,
+            start,
+        )
     return True
 
 
@@ -216,7 +248,9 @@ def _train(config: settings.Settings, workdir: str, mgr, preemption: resilience.
     done, ranked = start, None  # ranked: the step of the last checkpoint saved with its eval's WER
     with reporting.Reporter(config, workdir, start, is_chief=jax.process_index() == 0) as report:
         report.resume_changes(start, changes)
-        log.info("compiling the train step for batch shapes %s (the first step: minutes for a large batch)", source.shapes())
+        log.info(
+            "compiling the train step for batch shapes %s (the first step: minutes for a large batch)", source.shapes()
+        )
         with report.showing_bar(), contextlib.closing(batches):
             for step in range(start, config.num_train_steps):
                 hooks.step_start(step)
@@ -233,8 +267,15 @@ def _train(config: settings.Settings, workdir: str, mgr, preemption: resilience.
                 if config.eval_every_steps and done % config.eval_every_steps == 0:
                     hooks.eval_start(done)
                     with report.evaluating(done) as on_batch:
-                        result = evaluation.evaluate(p_eval, state, source, config.dataset.eval_split,
-                                                     config.eval.max_utterances, par, on_batch=on_batch)
+                        result = evaluation.evaluate(
+                            p_eval,
+                            state,
+                            source,
+                            config.dataset.eval_split,
+                            config.eval.max_utterances,
+                            par,
+                            on_batch=on_batch,
+                        )
                     report.evaluated(done, result)
                     if config.keep_best_checkpoints:  # a checkpoint ranked by this eval's WER (checkpoint.manager)
                         _save(mgr, done, par.get(state), report, hooks, {"wer": result["wer"], "cer": result["cer"]})
@@ -257,8 +298,14 @@ def _check_device_memory(config: settings.Settings, par, state, source, kw: dict
     """Refuses a batch whose step cannot fit the device, before anything compiles (memory.py);
     returns the estimate."""
     loss_kwargs = {k: v for k, v in kw.items() if k != "learning_rate_fn"}
-    est = memory.estimate(loss_function, state, config.per_device_batch_size, source.shapes(), loss_kwargs,
-                          staged_batches=config.prefetch_batches + 1)
+    est = memory.estimate(
+        loss_function,
+        state,
+        config.per_device_batch_size,
+        source.shapes(),
+        loss_kwargs,
+        staged_batches=config.prefetch_batches + 1,
+    )
     log.info("%s", memory.check(est, config.per_device_batch_size, memory.device_limit(par.devices[0])))
     return est
 
@@ -294,8 +341,13 @@ def _devices_and_data(config: settings.Settings):
     log.info("compilation cache: %s", parallel.enable_compilation_cache(config.compilation_cache_dir) or "off")
     par = parallel.make(config)
     sharding = par.batch_sharding(config.per_device_batch_size)
-    log.info("devices: %s x %d process(es), %s, global batch %d",
-             parallel.devices_line(par.devices), jax.process_count(), par.kind, sharding.global_batch)
+    log.info(
+        "devices: %s x %d process(es), %s, global batch %d",
+        parallel.devices_line(par.devices),
+        jax.process_count(),
+        par.kind,
+        sharding.global_batch,
+    )
     cpu_note = parallel.cpu_warning(config, par.devices)
     if cpu_note:
         log.warning("%s", cpu_note)
@@ -303,13 +355,18 @@ def _devices_and_data(config: settings.Settings):
     log.info("compiled batch shapes (samples, labels): %s", source.shapes())
     if config.eval_every_steps:
         source.check_eval_split(config.dataset.eval_split)
-    memory.check_host_memory(config, sharding.local_batch, source.shapes(), config.prefetch_batches + 1 +
-                             loader.resolve_num_workers(config.dataset) * config.dataset.worker_buffer_size)
+    memory.check_host_memory(
+        config,
+        sharding.local_batch,
+        source.shapes(),
+        config.prefetch_batches + 1 + loader.resolve_num_workers(config.dataset) * config.dataset.worker_buffer_size,
+    )
     return par, sharding, source
 
 
-def _initial_or_restored(config: settings.Settings, workdir: str, mgr, source,
-                         init_rng) -> tuple[TrainState, settings.Settings]:
+def _initial_or_restored(
+    config: settings.Settings, workdir: str, mgr, source, init_rng
+) -> tuple[TrainState, settings.Settings]:
     """(the unreplicated initial state, or the newest checkpoint that restores into it (process 0
     moves damaged newer ones aside), or with config.init_from and no checkpoint yet the source's
     (finetune.py); the config, its init_from resolved to the source's 'ABS_WORKDIR:STEP')."""
@@ -321,8 +378,9 @@ def _initial_or_restored(config: settings.Settings, workdir: str, mgr, source,
     restored, _ = checkpoint.restore_latest(mgr, state, move_damaged=jax.process_index() == 0)
     if restored is not None:
         if config.init_from:
-            log.info("init_from=%r not used: %s has checkpoints of its own, the run resumes them", config.init_from,
-                     workdir)
+            log.info(
+                "init_from=%r not used: %s has checkpoints of its own, the run resumes them", config.init_from, workdir
+            )
         return restored.replace(apply_fn=state.apply_fn, tx=state.tx), config
     if config.init_from:
         state, resolved = finetune.initial_state(config, state)
@@ -341,8 +399,9 @@ def _resume_notes(config: settings.Settings, workdir: str, start: int) -> list[t
     return workdir_config.record_resume_changes(config, workdir, start) if jax.process_index() == 0 else []
 
 
-def _save(mgr, step: int, host_state, report: reporting.Reporter, hooks: faults.Hooks,
-          metrics: dict | None = None) -> None:
+def _save(
+    mgr, step: int, host_state, report: reporting.Reporter, hooks: faults.Hooks, metrics: dict | None = None
+) -> None:
     with report.suspended(f"checkpoint {step}"):  # waits for the previous save, then writes
         checkpoint.save_or_explain(mgr, step, host_state, metrics)
     hooks.checkpoint_started(step)

@@ -37,8 +37,13 @@ from ds2_jax import decoding, errors, geometry, settings
 
 log = logging.getLogger("ds2_jax")
 # Errors name decoding.* settings; here they are these flags.
-FLAG_OF_SETTING = {"decoding.lm_path": "--lm", "decoding.lexicon_path": "--lexicon", "decoding.beam_width": "--beam_width",
-                   "decoding.alpha": "--alpha", "decoding.beta": "--beta"}
+FLAG_OF_SETTING = {
+    "decoding.lm_path": "--lm",
+    "decoding.lexicon_path": "--lexicon",
+    "decoding.beam_width": "--beam_width",
+    "decoding.alpha": "--alpha",
+    "decoding.beta": "--beta",
+}
 PAD_SECONDS = 4.0  # Files are padded to a multiple of this: each multiple is one compiled shape.
 # Longer files run in windows of WINDOW_SECONDS (memory and compiled shapes bounded by it),
 # each overlapping its neighbours by CONTEXT_SECONDS on either side; the output frames of
@@ -91,19 +96,29 @@ def load_audio(path: str, sample_rate: int = 16_000) -> np.ndarray:
     with _open(path) as f:
         rate, frames = f.samplerate, f.frames
         if rate < sample_rate:
-            log.warning("%s: %d Hz audio resampled to %d Hz; the model was trained on %d Hz audio, and nothing above "
-                        "%d Hz is in this file, so expect more errors", path, rate, sample_rate, sample_rate, rate // 2)
+            log.warning(
+                "%s: %d Hz audio resampled to %d Hz; the model was trained on %d Hz audio, and nothing above "
+                "%d Hz is in this file, so expect more errors",
+                path,
+                rate,
+                sample_rate,
+                sample_rate,
+                rate // 2,
+            )
         if rate != sample_rate:
             try:
                 import soxr
             except ImportError as e:
-                raise ImportError(f"{rate} Hz audio needs soxr to resample to {sample_rate} Hz: pip install soxr") from e
+                raise ImportError(
+                    f"{rate} Hz audio needs soxr to resample to {sample_rate} Hz: pip install soxr"
+                ) from e
         block = int(READ_BLOCK_SECONDS * rate)
         if 0 < frames <= block:
             audio = f.read(dtype="float32", always_2d=True).mean(axis=1)
             return _int16(audio if rate == sample_rate else soxr.resample(audio, rate, sample_rate, quality="HQ"))
-        stream = None if rate == sample_rate else soxr.ResampleStream(rate, sample_rate, 1, dtype="float32",
-                                                                          quality="HQ")
+        stream = (
+            None if rate == sample_rate else soxr.ResampleStream(rate, sample_rate, 1, dtype="float32", quality="HQ")
+        )
         parts = []
         for chunk in f.blocks(blocksize=block, dtype="float32", always_2d=True):
             mono = chunk.mean(axis=1)
@@ -116,8 +131,14 @@ def load_audio(path: str, sample_rate: int = 16_000) -> np.ndarray:
 class Transcriber:
     """A restored model plus a decoder; `transcribe` maps int16 waveforms at the model's rate to texts."""
 
-    def __init__(self, workdir: str, decoder_cfg: settings.Decoding | None = None, step: int | str | None = None,
-                 batch_size: int = 8, config: settings.Settings | None = None):
+    def __init__(
+        self,
+        workdir: str,
+        decoder_cfg: settings.Decoding | None = None,
+        step: int | str | None = None,
+        batch_size: int = 8,
+        config: settings.Settings | None = None,
+    ):
         """`config`: the workdir's (workdir_config.load_config), when the caller has read it already."""
         import jax
 
@@ -134,9 +155,14 @@ class Transcriber:
         self.num_conv_layers = self.config.model.num_conv_layers
         self.batch_size = batch_size
         kw = state.step_kwargs(self.config)
-        infer = jax.jit(functools.partial(
-            eval_step.infer, model_cfg=kw["model_cfg"], feature_cfg=kw["feature_cfg"], log_probs=self.beam is not None
-        ))
+        infer = jax.jit(
+            functools.partial(
+                eval_step.infer,
+                model_cfg=kw["model_cfg"],
+                feature_cfg=kw["feature_cfg"],
+                log_probs=self.beam is not None,
+            )
+        )
         self._forward = functools.partial(infer, self.state)  # (audio, lengths) -> eval_step.decoder_inputs
 
     @property
@@ -161,8 +187,9 @@ class Transcriber:
         if self.beam is not None:
             decoded = self.beam.decode_all([outputs[i] for i in good])
         else:
-            decoded = [decoding.greedy_texts(outputs[i][None], np.array([len(outputs[i])]), self.alphabet)[0]
-                       for i in good]
+            decoded = [
+                decoding.greedy_texts(outputs[i][None], np.array([len(outputs[i])]), self.alphabet)[0] for i in good
+            ]
         for i, t in zip(good, decoded):
             texts[i] = t
         return texts
@@ -195,8 +222,14 @@ class Transcriber:
         out = []
         for first in range(0, total, core):
             start = max(first - context, 0)
-            out.append((start * stride, min(start * stride + window, num_samples), first - start,
-                        min(first + core, total) - start))
+            out.append(
+                (
+                    start * stride,
+                    min(start * stride + window, num_samples),
+                    first - start,
+                    min(first + core, total) - start,
+                )
+            )
         return out
 
     def _too_short(self, num_samples: int) -> errors.AudioError | None:
@@ -204,8 +237,9 @@ class Transcriber:
         frames = geometry.output_frames(geometry.num_frames(num_samples, self.window, self.hop), self.num_conv_layers)
         if frames >= 1:
             return None
-        return errors.AudioError(f"too short: {1000 * num_samples / self.sample_rate:.0f} ms gives the model no output "
-                                 "frame")
+        return errors.AudioError(
+            f"too short: {1000 * num_samples / self.sample_rate:.0f} ms gives the model no output frame"
+        )
 
     def frame_outputs(self, waveforms: list[np.ndarray]) -> list[np.ndarray | Exception]:
         """Per waveform: <int32>[T] greedy ids (or <float32>[T, 29] log-probs with a beam decoder)
@@ -249,8 +283,12 @@ class OnnxTranscriber(Transcriber):
         meta = self.model.meta
         self.alphabet, self.step = meta.alphabet, meta.step
         self.beam = decoding.make_beam_decoder(decoder_cfg or settings.Decoding(), self.alphabet)
-        self.sample_rate, self.hop, self.window, self.num_conv_layers = (meta.sample_rate, meta.hop, meta.window,
-                                                                         meta.num_conv_layers)
+        self.sample_rate, self.hop, self.window, self.num_conv_layers = (
+            meta.sample_rate,
+            meta.hop,
+            meta.window,
+            meta.num_conv_layers,
+        )
         self.batch_size = batch_size
         self._forward = self.model.decoder_inputs
 
@@ -259,26 +297,59 @@ def define_flags(fv) -> None:
     from absl import flags
 
     flags.DEFINE_string("workdir", None, "A training workdir (config.json + checkpoints/); or --model.", flag_values=fv)
-    flags.DEFINE_string("model", None, "An exported model (python -m ds2_jax.export): run with onnxruntime, no jax; "
-                        "the decoding flags' defaults are settings.Decoding's.", flag_values=fv)
+    flags.DEFINE_string(
+        "model",
+        None,
+        "An exported model (python -m ds2_jax.export): run with onnxruntime, no jax; "
+        "the decoding flags' defaults are settings.Decoding's.",
+        flag_values=fv,
+    )
     flags.DEFINE_integer("threads", 0, "With --model: onnxruntime's threads (0: all cores).", flag_values=fv)
-    flags.DEFINE_string("step", None, "Checkpoint step, or 'best' (the lowest in-training eval WER; "
-                        "keep_best_checkpoints); default: the latest.", flag_values=fv)
+    flags.DEFINE_string(
+        "step",
+        None,
+        "Checkpoint step, or 'best' (the lowest in-training eval WER; keep_best_checkpoints); default: the latest.",
+        flag_values=fv,
+    )
     flags.DEFINE_string("lm", "", "KenLM ARPA/binary word LM: beam search with it.", flag_values=fv)
-    flags.DEFINE_string("lexicon", "", "Words the LM search may output, one per line (default: decoding.lexicon_path "
-                        "of the workdir's config with its LM, else the LM's unigrams).", flag_values=fv)
-    flags.DEFINE_integer("beam_width", None, "Beam search width; 0 = greedy (default: decoding.beam_width of the "
-                         f"workdir's config; {settings.LM_BEAM_WIDTH} with --lm if that is 0).", flag_values=fv)
+    flags.DEFINE_string(
+        "lexicon",
+        "",
+        "Words the LM search may output, one per line (default: decoding.lexicon_path "
+        "of the workdir's config with its LM, else the LM's unigrams).",
+        flag_values=fv,
+    )
+    flags.DEFINE_integer(
+        "beam_width",
+        None,
+        "Beam search width; 0 = greedy (default: decoding.beam_width of the "
+        f"workdir's config; {settings.LM_BEAM_WIDTH} with --lm if that is 0).",
+        flag_values=fv,
+    )
     flags.DEFINE_float("alpha", None, "LM weight (default: decoding.alpha of the workdir's config).", flag_values=fv)
     flags.DEFINE_float("beta", None, "Word bonus (default: decoding.beta of the workdir's config).", flag_values=fv)
     flags.DEFINE_integer("batch_size", 8, "Files per forward pass.", flag_values=fv)
-    flags.DEFINE_boolean("timestamps", False, "Each word's start and end (seconds, from the greedy path's frames): a "
-                         "line '<TAB>start<TAB>end<TAB>word' per word after its file's line.", flag_values=fv)
-    flags.DEFINE_boolean("stream", False, "Feed each file in --chunk_ms chunks to a unidirectional model "
-                         "(ds2_jax.streaming), greedy; 'partial:' lines on stderr as the text grows.", flag_values=fv)
+    flags.DEFINE_boolean(
+        "timestamps",
+        False,
+        "Each word's start and end (seconds, from the greedy path's frames): a "
+        "line '<TAB>start<TAB>end<TAB>word' per word after its file's line.",
+        flag_values=fv,
+    )
+    flags.DEFINE_boolean(
+        "stream",
+        False,
+        "Feed each file in --chunk_ms chunks to a unidirectional model "
+        "(ds2_jax.streaming), greedy; 'partial:' lines on stderr as the text grows.",
+        flag_values=fv,
+    )
     flags.DEFINE_integer("chunk_ms", 320, "With --stream: milliseconds of audio per chunk.", flag_values=fv)
-    flags.DEFINE_boolean("json", False, "One JSON object per file and line: path, text (and words: word, start, end "
-                         "with --timestamps).", flag_values=fv)
+    flags.DEFINE_boolean(
+        "json",
+        False,
+        "One JSON object per file and line: path, text (and words: word, start, end with --timestamps).",
+        flag_values=fv,
+    )
 
 
 # Flags checked against the settings' ranges (settings.RANGES) before anything loads.
@@ -310,8 +381,11 @@ def check_flags(args) -> None:
 def decoder_settings(args, base: settings.Decoding) -> settings.Decoding:
     """The decoding settings of the flags over the workdir's (`base`): a flag given (0 too) wins; without
     --beam_width, the workdir's, or LM_BEAM_WIDTH with --lm when that is 0."""
-    beam_width = args.beam_width if args.beam_width is not None else (
-        base.beam_width or (settings.LM_BEAM_WIDTH if args.lm else 0))
+    beam_width = (
+        args.beam_width
+        if args.beam_width is not None
+        else (base.beam_width or (settings.LM_BEAM_WIDTH if args.lm else 0))
+    )
     lm_path = args.lm if args.lm else (base.lm_path if beam_width else "")
     return dataclasses.replace(
         base,
@@ -340,8 +414,9 @@ def main(argv: list[str] | None = None) -> int:
     absl_logging.set_verbosity(absl_logging.WARNING)  # orbax's restore chatter
     try:
         if args.model is not None:
-            transcriber = OnnxTranscriber(args.model, decoder_settings(args, settings.Decoding()), args.batch_size,
-                                          args.threads)
+            transcriber = OnnxTranscriber(
+                args.model, decoder_settings(args, settings.Decoding()), args.batch_size, args.threads
+            )
         else:
             from ds2_jax import workdir_config
 
@@ -350,14 +425,21 @@ def main(argv: list[str] | None = None) -> int:
                 from ds2_jax import streaming
 
                 streaming.refuse_bidirectional(config)
-            transcriber = Transcriber(args.workdir, decoder_settings(args, config.decoding), step=step,
-                                      batch_size=args.batch_size, config=config)
+            transcriber = Transcriber(
+                args.workdir,
+                decoder_settings(args, config.decoding),
+                step=step,
+                batch_size=args.batch_size,
+                config=config,
+            )
     except ValueError as e:  # names decoding.* settings: say which flag
         raise ValueError(cli.in_flag_names(str(e), FLAG_OF_SETTING)) from e
 
     if (args.stream or args.timestamps) and transcriber.beam is not None:
-        raise ValueError(f"--{'stream' if args.stream else 'timestamps'}: greedy decoding only (beam search's words "
-                         "have no frames here): drop --lm and use --beam_width=0")
+        raise ValueError(
+            f"--{'stream' if args.stream else 'timestamps'}: greedy decoding only (beam search's words "
+            "have no frames here): drop --lm and use --beam_width=0"
+        )
     failed, done = 0, [0]  # done: files reported so far, counted line by line (a Ctrl-C may come between two)
     try:
         for first in range(0, len(files), args.batch_size):  # printed batch by batch: a pipe sees results as they come
@@ -369,8 +451,11 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 failed += _transcribe_batch(transcriber, batch, done, args.timestamps, args.json)
     except KeyboardInterrupt:
-        print(f"transcribe: interrupted after {done[0]} of {len(files)} files (their lines are above)", file=sys.stderr,
-              flush=True)
+        print(
+            f"transcribe: interrupted after {done[0]} of {len(files)} files (their lines are above)",
+            file=sys.stderr,
+            flush=True,
+        )
         return 130
     except BrokenPipeError:  # the reader stopped reading (| head -1): end quietly, as a shell tool does
         devnull = os.open(os.devnull, os.O_WRONLY)
@@ -400,8 +485,11 @@ def _stream_file(transcriber: Transcriber, path: str, chunk_ms: int, timestamps:
     try:
         audio = load_audio(path, transcriber.sample_rate)
     except Exception as e:  # noqa: BLE001  (any unreadable file: report it, go on)
-        print(f"error: {path}: {e if isinstance(e, errors.AudioError) else f'{type(e).__name__}: {e}'}",
-              file=sys.stderr, flush=True)
+        print(
+            f"error: {path}: {e if isinstance(e, errors.AudioError) else f'{type(e).__name__}: {e}'}",
+            file=sys.stderr,
+            flush=True,
+        )
         return 1
     stream = streaming.Stream(transcriber.config, transcriber.state)
     chunk, frames, text = max(int(chunk_ms * transcriber.sample_rate / 1000), 1), [], ""
@@ -414,18 +502,25 @@ def _stream_file(transcriber: Transcriber, path: str, chunk_ms: int, timestamps:
         ids = np.concatenate(frames).argmax(-1)
         now = decoding.greedy_texts(ids[None], np.array([len(ids)]), transcriber.alphabet)[0]
         if now != text and not last:
-            print(f"partial: {shown(path)}: {now} ({min(first + chunk, len(audio)) / transcriber.sample_rate:.2f} s "
-                  f"of audio, {1000 * (time.perf_counter() - start):.0f} ms)", file=sys.stderr, flush=True)
+            print(
+                f"partial: {shown(path)}: {now} ({min(first + chunk, len(audio)) / transcriber.sample_rate:.2f} s "
+                f"of audio, {1000 * (time.perf_counter() - start):.0f} ms)",
+                file=sys.stderr,
+                flush=True,
+            )
         text = now
         if last:
             break
-    words = decoding.word_timings(ids, len(ids), transcriber.alphabet, transcriber.frame_seconds) if timestamps else None
+    words = (
+        decoding.word_timings(ids, len(ids), transcriber.alphabet, transcriber.frame_seconds) if timestamps else None
+    )
     print(result_lines(path, text, words, as_json), flush=True)
     return 0
 
 
-def _transcribe_batch(transcriber: Transcriber, paths: list[str], done: list[int], timestamps: bool = False,
-                      as_json: bool = False) -> int:
+def _transcribe_batch(
+    transcriber: Transcriber, paths: list[str], done: list[int], timestamps: bool = False, as_json: bool = False
+) -> int:
     """Prints each file's line (stdout) or error (stderr), counting it in done[0] just before;
     returns how many failed."""
     loaded, waveforms, failed = [], [], 0

@@ -59,8 +59,10 @@ def read_config_json(workdir: str) -> dict:
             "start over"
         ) from e
     if not isinstance(config, dict):
-        raise ValueError(f"{path} holds a JSON {type(config).__name__}, not the settings of a run (an object of "
-                         "sections); repair it or move the workdir away to start over")
+        raise ValueError(
+            f"{path} holds a JSON {type(config).__name__}, not the settings of a run (an object of "
+            "sections); repair it or move the workdir away to start over"
+        )
     return config
 
 
@@ -75,6 +77,7 @@ def load_config(workdir: str) -> settings.Settings:
 
 
 # ----------------------------------------------------------------------------- comparing settings
+
 
 def flat(d: dict, prefix: str = "") -> dict:
     """{'model.rnn_size': 32, ...} of a nested settings dict, values as JSON reads them back
@@ -104,15 +107,43 @@ def _trained_vs_given(diff) -> str:
 
 # Settings a resumed run cannot change: the checkpoints' parameter shapes and the meaning
 # of their inputs (the feature statistics are per bin of this spectrogram).
-FIXED_ON_RESUME = (*(f"model.{k}" for k in ("num_conv_layers", "conv_channels", "num_rnn_layers", "rnn_size", "rnn_cell",
-                                            "share_rnn_weights", "bidirectional", "row_conv_context", "alphabet")),
-                   *(f"features.{f.name}" for f in dataclasses.fields(settings.Spectrogram)),
-                   "freeze")  # the optimizer state holds no moments for frozen parameters
+FIXED_ON_RESUME = (
+    *(
+        f"model.{k}"
+        for k in (
+            "num_conv_layers",
+            "conv_channels",
+            "num_rnn_layers",
+            "rnn_size",
+            "rnn_cell",
+            "share_rnn_weights",
+            "bidirectional",
+            "row_conv_context",
+            "alphabet",
+        )
+    ),
+    *(f"features.{f.name}" for f in dataclasses.fields(settings.Spectrogram)),
+    "freeze",
+)  # the optimizer state holds no moments for frozen parameters
 # Settings that change how a run is driven or watched, not what it trains: never a "change".
-NOT_TRAINING = ("faults.", "eval.", "decoding.", "num_train_steps", "log_every_steps", "eval_every_steps",
-                "checkpoint_every_steps", "keep_checkpoints", "prefetch_batches", "input_wait_warn_fraction",
-                "step_timeout_s", "compilation_cache_dir", "dataset.num_workers", "dataset.worker_buffer_size",
-                "keep_best_checkpoints", "init_from")  # init_from: where step 0 came from (config.json resolves it)
+NOT_TRAINING = (
+    "faults.",
+    "eval.",
+    "decoding.",
+    "num_train_steps",
+    "log_every_steps",
+    "eval_every_steps",
+    "checkpoint_every_steps",
+    "keep_checkpoints",
+    "prefetch_batches",
+    "input_wait_warn_fraction",
+    "step_timeout_s",
+    "compilation_cache_dir",
+    "dataset.num_workers",
+    "dataset.worker_buffer_size",
+    "keep_best_checkpoints",
+    "init_from",
+)  # init_from: where step 0 came from (config.json resolves it)
 CHANGES_FILE = "config_changes.jsonl"  # {"step", "time", "changes": {key: [before, after]}} per resume that changed any
 
 
@@ -158,12 +189,25 @@ def record_resume_changes(config: settings.Settings, workdir: str, step: int) ->
     current = flat(settings.to_dict(load_config(workdir)))
     for r in kept:
         current.update({k: after for k, (_, after) in r["changes"].items()})
-    diff = [d for d in _differences(current, flat(settings.to_dict(config))) if not d[0].startswith(_not_training(config))]
+    diff = [
+        d for d in _differences(current, flat(settings.to_dict(config))) if not d[0].startswith(_not_training(config))
+    ]
     if diff:
-        log.warning("settings changed at step %d (resuming %s): %s; recorded in %s (config.json keeps the settings "
-                    "the run started with)", step, workdir, _shown(diff), path)
-        kept.append({"step": step, "time": datetime.datetime.now().isoformat(timespec="seconds"),
-                     "changes": {k: [a, b] for k, a, b in diff}})
+        log.warning(
+            "settings changed at step %d (resuming %s): %s; recorded in %s (config.json keeps the settings "
+            "the run started with)",
+            step,
+            workdir,
+            _shown(diff),
+            path,
+        )
+        kept.append(
+            {
+                "step": step,
+                "time": datetime.datetime.now().isoformat(timespec="seconds"),
+                "changes": {k: [a, b] for k, a, b in diff},
+            }
+        )
     if kept != records:
         files.write_text(path, "".join(json.dumps(r) + "\n" for r in kept))
     return diff
@@ -173,8 +217,19 @@ def record_resume_changes(config: settings.Settings, workdir: str, step: int) ->
 
 # What an evaluation sets itself; every other setting (model, features, loss, optimizer,
 # ...) comes from the workdir's config.json, so the restored model is the one trained.
-EVAL_SETTINGS = ("eval", "decoding", "dataset", "per_device_batch_size", "num_devices", "compile", "parallelism",
-                 "keep_checkpoints", "prefetch_batches", "keep_best_checkpoints", "init_from")
+EVAL_SETTINGS = (
+    "eval",
+    "decoding",
+    "dataset",
+    "per_device_batch_size",
+    "num_devices",
+    "compile",
+    "parallelism",
+    "keep_checkpoints",
+    "prefetch_batches",
+    "keep_best_checkpoints",
+    "init_from",
+)
 
 
 # Settings training derives from its data (model.alphabet: the prepared data's): a --config that
@@ -184,8 +239,11 @@ SET_BY_TRAINING = ("model.alphabet",)
 
 def differing_keys(trained: dict, given: dict) -> list[tuple[str, object, object]]:
     """(dotted key, trained value, given value) of the training settings both have that differ."""
-    return [d for d in _differences(flat(trained), flat(given)) if d[0].split(".")[0] not in EVAL_SETTINGS
-            and not (d[0] in SET_BY_TRAINING and d[2] == "")]
+    return [
+        d
+        for d in _differences(flat(trained), flat(given))
+        if d[0].split(".")[0] not in EVAL_SETTINGS and not (d[0] in SET_BY_TRAINING and d[2] == "")
+    ]
 
 
 def _overlay(base: dict, top: dict) -> dict:
@@ -207,8 +265,13 @@ def config_for_eval(config, workdir: str) -> settings.Settings:
     diff = differing_keys(trained, given)
     if diff:
         more = f" and {len(diff) - 12} more" if len(diff) > 12 else ""
-        log.warning("eval restores with %s: %d setting(s) of --config differ and are taken from it: %s%s",
-                    os.path.join(workdir, "config.json"), len(diff), _trained_vs_given(diff[:12]), more)
+        log.warning(
+            "eval restores with %s: %d setting(s) of --config differ and are taken from it: %s%s",
+            os.path.join(workdir, "config.json"),
+            len(diff),
+            _trained_vs_given(diff[:12]),
+            more,
+        )
     # Knobs newer than the workdir keep --config's value (their default when it was trained).
     try:
         return settings.from_config_dict(_overlay(given, {k: v for k, v in trained.items() if k not in EVAL_SETTINGS}))

@@ -70,11 +70,15 @@ def pytest_collection_modifyitems(config, items):
     xdist). xdist groups by a node-id suffix ('...@trained'): where it cannot add one (pytest
     9.2 with pytest-xdist 3.8), every worker would train the model, so that is an error too."""
     uses = [item for item in items if "trained" in getattr(item, "fixturenames", ())]
-    ungrouped = [item.nodeid for item in uses
-                 if "trained" not in [m.args[0] for m in item.iter_markers("xdist_group") if m.args]]
+    ungrouped = [
+        item.nodeid for item in uses if "trained" not in [m.args[0] for m in item.iter_markers("xdist_group") if m.args]
+    ]
     if ungrouped:
-        raise pytest.UsageError(f"tests using the `trained` fixture need @pytest.mark.xdist_group(\"trained\"): {ungrouped}")
+        raise pytest.UsageError(
+            f'tests using the `trained` fixture need @pytest.mark.xdist_group("trained"): {ungrouped}'
+        )
     if config.getoption("loadgroup", False) and not all(item.nodeid.endswith("@trained") for item in uses):
         _UNGROUPED.append(  # read by the `trained` fixture: a worker cannot stop the run cleanly here
             f"pytest-xdist's --dist loadgroup does not group tests under pytest {pytest.__version__} (no '@trained' "
-            "in the node ids): every worker would train the demo model. Install the pytest pinned in setup.py")
+            "in the node ids): every worker would train the demo model. Install the pytest pinned in setup.py"
+        )

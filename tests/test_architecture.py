@@ -46,7 +46,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         path.append(node)
         for dep in sorted(graph[node]):
             if state.get(dep) == 1:
-                return path[path.index(dep):] + [dep]
+                return path[path.index(dep) :] + [dep]
             if dep not in state and (cycle := visit(dep)):
                 return cycle
         path.pop()
@@ -85,10 +85,19 @@ def test_the_kernels_live_in_one_package_and_the_reference_imports_none():
     graph = module_imports()
     assert "ds2_jax.kernels.dispatch" in graph["ds2_jax.rnn.recurrence"]  # the walk sees the subpackage
     package = ROOT
-    pallas = {os.path.relpath(os.path.join(d, f), package) for d, _, fs in os.walk(package) for f in fs
-              if f.endswith(".py") and "jax.experimental.pallas" in open(os.path.join(d, f)).read()}
+    pallas = {
+        os.path.relpath(os.path.join(d, f), package)
+        for d, _, fs in os.walk(package)
+        for f in fs
+        if f.endswith(".py") and "jax.experimental.pallas" in open(os.path.join(d, f)).read()
+    }
     assert pallas and all(p.startswith("kernels" + os.sep) for p in pallas), pallas
-    kernels = {"ds2_jax.kernels.triton_rnn", "ds2_jax.kernels.mosaic_rnn", "ds2_jax.kernels.common", "ds2_jax.kernels.ctc"}
+    kernels = {
+        "ds2_jax.kernels.triton_rnn",
+        "ds2_jax.kernels.mosaic_rnn",
+        "ds2_jax.kernels.common",
+        "ds2_jax.kernels.ctc",
+    }
     assert not graph["ds2_jax.rnn.reference"] & kernels, graph["ds2_jax.rnn.reference"]
     assert not graph["ds2_jax.kernels.gates"] & kernels, graph["ds2_jax.kernels.gates"]
     seeing = {m for m, imports in graph.items() if imports & kernels and not m.startswith("ds2_jax.kernels.")}
@@ -98,11 +107,19 @@ def test_the_kernels_live_in_one_package_and_the_reference_imports_none():
 def test_settings_imports_no_jax_and_names_what_the_code_implements():
     """Grain workers unpickle Settings: building them must not import jax. The names of the
     implementations live in settings, and each registry implements exactly those."""
-    code = ("import sys; from ds2_jax import settings; s = settings.from_config_dict(settings.to_config_dict()); "
-            "print(sorted(m for m in sys.modules if m == 'jax' or m.startswith('jax.')))")
+    code = (
+        "import sys; from ds2_jax import settings; s = settings.from_config_dict(settings.to_config_dict()); "
+        "print(sorted(m for m in sys.modules if m == 'jax' or m.startswith('jax.')))"
+    )
     repo = os.path.dirname(ROOT)
-    out = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True, check=True,
-                         env=dict(os.environ, PYTHONPATH=repo)).stdout.strip()
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        check=True,
+        env=dict(os.environ, PYTHONPATH=repo),
+    ).stdout.strip()
     assert out == "[]", out
     from ds2_jax import ctc, settings
     from ds2_jax.rnn import recurrence, reference
@@ -117,8 +134,9 @@ def _defines_flags_at_import(tree: ast.Module) -> bool:
     """A top-level statement calls flags.DEFINE_*, config_flags.DEFINE_* (absl) or cli.define_config_file."""
     for node in tree.body:
         for call in (n for n in ast.walk(node) if isinstance(n, ast.Call)):
-            if isinstance(call.func, ast.Attribute) and (call.func.attr.startswith("DEFINE")
-                                                         or call.func.attr == "define_config_file"):
+            if isinstance(call.func, ast.Attribute) and (
+                call.func.attr.startswith("DEFINE") or call.func.attr == "define_config_file"
+            ):
                 if not isinstance(node, (ast.FunctionDef, ast.ClassDef)):
                     return True
     return False
@@ -149,8 +167,15 @@ def test_no_test_imports_a_module_that_defines_flags():
 # The modules the data side may import: host code that imports no jax (ds2_jax.datasets is
 # the tfds builder, imported by pipeline.tfds_source only when it builds or checks a dataset;
 # "ds2_jax" is the package itself, whose __init__ is empty).
-DATA_MAY_IMPORT = {"ds2_jax", "ds2_jax.settings", "ds2_jax.geometry", "ds2_jax.text", "ds2_jax.errors", "ds2_jax.faults",
-                   "ds2_jax.files"}  # files: the atomic writes of the index and statistics caches (no jax)
+DATA_MAY_IMPORT = {
+    "ds2_jax",
+    "ds2_jax.settings",
+    "ds2_jax.geometry",
+    "ds2_jax.text",
+    "ds2_jax.errors",
+    "ds2_jax.faults",
+    "ds2_jax.files",
+}  # files: the atomic writes of the index and statistics caches (no jax)
 
 
 def test_the_data_package_imports_no_jax_and_leans_on_host_modules_only():
@@ -161,7 +186,11 @@ def test_the_data_package_imports_no_jax_and_leans_on_host_modules_only():
     that consume batches (train, evaluation, parallel, state)."""
     graph = module_imports()
     data = {m for m in graph if m.startswith("ds2_jax.pipeline.") or m == "ds2_jax.pipeline"}
-    assert {"ds2_jax.pipeline.source", "ds2_jax.pipeline.plan", "ds2_jax.pipeline.loader"} <= data  # the walk sees the package
+    assert {
+        "ds2_jax.pipeline.source",
+        "ds2_jax.pipeline.plan",
+        "ds2_jax.pipeline.loader",
+    } <= data  # the walk sees the package
     for mod in sorted(data):
         outside = {d for d in graph[mod] if not d.startswith(("ds2_jax.pipeline", "ds2_jax.datasets"))}
         assert outside <= DATA_MAY_IMPORT, (mod, outside - DATA_MAY_IMPORT)
@@ -171,14 +200,22 @@ def test_the_data_package_imports_no_jax_and_leans_on_host_modules_only():
         with open(path) as f:
             tops = {name.split(".")[0] for name in imported_names(ast.parse(f.read()))}
         assert not tops & {"jax", "flax", "optax"}, (mod, tops & {"jax", "flax", "optax"})
-    code = ("import sys; from ds2_jax.pipeline import batch, filters, loader, plan, source, split_index, synthetic; "
-            "from ds2_jax import settings; from ds2_jax.pipeline.batch import Sharding; from configs import smoke; "
-            "s = source.make_source(settings.from_config_dict(smoke.get_config()), Sharding(4)); s.train_batch(0); "
-            "list(s.eval_batches('', 4)); "
-            "print(sorted(m for m in sys.modules if m == 'jax' or m.startswith('jax.')))")
+    code = (
+        "import sys; from ds2_jax.pipeline import batch, filters, loader, plan, source, split_index, synthetic; "
+        "from ds2_jax import settings; from ds2_jax.pipeline.batch import Sharding; from configs import smoke; "
+        "s = source.make_source(settings.from_config_dict(smoke.get_config()), Sharding(4)); s.train_batch(0); "
+        "list(s.eval_batches('', 4)); "
+        "print(sorted(m for m in sys.modules if m == 'jax' or m.startswith('jax.')))"
+    )
     repo = os.path.dirname(ROOT)
-    out = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True, check=True,
-                         env=dict(os.environ, PYTHONPATH=repo)).stdout.strip()
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        check=True,
+        env=dict(os.environ, PYTHONPATH=repo),
+    ).stdout.strip()
     assert out == "[]", out
 
 
@@ -187,6 +224,8 @@ def test_every_dataset_name_has_a_source():
     from ds2_jax.pipeline import source
 
     assert set(source.SOURCES) == set(settings.DATASETS)
+
+
 # Modules no test file imports or runs: each is tested through the module that uses it, in
 # the test file named (BUILD_NOTES.md, Testing: tests are grouped by behaviour, not one per module).
 REACHED_THROUGH = {
@@ -208,8 +247,9 @@ def _tested_modules() -> dict[str, set[str]]:
             continue
         with open(os.path.join(tests, name)) as f:
             tree = ast.parse(f.read())
-        named = imported_names(tree) | {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)
-                                        and isinstance(n.value, str)}
+        named = imported_names(tree) | {
+            n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+        }
         for m in modules & named:
             found[m].add(name)
     return found
@@ -218,8 +258,11 @@ def _tested_modules() -> dict[str, set[str]]:
 def test_every_module_is_imported_or_run_by_a_test_file_or_named_with_the_one_that_reaches_it():
     found = _tested_modules()
     assert "test_train.py" in found["ds2_jax.train"] and "test_cli.py" in found["ds2_jax.demo"]  # imports, -m runs
-    untested = sorted(m for m, files in found.items() if not files and m not in REACHED_THROUGH
-                      and not m.endswith("__init__") and m != PACKAGE)
+    untested = sorted(
+        m
+        for m, files in found.items()
+        if not files and m not in REACHED_THROUGH and not m.endswith("__init__") and m != PACKAGE
+    )
     assert not untested, f"no test file imports or runs {untested}: test them, or name the file in REACHED_THROUGH"
     stale = sorted(m for m in REACHED_THROUGH if m not in found or found[m])
     assert not stale, f"REACHED_THROUGH lists modules that are gone or tested directly: {stale}"
@@ -262,20 +305,39 @@ def test_config_files_load_from_any_folder_with_only_ds2_jax_importable(tmp_path
     site.mkdir()
     os.symlink(ROOT, site / PACKAGE)
     configs = sorted(f for f in os.listdir(os.path.join(repo, "configs")) if f.endswith(".py") and f != "__init__.py")
-    code = ("import importlib.util, sys\n"
-            "for path in sys.argv[1:]:\n"
-            "    spec = importlib.util.spec_from_file_location('config_file', path)\n"
-            "    module = importlib.util.module_from_spec(spec)\n"
-            "    spec.loader.exec_module(module)\n"
-            "    print(module.get_config().num_train_steps)\n")
+    code = (
+        "import importlib.util, sys\n"
+        "for path in sys.argv[1:]:\n"
+        "    spec = importlib.util.spec_from_file_location('config_file', path)\n"
+        "    module = importlib.util.module_from_spec(spec)\n"
+        "    spec.loader.exec_module(module)\n"
+        "    print(module.get_config().num_train_steps)\n"
+    )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"PYTHONPATH": str(site)}
-    proc = subprocess.run([sys.executable, "-c", code, *(os.path.join(repo, "configs", c) for c in configs)],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *(os.path.join(repo, "configs", c) for c in configs)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0 and len(proc.stdout.split()) == len(configs) >= 4, proc.stderr
     # The demo's config flag loads its file by path (as launch.py's): a bad override is the only error.
-    proc = subprocess.run([sys.executable, "-m", "ds2_jax.demo", f"--config={os.path.join(repo, 'configs', 'demo.py')}",
-                           "--config.num_train_steps=many"], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ds2_jax.demo",
+            f"--config={os.path.join(repo, 'configs', 'demo.py')}",
+            "--config.num_train_steps=many",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1].endswith("expected an integer"), proc.stderr
 
 
@@ -286,12 +348,22 @@ def settings_rebuilt_below_the_entry_points(source: str) -> list[str]:
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Call):
             f = node.func
-            if isinstance(f, ast.Attribute) and f.attr == "build" and isinstance(f.value, ast.Name) \
-                    and f.value.id == "settings":
+            if (
+                isinstance(f, ast.Attribute)
+                and f.attr == "build"
+                and isinstance(f.value, ast.Name)
+                and f.value.id == "settings"
+            ):
                 found.append(f"line {node.lineno}: settings.build")
-            if isinstance(f, ast.Name) and f.id == "isinstance" and len(node.args) == 2 and any(
+            if (
+                isinstance(f, ast.Name)
+                and f.id == "isinstance"
+                and len(node.args) == 2
+                and any(
                     isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "settings"
-                    for n in ast.walk(node.args[1])):
+                    for n in ast.walk(node.args[1])
+                )
+            ):
                 found.append(f"line {node.lineno}: isinstance(..., {ast.unparse(node.args[1])})")
         if isinstance(node, ast.FunctionDef) and node.name == "from_config":
             found.append(f"line {node.lineno}: def from_config")
@@ -301,8 +373,10 @@ def settings_rebuilt_below_the_entry_points(source: str) -> list[str]:
 def test_settings_are_built_once_at_the_entry_points_and_passed_down_typed():
     """Only settings.py builds Settings (settings.from_config_dict, called by the entry points);
     below them every function takes the Settings or a section, never "a ConfigDict or a Settings"."""
-    planted = ("section = model if isinstance(model, settings.Model) else settings.build(settings.Model, model)\n"
-               "class C:\n    def from_config(cls, c):\n        pass\n")
+    planted = (
+        "section = model if isinstance(model, settings.Model) else settings.build(settings.Model, model)\n"
+        "class C:\n    def from_config(cls, c):\n        pass\n"
+    )
     assert len(settings_rebuilt_below_the_entry_points(planted)) == 3
     offenders = {}
     for folder, _, files in os.walk(ROOT):
@@ -320,7 +394,8 @@ DIRECT_WRITES = {
     "ds2_jax/resilience.py": "the lock is created with O_EXCL (never rewritten) and the write probe is removed at once",
     "ds2_jax/tools/make_corpus.py": "creates a new corpus tree (nothing there to keep whole)",
     "ds2_jax/tools/make_own_corpus.py": "creates a new corpus tree (nothing there to keep whole)",
-    "ds2_jax/datasets/manifest.py": "the alphabet and build reports go into tfds's temporary build folder, renamed whole at the end",
+    "ds2_jax/datasets/manifest.py": "the alphabet and build reports go into tfds's temporary build folder, "
+    "renamed whole at the end",
     "ds2_jax/transcribe.py": "os.devnull over a closed stdout",
 }
 WRITE_CALLS = ("savez", "savez_compressed", "save", "savefig", "write_bytes", "write_text", "tofile")
@@ -332,8 +407,12 @@ def _writes_outside_replacing(tree: ast.Module) -> list[int]:
     found = []
 
     def replacing(node) -> bool:
-        return any(isinstance(item.context_expr, ast.Call) and isinstance(item.context_expr.func, ast.Attribute)
-                   and item.context_expr.func.attr == "replacing" for item in node.items)
+        return any(
+            isinstance(item.context_expr, ast.Call)
+            and isinstance(item.context_expr.func, ast.Attribute)
+            and item.context_expr.func.attr == "replacing"
+            for item in node.items
+        )
 
     def visit(node, inside: bool) -> None:
         if isinstance(node, ast.With) and replacing(node):
@@ -342,13 +421,17 @@ def _writes_outside_replacing(tree: ast.Module) -> list[int]:
             func = node.func
             name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
             if name == "open" and not (isinstance(func, ast.Attribute) and getattr(func.value, "id", "") == "os"):
-                mode = node.args[1] if len(node.args) > 1 else next((k.value for k in node.keywords if k.arg == "mode"),
-                                                                    None)
+                mode = (
+                    node.args[1]
+                    if len(node.args) > 1
+                    else next((k.value for k in node.keywords if k.arg == "mode"), None)
+                )
                 if isinstance(mode, ast.Constant) and any(c in mode.value for c in "wx+"):
                     found.append(node.lineno)
             elif name == "open":  # os.open: flags naming a write
-                if any(isinstance(n, ast.Attribute) and n.attr in ("O_WRONLY", "O_RDWR", "O_CREAT")
-                       for n in ast.walk(node)):
+                if any(
+                    isinstance(n, ast.Attribute) and n.attr in ("O_WRONLY", "O_RDWR", "O_CREAT") for n in ast.walk(node)
+                ):
                     found.append(node.lineno)
             elif isinstance(func, ast.Attribute) and name in WRITE_CALLS:
                 owner = getattr(func.value, "id", "")
@@ -379,6 +462,8 @@ def test_every_write_in_the_package_replaces_atomically_or_appends():
                 if lines and rel not in DIRECT_WRITES:
                     offenders[rel] = lines
     assert not offenders, f"writes outside files.replacing (file: lines): {offenders}"
-    planted = ast.parse("import numpy as np\nwith open(p, 'w') as f:\n    pass\nnp.savez(p, a=1)\n"
-                        "with files.replacing(p, 'wb') as f:\n    np.savez(f, a=1)\nopen(p, 'a')\n")
+    planted = ast.parse(
+        "import numpy as np\nwith open(p, 'w') as f:\n    pass\nnp.savez(p, a=1)\n"
+        "with files.replacing(p, 'wb') as f:\n    np.savez(f, a=1)\nopen(p, 'a')\n"
+    )
     assert _writes_outside_replacing(planted) == [2, 4]  # the check can fail

@@ -4,12 +4,13 @@ processes or input workers; bad settings and folders are one error naming the ke
 
 import numpy as np
 import pytest
+
 from ds2_jax import settings
 from ds2_jax.pipeline import augment, loader
 from ds2_jax.pipeline.batch import Sharding
 from ds2_jax.pipeline.source import make_source
-from tests.test_loader import corpus  # noqa: F401  (the fixture: a tiny LibriSpeech build)
 from tests.helpers import write_noise
+from tests.test_loader import corpus  # noqa: F401  (the fixture: a tiny LibriSpeech build)
 from tests.test_tfds_source import make_config
 
 RATE = 16_000
@@ -31,8 +32,11 @@ def test_noise_is_added_at_the_drawn_snr(tmp_path):
         y = augment.add_noise(x, noise, snr)
         measured = 10 * np.log10(np.mean(x**2) / np.mean((y - x) ** 2))
         assert measured == pytest.approx(snr, abs=1e-3)
-    aug = augment.Augmenter(waveform(noise_dir=write_noise(tmp_path / "n"), noise_prob=1.0, noise_snr_db_min=5.0,
-                                     noise_snr_db_max=5.0), seed=0, sample_rate=RATE)
+    aug = augment.Augmenter(
+        waveform(noise_dir=write_noise(tmp_path / "n"), noise_prob=1.0, noise_snr_db_min=5.0, noise_snr_db_max=5.0),
+        seed=0,
+        sample_rate=RATE,
+    )
     a = tone()
     y = aug(a, step=3, row=1).astype(np.float64)
     measured = 10 * np.log10(np.mean(a.astype(np.float64) ** 2) / np.mean((y - a) ** 2))
@@ -78,6 +82,7 @@ def test_each_utterance_is_a_function_of_seed_step_and_row(tmp_path):
 
 def test_process_shares_and_input_workers_give_the_one_process_batches(corpus, tmp_path):  # noqa: F811
     noise = write_noise(tmp_path / "n")
+
     def config(workers):
         c = make_config(corpus, sortagrad=False, num_workers=workers)
         c.waveform.noise_dir, c.waveform.noise_prob, c.waveform.speed_prob = noise, 0.7, 0.7
@@ -103,14 +108,17 @@ def test_process_shares_and_input_workers_give_the_one_process_batches(corpus, t
         assert not np.array_equal(b["audio_lengths"], c["audio_lengths"])
 
 
-@pytest.mark.parametrize("changes,message", [
-    ({"speed_min": 0.0}, r"waveform.speed_min=0.0: must be > 0.0 \(a speed factor\)"),  # settings.RANGES
-    ({"speed_min": 1.2}, r"the speed range must be positive, min <= max"),
-    ({"noise_prob": 1.5}, r"waveform.noise_prob=1.5: must be in \[0.0, 1.0\]"),
-    ({"gain_prob": float("nan")}, r"waveform.gain_prob=nan: must be a finite number"),
-    ({"noise_prob": 0.5}, r"waveform.noise_prob=0.5 needs waveform.noise_dir"),
-    ({"noise_snr_db_min": 20.0}, r"waveform.noise_snr_db_min=20.0 must be <= waveform.noise_snr_db_max=15.0"),
-])
+@pytest.mark.parametrize(
+    "changes,message",
+    [
+        ({"speed_min": 0.0}, r"waveform.speed_min=0.0: must be > 0.0 \(a speed factor\)"),  # settings.RANGES
+        ({"speed_min": 1.2}, r"the speed range must be positive, min <= max"),
+        ({"noise_prob": 1.5}, r"waveform.noise_prob=1.5: must be in \[0.0, 1.0\]"),
+        ({"gain_prob": float("nan")}, r"waveform.gain_prob=nan: must be a finite number"),
+        ({"noise_prob": 0.5}, r"waveform.noise_prob=0.5 needs waveform.noise_dir"),
+        ({"noise_snr_db_min": 20.0}, r"waveform.noise_snr_db_min=20.0 must be <= waveform.noise_snr_db_max=15.0"),
+    ],
+)
 def test_a_bad_setting_names_its_key(changes, message):
     with pytest.raises(ValueError, match=message):
         settings.override(settings.Settings(), {f"waveform.{k}": v for k, v in changes.items()})
@@ -121,8 +129,11 @@ def test_a_noise_folder_without_readable_audio_is_one_error_naming_it(tmp_path):
     (tmp_path / "n" / "broken.wav").write_bytes(b"RIFF....not audio")
     (tmp_path / "n" / "notes.txt").write_text("hello")
     cfg = waveform(noise_dir=str(tmp_path / "n"), noise_prob=0.5)
-    with pytest.raises(ValueError, match=r"waveform.noise_dir=.*n' holds no readable audio \(1 file\(s\) tried, e.g. "
-                                         r".*broken.wav \("):
+    with pytest.raises(
+        ValueError,
+        match=r"waveform.noise_dir=.*n' holds no readable audio \(1 file\(s\) tried, e.g. "
+        r".*broken.wav \(",
+    ):
         augment.Augmenter(cfg, seed=0, sample_rate=RATE)
     with pytest.raises(FileNotFoundError, match=r"waveform.rir_dir=.*nowhere.*no such folder or list file"):
         augment.Augmenter(waveform(rir_dir=str(tmp_path / "nowhere"), rir_prob=0.5), seed=0, sample_rate=RATE)
@@ -146,12 +157,19 @@ def test_make_noisy_copies_a_split_with_noise_at_the_snr_range_and_links_the_res
     utts = td.write_durations_corpus(manual, "test-clean", [1.5, 2.0, 2.5], first_speaker=50)
     noise = write_noise(tmp_path / "noise")
     out = str(tmp_path / "noisy")
-    args = [f"--manual_dir={manual}", "--split=test-clean", f"--noise_dir={noise}", f"--out={out}",
-            "--snr_db_min=2", "--snr_db_max=8"]
+    args = [
+        f"--manual_dir={manual}",
+        "--split=test-clean",
+        f"--noise_dir={noise}",
+        f"--out={out}",
+        "--snr_db_min=2",
+        "--snr_db_max=8",
+    ]
     assert make_noisy.main(args) == 0
     src, dst = (os.path.join(d, "LibriSpeech", "test-clean") for d in (manual, out))
-    flacs = sorted(os.path.relpath(os.path.join(r, f), src) for r, _, fs in os.walk(src) for f in fs
-                   if f.endswith(".flac"))
+    flacs = sorted(
+        os.path.relpath(os.path.join(r, f), src) for r, _, fs in os.walk(src) for f in fs if f.endswith(".flac")
+    )
     assert len(flacs) == len(utts) == 3
     for rel in flacs:
         clean = soundfile.read(os.path.join(src, rel), dtype="int16")[0].astype(np.float64)
@@ -166,8 +184,10 @@ def test_make_noisy_copies_a_split_with_noise_at_the_snr_range_and_links_the_res
     again = str(tmp_path / "again")  # a pure function of the flags and the files
     make_noisy.make_noisy(manual, "test-clean", noise, again, (2.0, 8.0))
     for rel in flacs:
-        assert open(os.path.join(dst, rel), "rb").read() == open(os.path.join(again, "LibriSpeech", "test-clean",
-                                                                              rel), "rb").read()
+        assert (
+            open(os.path.join(dst, rel), "rb").read()
+            == open(os.path.join(again, "LibriSpeech", "test-clean", rel), "rb").read()
+        )
     builder = build.build(out, str(tmp_path / "tfds"))  # the project reads it like any corpus
     assert builder.info.splits["test_clean"].num_examples == 3
     assert builder.info.splits["train_clean_100"].num_examples == 4

@@ -16,9 +16,9 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from ds2_jax import batch_axis, ctc, parallel, settings, train
 from ds2_jax import state as state_lib
+from ds2_jax.kernels import dispatch, mosaic_rnn
 from ds2_jax.pipeline.batch import Sharding
 from ds2_jax.pipeline.source import make_source
-from ds2_jax.kernels import dispatch, mosaic_rnn
 from ds2_jax.rnn import recurrence
 from tests.helpers import tiny_settings
 
@@ -66,7 +66,9 @@ def test_kernels_per_shard_give_the_one_device_values_and_gradients():
 
 
 def test_map_batch_runs_on_each_devices_rows_only_under_a_mesh():
-    rows = lambda x: x[:, 0] + x.shape[0]  # how many rows fn sees
+    def rows(x):  # how many rows fn sees
+        return x[:, 0] + x.shape[0]
+
     x = jnp.zeros((DEVICES * PER_DEVICE, 3))
     np.testing.assert_array_equal(jax.jit(lambda x: batch_axis.map_batch(rows, [x]))(x), DEVICES * PER_DEVICE)
     np.testing.assert_array_equal(on_mesh(lambda x: batch_axis.map_batch(rows, [x]), x), PER_DEVICE)
@@ -81,8 +83,9 @@ def test_auto_decides_on_the_per_device_batch_as_under_pmap(monkeypatch):
     rows, not the global batch; and the CTC choice no longer depends on the parallelism."""
     seen = []
     choose = dispatch.rnn_impl
-    monkeypatch.setattr(dispatch, "rnn_impl",
-                        lambda impl, cell, xs, w: seen.append(xs.shape[0]) or choose(impl, cell, xs, w))
+    monkeypatch.setattr(
+        dispatch, "rnn_impl", lambda impl, cell, xs, w: seen.append(xs.shape[0]) or choose(impl, cell, xs, w)
+    )
     xs, lengths = jnp.ones((DEVICES * PER_DEVICE, 5, 8)), jnp.full((DEVICES * PER_DEVICE,), 5)
     on_mesh(lambda xs, lengths: recurrence.bidirectional([xs], jnp.zeros((2, 8, 8)), lengths, impl="auto"), xs, lengths)
     assert seen == [PER_DEVICE]
@@ -91,9 +94,17 @@ def test_auto_decides_on_the_per_device_batch_as_under_pmap(monkeypatch):
 
 
 def _kernel_config(kind: str, **overrides):
-    return tiny_settings(parallelism=kind, per_device_batch_size=PER_DEVICE, num_devices=DEVICES, **{
-        "dataset.synthetic_min_duration_s": 0.3, "dataset.synthetic_max_duration_s": 0.5,
-        "model.rnn_size": 16, **overrides})
+    return tiny_settings(
+        parallelism=kind,
+        per_device_batch_size=PER_DEVICE,
+        num_devices=DEVICES,
+        **{
+            "dataset.synthetic_min_duration_s": 0.3,
+            "dataset.synthetic_max_duration_s": 0.5,
+            "model.rnn_size": 16,
+            **overrides,
+        },
+    )
 
 
 def _compiled(config):

@@ -21,21 +21,39 @@ from ds2_jax import model, settings
 from tests.helpers import tiny_settings
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TINY = ["--config=configs/smoke.py", "--config.dataset.synthetic_min_duration_s=0.3",
-        "--config.dataset.synthetic_max_duration_s=0.5"]
+TINY = [
+    "--config=configs/smoke.py",
+    "--config.dataset.synthetic_min_duration_s=0.3",
+    "--config.dataset.synthetic_max_duration_s=0.5",
+]
 
 
 def scaling(*args, timeout=120):
-    return subprocess.run([sys.executable, "-m", "benchmarks.scaling", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=timeout, env=dict(os.environ, PYTHONPATH=ROOT))
+    return subprocess.run(
+        [sys.executable, "-m", "benchmarks.scaling", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=dict(os.environ, PYTHONPATH=ROOT),
+    )
 
 
 def test_scaling_command_writes_every_report(tmp_path):
     out = tmp_path / "b"
     # jax_eager is left out: it compiles op by op, too slow for this test;
     # tests/test_train.py checks that the eager step equals the compiled one.
-    proc = scaling(*TINY, "--devices=1,2", "--variants=jax,jax_jit,torch_loop,torch_cudnn", "--steps=2",
-                   "--warmup=1", "--profile_steps=1", "--num_batches=2", f"--out={out}", timeout=300)
+    proc = scaling(
+        *TINY,
+        "--devices=1,2",
+        "--variants=jax,jax_jit,torch_loop,torch_cudnn",
+        "--steps=2",
+        "--warmup=1",
+        "--profile_steps=1",
+        "--num_batches=2",
+        f"--out={out}",
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     for name in ("results.json", "results.csv", "results.md", "speedup.png", "ms_per_step.png"):
         assert (out / name).stat().st_size > 0, name
@@ -61,12 +79,20 @@ def test_scaling_command_writes_every_report(tmp_path):
         assert two["speedup"] == pytest.approx(two["utterances_per_s"] / one["utterances_per_s"], rel=0.02)
         assert two["efficiency"] == pytest.approx(two["speedup"] / 2)
     assert rows[("torch_loop", 2)]["status"] == "skipped"  # several torch processes need GPUs
-    assert (rows[("jax", 1)]["params"] == rows[("jax_jit", 1)]["params"] == rows[("torch_loop", 1)]["params"]
-            == rows[("torch_cudnn", 1)]["params"])
+    assert (
+        rows[("jax", 1)]["params"]
+        == rows[("jax_jit", 1)]["params"]
+        == rows[("torch_loop", 1)]["params"]
+        == rows[("torch_cudnn", 1)]["params"]
+    )
     md = (out / "results.md").read_text()
     assert "| jax | float32 | 2 |" in md and "| jax_jit | float32 | 2 |" in md
     assert "Paddle DS2 on 1080 Ti" in md and "## Profile" in md
-    ratio = {q["devices"]: q for q in json.loads((out / "results.json").read_text())["pytorch_vs_ours"] if q["dtype"] == "float32"}
+    ratio = {
+        q["devices"]: q
+        for q in json.loads((out / "results.json").read_text())["pytorch_vs_ours"]
+        if q["dtype"] == "float32"
+    }
     fastest_torch = min(("torch_loop", "torch_cudnn"), key=lambda v: rows[(v, 1)]["step_ms_median"])
     assert ratio[1]["pytorch"] == fastest_torch and ratio[1]["pytorch_measured"] == ["torch_cudnn", "torch_loop"]
     assert 2 not in ratio  # no PyTorch row measured on 2 devices here
@@ -84,17 +110,22 @@ def test_more_devices_than_present_is_a_clear_error(tmp_path):
 
 def jax_param_count(cfg: model.ModelConfig) -> int:
     shapes = jax.eval_shape(
-        lambda: model.DeepSpeech2(cfg).init(jax.random.PRNGKey(0), jnp.zeros((1, 64, cfg.num_bins)), jnp.array([64]), train=False)
+        lambda: model.DeepSpeech2(cfg).init(
+            jax.random.PRNGKey(0), jnp.zeros((1, 64, cfg.num_bins)), jnp.array([64]), train=False
+        )
     )
     return model.count_params(shapes["params"])
 
 
-@pytest.mark.parametrize("overrides", [
-    {},  # the seed: 45,012,221 parameters
-    {"rnn_cell": "gru"},
-    {"rnn_cell": "lstm", "share_rnn_weights": False},
-    {"rnn_cell": "gru", "bidirectional": False, "num_conv_layers": 3},  # with the row convolution
-])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},  # the seed: 45,012,221 parameters
+        {"rnn_cell": "gru"},
+        {"rnn_cell": "lstm", "share_rnn_weights": False},
+        {"rnn_cell": "gru", "bidirectional": False, "num_conv_layers": 3},  # with the row convolution
+    ],
+)
 @pytest.mark.parametrize("rnn_impl", torch_model.RNN_IMPLS)
 def test_torch_twins_have_the_jax_parameter_count(overrides, rnn_impl):
     cfg = model.ModelConfig(**overrides)
@@ -131,14 +162,20 @@ def test_loop_and_cudnn_forwards_agree(cell, shared):
     np.testing.assert_array_equal(out_loop.numpy(), out_cudnn.numpy())
     valid = (torch.arange(logits_loop.shape[1])[None, :] < out_loop[:, None]).numpy()
     # float32 sums in different orders (per-step matmuls vs nn.RNN): ~1e-5 apart at worst
-    np.testing.assert_allclose(logits_cudnn.detach().numpy()[valid], logits_loop.detach().numpy()[valid], rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(
+        logits_cudnn.detach().numpy()[valid], logits_loop.detach().numpy()[valid], rtol=1e-4, atol=1e-4
+    )
     # Both directions see only valid frames: trimming the padding changes no valid output
     # (beyond float32 summation order: other shapes, other CPU kernels; leaked padding
     # would move outputs by ~1e-1).
     short = int(lengths.max())
     trimmed, _ = loop(audio[:, :short], lengths)
-    np.testing.assert_allclose(trimmed.detach().numpy()[valid[:, : trimmed.shape[1]]],
-                               logits_loop.detach().numpy()[:, : trimmed.shape[1]][valid[:, : trimmed.shape[1]]], rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(
+        trimmed.detach().numpy()[valid[:, : trimmed.shape[1]]],
+        logits_loop.detach().numpy()[:, : trimmed.shape[1]][valid[:, : trimmed.shape[1]]],
+        rtol=1e-4,
+        atol=1e-4,
+    )
     loss = torch_model.ctc_loss(logits_loop, out_loop, torch.randint(1, 29, (3, 4)), torch.tensor([4, 3, 2]))
     loss.backward()
     assert torch.isfinite(loss) and loop.rnns[0].recurrent.grad.abs().sum() > 0
@@ -199,11 +236,14 @@ def test_profile_summary_reads_gpu_kernels_from_a_jax_style_trace(tmp_path):
     assert "error" in profile.summarize(str(tmp_path / "missing.json"), "jax", 1, 1.0, True)
 
 
-@pytest.mark.parametrize("overrides", [
-    {"rnn_cell": "simple"},
-    {"rnn_cell": "gru", "share_rnn_weights": False},
-    {"rnn_cell": "lstm", "bidirectional": False, "row_conv_context": 3, "num_conv_layers": 1},
-])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"rnn_cell": "simple"},
+        {"rnn_cell": "gru", "share_rnn_weights": False},
+        {"rnn_cell": "lstm", "bidirectional": False, "row_conv_context": 3, "num_conv_layers": 1},
+    ],
+)
 def test_torch_loop_model_computes_what_the_jax_model_computes(overrides):
     from ds2_jax import features
 
@@ -218,15 +258,29 @@ def test_torch_loop_model_computes_what_the_jax_model_computes(overrides):
     logits_torch, out_torch = twin(audio, lengths)
     np.testing.assert_array_equal(out_torch.numpy(), np.asarray(out_jax))
     valid = np.arange(logits_torch.shape[1])[None, :] < np.asarray(out_jax)[:, None]
-    np.testing.assert_allclose(logits_torch.detach().numpy()[valid], np.asarray(logits_jax)[valid], rtol=2e-3, atol=2e-4)
+    np.testing.assert_allclose(
+        logits_torch.detach().numpy()[valid], np.asarray(logits_jax)[valid], rtol=2e-3, atol=2e-4
+    )
 
 
 def test_recurrence_kernel_benchmark_runs_and_agrees(tmp_path):
     """The layer microbenchmark on a tiny shape (kernel in interpret mode off the GPU)."""
     proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.recurrence_kernel", f"--out={tmp_path}", "--steps=1",
-         "--shape=5,2,16,16", "--kernels=16/4,16/8"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300, env=dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu"))
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.recurrence_kernel",
+            f"--out={tmp_path}",
+            "--steps=1",
+            "--shape=5,2,16,16",
+            "--kernels=16/4,16/8",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu"),
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     with open(tmp_path / "recurrence_kernel.json") as f:
         rows = json.load(f)["rows"]
@@ -243,8 +297,16 @@ def test_cudnn_graphs_variant_is_known_and_explained_without_cuda(tmp_path):
     if torch.cuda.is_available():
         pytest.skip("CUDA present: the variant runs (test_graphed_cudnn_step_equals_the_eager_one)")
     out = tmp_path / "b"
-    proc = scaling(*TINY, "--devices=1", "--variants=torch_cudnn,torch_cudnn_graphs", "--steps=1", "--warmup=0",
-                   "--profile_steps=0", "--num_batches=1", f"--out={out}")
+    proc = scaling(
+        *TINY,
+        "--devices=1",
+        "--variants=torch_cudnn,torch_cudnn_graphs",
+        "--steps=1",
+        "--warmup=0",
+        "--profile_steps=0",
+        "--num_batches=1",
+        f"--out={out}",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = {r["variant"]: r for r in json.loads((out / "results.json").read_text())["results"]}
     assert rows["torch_cudnn"]["status"] == "ok"
@@ -255,31 +317,54 @@ def test_cudnn_graphs_variant_is_known_and_explained_without_cuda(tmp_path):
     cfg = model.ModelConfig(conv_channels=4, num_rnn_layers=1, rnn_size=8)
     sample = {"audio": audio, "audio_lengths": lengths}
     with pytest.raises(ValueError, match="rnn_impl='cudnn_padded'"):
-        torch_bench.graph_model(torch_model.TorchDS2(cfg, settings.Spectrogram(), mean, std, rnn_impl="cudnn"), sample,
-                                contextlib.nullcontext)
+        torch_bench.graph_model(
+            torch_model.TorchDS2(cfg, settings.Spectrogram(), mean, std, rnn_impl="cudnn"),
+            sample,
+            contextlib.nullcontext,
+        )
     with pytest.raises(RuntimeError, match="need a GPU"):
-        torch_bench.graph_model(torch_model.TorchDS2(cfg, settings.Spectrogram(), mean, std, rnn_impl="cudnn_padded"), sample,
-                                contextlib.nullcontext)
+        torch_bench.graph_model(
+            torch_model.TorchDS2(cfg, settings.Spectrogram(), mean, std, rnn_impl="cudnn_padded"),
+            sample,
+            contextlib.nullcontext,
+        )
 
 
 def _row(variant, dtype, devices, ms):
-    return {"variant": variant, "dtype": dtype, "devices": devices, "status": "ok", "step_ms_median": ms,
-            "step_ms_p10": ms, "step_ms_p90": ms, "global_batch": 16 * devices, "first_step_s": 1.0,
-            "utterances_per_s": 16e3 * devices / ms if ms else 0.0, "minibatches_per_epoch": 972 // devices,
-            "time_per_minibatch_s": ms / 1e3 if ms else 0.0, "epoch_time_s": 972 * ms / 1e3 / devices if ms else 0.0}
+    return {
+        "variant": variant,
+        "dtype": dtype,
+        "devices": devices,
+        "status": "ok",
+        "step_ms_median": ms,
+        "step_ms_p10": ms,
+        "step_ms_p90": ms,
+        "global_batch": 16 * devices,
+        "first_step_s": 1.0,
+        "utterances_per_s": 16e3 * devices / ms if ms else 0.0,
+        "minibatches_per_epoch": 972 // devices,
+        "time_per_minibatch_s": ms / 1e3 if ms else 0.0,
+        "epoch_time_s": 972 * ms / 1e3 / devices if ms else 0.0,
+    }
 
 
 def test_pytorch_over_ours_ratio_takes_the_fastest_of_each_side():
     """Per group the fastest PyTorch variant (whichever it is) over the fastest JAX one;
     failed or skipped rows count for neither side."""
     rows = [
-        _row("jax", "float32", 1, 20.0), _row("jax_jit", "float32", 1, 25.0),
-        _row("torch_loop", "float32", 1, 200.0), _row("torch_cudnn", "float32", 1, 80.0),
-        _row("torch_cudnn_graphs", "float32", 1, 60.0), _row("torch_compile", "float32", 1, 190.0),
-        _row("jax", "bfloat16", 1, 10.0), _row("jax_jit", "bfloat16", 1, 8.0),
-        _row("torch_cudnn", "bfloat16", 1, 90.0), _row("torch_cudnn_graphs", "bfloat16", 1, 95.0),
+        _row("jax", "float32", 1, 20.0),
+        _row("jax_jit", "float32", 1, 25.0),
+        _row("torch_loop", "float32", 1, 200.0),
+        _row("torch_cudnn", "float32", 1, 80.0),
+        _row("torch_cudnn_graphs", "float32", 1, 60.0),
+        _row("torch_compile", "float32", 1, 190.0),
+        _row("jax", "bfloat16", 1, 10.0),
+        _row("jax_jit", "bfloat16", 1, 8.0),
+        _row("torch_cudnn", "bfloat16", 1, 90.0),
+        _row("torch_cudnn_graphs", "bfloat16", 1, 95.0),
         {**_row("torch_compile", "bfloat16", 1, 0.0), "status": "error", "step_ms_median": None},
-        _row("jax", "float32", 2, 22.0), _row("torch_loop", "float32", 2, 300.0),
+        _row("jax", "float32", 2, 22.0),
+        _row("torch_loop", "float32", 2, 300.0),
         {**_row("torch_cudnn_graphs", "float32", 2, 1.0), "status": "skipped"},
         _row("torch_cudnn", "float32", 4, 70.0),  # no JAX row: no ratio
     ]
@@ -292,7 +377,11 @@ def test_pytorch_over_ours_ratio_takes_the_fastest_of_each_side():
     assert got["float32", 2]["pytorch"] == "torch_loop"  # the skipped graphs row is not a measurement
     best = got["any", 1]
     assert (best["pytorch"], best["pytorch_dtype"], best["ours"], best["ours_dtype"]) == (
-        "torch_cudnn_graphs", "float32", "jax_jit", "bfloat16")
+        "torch_cudnn_graphs",
+        "float32",
+        "jax_jit",
+        "bfloat16",
+    )
     assert best["ratio"] == pytest.approx(60 / 8)
     md = report.markdown({}, rows)
     assert "## Strongest PyTorch / ours" in md
@@ -345,9 +434,24 @@ def test_graphed_cudnn_step_equals_the_eager_one(dtype):
 
 def test_manifest_build_benchmark_measures_each_process_count(tmp_path):
     out = tmp_path / "b"
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.manifest_build", "--manual_dir=corpora/tiny_es/common_voice",
-                           "--split=dev", "--copies=2", "--processes=1,2", f"--out={out}", f"--profile={tmp_path / 'p'}"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300, env=dict(os.environ, PYTHONPATH=ROOT))
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.manifest_build",
+            "--manual_dir=corpora/tiny_es/common_voice",
+            "--split=dev",
+            "--copies=2",
+            "--processes=1,2",
+            f"--out={out}",
+            f"--profile={tmp_path / 'p'}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, PYTHONPATH=ROOT),
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads((out / "results.json").read_text())
     assert [(r["processes"], r["build_workers"]) for r in result["rows"]] == [(1, 0), (2, 2)]
@@ -363,9 +467,21 @@ def test_manifest_build_benchmark_measures_each_process_count(tmp_path):
 def test_augmentation_benchmark_reports_every_part(tmp_path):
     """benchmarks.augmentation at a tiny batch: a row per part, each costing more than none."""
     proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.augmentation", f"--out={tmp_path}", "--steps=2", "--batch=2",
-         f"--data_dir={tmp_path / 'tfds'}"],
-        cwd=ROOT, capture_output=True, text=True, timeout=600, env=dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu"))
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.augmentation",
+            f"--out={tmp_path}",
+            "--steps=2",
+            "--batch=2",
+            f"--data_dir={tmp_path / 'tfds'}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu"),
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     with open(tmp_path / "augmentation.json") as f:
         result = json.load(f)
@@ -386,11 +502,19 @@ def test_the_results_index_lists_every_folder():
 def test_noisy_speech_reports_each_seed_and_each_trainings_mean():
     from benchmarks import noisy_speech
 
-    rows = [{"training": t, "seed": s, "clean_cer": c, "clean_wer": 2 * c, "noisy_cer": n, "noisy_wer": 2 * n}
-            for t, s, c, n in (("clean", 0, 0.03, 0.36), ("noise50", 0, 0.04, 0.12),
-                               ("clean", 1, 0.05, 0.38), ("noise50", 1, 0.045, 0.14))]
+    rows = [
+        {"training": t, "seed": s, "clean_cer": c, "clean_wer": 2 * c, "noisy_cer": n, "noisy_wer": 2 * n}
+        for t, s, c, n in (
+            ("clean", 0, 0.03, 0.36),
+            ("noise50", 0, 0.04, 0.12),
+            ("clean", 1, 0.05, 0.38),
+            ("noise50", 1, 0.045, 0.14),
+        )
+    ]
     means = noisy_speech.means(rows)
     assert means["clean"]["clean_cer"] == pytest.approx(0.04) and means["noise50"]["noisy_cer"] == pytest.approx(0.13)
     lines = noisy_speech.table(rows).splitlines()
-    assert len(lines) == 2 + 4 + 2 and lines[-2:] == ["| clean | mean | 4.0% | 8.0% | 37.0% | 74.0% |",
-                                                      "| noise50 | mean | 4.2% | 8.5% | 13.0% | 26.0% |"]
+    assert len(lines) == 2 + 4 + 2 and lines[-2:] == [
+        "| clean | mean | 4.0% | 8.0% | 37.0% | 74.0% |",
+        "| noise50 | mean | 4.2% | 8.5% | 13.0% | 26.0% |",
+    ]

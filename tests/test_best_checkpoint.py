@@ -54,8 +54,11 @@ def test_a_resume_that_keeps_no_best_deletes_none_of_those_kept_before(tmp_path,
 
 def _eval_wers(workdir) -> dict[int, tuple[float, float]]:
     """{step: (eval WER, CER)} of metrics.jsonl."""
-    return {r["step"]: (r["eval_wer"], r["eval_cer"]) for r in metrics.read_jsonl(os.path.join(workdir, "metrics.jsonl"))
-            if "eval_wer" in r}
+    return {
+        r["step"]: (r["eval_wer"], r["eval_cer"])
+        for r in metrics.read_jsonl(os.path.join(workdir, "metrics.jsonl"))
+        if "eval_wer" in r
+    }
 
 
 def _best(wers: dict[int, tuple[float, float]]) -> int:
@@ -64,9 +67,15 @@ def _best(wers: dict[int, tuple[float, float]]) -> int:
 
 
 def test_eval_of_best_scores_the_step_with_the_lowest_in_training_wer(tmp_path, caplog):
-    config = tiny_config(num_train_steps=8, eval_every_steps=2, checkpoint_every_steps=3, keep_checkpoints=1,
-                         keep_best_checkpoints=1, log_every_steps=2, **{"eval.max_utterances": 8,
-                                                                         "optimizer.learning_rate": 3e-3})
+    config = tiny_config(
+        num_train_steps=8,
+        eval_every_steps=2,
+        checkpoint_every_steps=3,
+        keep_checkpoints=1,
+        keep_best_checkpoints=1,
+        log_every_steps=2,
+        **{"eval.max_utterances": 8, "optimizer.learning_rate": 3e-3},
+    )
     workdir = str(tmp_path / "w")
     train.train_and_evaluate(config, workdir)
     wers = _eval_wers(workdir)
@@ -82,9 +91,25 @@ def test_eval_of_best_scores_the_step_with_the_lowest_in_training_wer(tmp_path, 
     assert transcribe.Transcriber(workdir, step="best").step == best  # transcribe --step=best
     lm = str(tmp_path / "lm.arpa")  # tune_lm --step=best: the same checkpoint, by the same resolution
     build_lm.write_arpa(*build_lm.estimate(build_lm.sentences(["the cat sat", "a dog ran"]), 2), lm)
-    tune = subprocess.run([sys.executable, "-m", "ds2_jax.tools.tune_lm", f"--workdir={workdir}", f"--lm={lm}", "--step=best",
-                           "--alphas=0", "--betas=0", "--beam_width=4", "--max_utterances=8"], cwd=helpers.ROOT,
-                          env=dict(os.environ, JAX_PLATFORMS="cpu"), capture_output=True, text=True, timeout=300)
+    tune = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ds2_jax.tools.tune_lm",
+            f"--workdir={workdir}",
+            f"--lm={lm}",
+            "--step=best",
+            "--alphas=0",
+            "--betas=0",
+            "--beam_width=4",
+            "--max_utterances=8",
+        ],
+        cwd=helpers.ROOT,
+        env=dict(os.environ, JAX_PLATFORMS="cpu"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert tune.returncode == 0, tune.stderr[-2000:]
     (tuned,) = glob.glob(os.path.join(workdir, "tune_lm-dev-clean-*.json"))
     assert best != 8 and os.path.basename(tuned).startswith(f"tune_lm-dev-clean-{best}-")  # 8, the newest: 'latest'
@@ -103,9 +128,16 @@ def test_best_without_any_ranked_checkpoint_is_one_error_naming_the_setting(tmp_
 @pytest.mark.slow
 @pytest.mark.e2e
 def test_a_kill_while_the_best_are_chosen_loses_none_of_them(tmp_path):
-    common = ["--config.num_train_steps=8", "--config.eval_every_steps=2", "--config.checkpoint_every_steps=100",
-              "--config.keep_checkpoints=1", "--config.keep_best_checkpoints=1", "--config.eval.max_utterances=8",
-              "--config.optimizer.learning_rate=3e-3", f"--workdir={tmp_path}"]
+    common = [
+        "--config.num_train_steps=8",
+        "--config.eval_every_steps=2",
+        "--config.checkpoint_every_steps=100",
+        "--config.keep_checkpoints=1",
+        "--config.keep_best_checkpoints=1",
+        "--config.eval.max_utterances=8",
+        "--config.optimizer.learning_rate=3e-3",
+        f"--workdir={tmp_path}",
+    ]
     # SIGKILL right after checkpoint 6 (ranked by its eval) was handed to orbax: the choice among 2, 4, 6 in flight
     killed = helpers.launch(*common, "--config.faults.kill_at=checkpoint:6")
     assert killed.returncode == -signal.SIGKILL
@@ -122,4 +154,7 @@ def test_a_kill_while_the_best_are_chosen_loses_none_of_them(tmp_path):
     result = json.load(open(tmp_path / f"eval-dev-clean-{_best(wers)}-greedy-max8.json"))  # eval.max_utterances=8
     assert result["best_checkpoint"]["step"] == result["step"] == _best(wers)
     bad = helpers.launch(*common, "--mode=eval", "--eval_step=newest")
-    assert bad.returncode == 2 and bad.stderr.strip() == "error: --eval_step=newest: must be a step number (>= 0) or 'best'"
+    assert (
+        bad.returncode == 2
+        and bad.stderr.strip() == "error: --eval_step=newest: must be a step number (>= 0) or 'best'"
+    )

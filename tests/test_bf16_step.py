@@ -64,8 +64,11 @@ def test_every_bf16_gradient_is_within_the_floor_of_float32(seed_step, rnn_impl)
         floor = gradients(config, "float32", "scan_vjp", precision_parts.rounded_params(state), batch)
         bf16 = gradients(config, "bfloat16", rnn_impl, state, batch)
         assert all(v.dtype == np.float32 for v in bf16.values())  # what the all-reduce and Adam see
-        ratios = {k: precision_parts.relative_error(bf16[k], ref[k]) / max(precision_parts.relative_error(floor[k], ref[k]),
-                                                                         1e-4) for k in ref}
+        ratios = {
+            k: precision_parts.relative_error(bf16[k], ref[k])
+            / max(precision_parts.relative_error(floor[k], ref[k]), 1e-4)
+            for k in ref
+        }
         worst = sorted(ratios.items(), key=lambda kv: -kv[1])[:4]
         assert max(ratios.values()) <= FLOOR_RATIO, f"bf16 {rnn_impl}: gradient error / floor, worst: {worst}"
 
@@ -78,10 +81,12 @@ def test_the_logits_and_log_softmax_are_float32_in_a_bf16_model(seed_step):
     kwargs = precision_parts.step_kwargs(config, "bfloat16", "scan_vjp")
     feats, frames = train.features_of(state, batches[0], kwargs["feature_cfg"])
     (logits, _), _ = model.DeepSpeech2(kwargs["model_cfg"]).apply(
-        {"params": state.params, "batch_stats": state.batch_stats}, feats, frames, train=True, mutable=["batch_stats"])
+        {"params": state.params, "batch_stats": state.batch_stats}, feats, frames, train=True, mutable=["batch_stats"]
+    )
     f32 = dict(kwargs, model_cfg=precision_parts.step_kwargs(config, "float32", "scan_vjp")["model_cfg"])
     (ref, _), _ = model.DeepSpeech2(f32["model_cfg"]).apply(
-        {"params": state.params, "batch_stats": state.batch_stats}, feats, frames, train=True, mutable=["batch_stats"])
+        {"params": state.params, "batch_stats": state.batch_stats}, feats, frames, train=True, mutable=["batch_stats"]
+    )
     assert logits.dtype == np.float32
     # Finer than bf16 can hold: a bf16 output layer leaves every logit on bf16's grid.
     assert not np.all(np.asarray(logits) == np.asarray(logits.astype("bfloat16"), np.float32))
@@ -99,10 +104,27 @@ def test_deterministic_runs_of_a_seed_repeat_exactly(tmp_path):
     losses = []
     for out in ("a", "b"):
         proc = subprocess.run(
-            [sys.executable, "-m", "benchmarks.precision", f"--out={tmp_path / out}", "--steps=30", "--evals=1",
-             "--log_every=5", f"--data_dir={data_dir}", "--runs=bfloat16:auto", "--seeds=1",
-             "--config.deterministic=True", "--config.num_devices=1", "--config.compilation_cache_dir="],
-            cwd=ROOT, capture_output=True, text=True, timeout=900, env=repo_env())
+            [
+                sys.executable,
+                "-m",
+                "benchmarks.precision",
+                f"--out={tmp_path / out}",
+                "--steps=30",
+                "--evals=1",
+                "--log_every=5",
+                f"--data_dir={data_dir}",
+                "--runs=bfloat16:auto",
+                "--seeds=1",
+                "--config.deterministic=True",
+                "--config.num_devices=1",
+                "--config.compilation_cache_dir=",
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=900,
+            env=repo_env(),
+        )
         assert proc.returncode == 0, proc.stderr[-3000:]
         losses.append(json.loads((tmp_path / out / "precision.json").read_text())["runs"][0]["loss"])
     assert losses[0] == losses[1]

@@ -10,14 +10,18 @@ import pytest
 
 from tests.helpers import ROOT
 
-SCRIPTS = sorted((e.name, e.value) for e in importlib.metadata.entry_points(group="console_scripts")
-                 if e.value.startswith("ds2_jax."))
+SCRIPTS = sorted(
+    (e.name, e.value)
+    for e in importlib.metadata.entry_points(group="console_scripts")
+    if e.value.startswith("ds2_jax.")
+)
 BIN = os.path.dirname(sys.executable)
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    return subprocess.run(
+        args, cwd=ROOT, capture_output=True, text=True, timeout=300, env={**os.environ, "JAX_PLATFORMS": "cpu"}
+    )
 
 
 def test_every_command_is_installed_and_documented():

@@ -48,8 +48,9 @@ IMPLS = ["optax", "pallas"]
 def test_matches_torch_ctc_loss(impl):
     for seed in range(3):
         logits, ll, labels, yl = random_problem(seed)
-        got, ok = ctc.per_utterance_loss(jnp.asarray(logits), jnp.asarray(ll), jnp.asarray(labels), jnp.asarray(yl),
-                                         impl=impl)
+        got, ok = ctc.per_utterance_loss(
+            jnp.asarray(logits), jnp.asarray(ll), jnp.asarray(labels), jnp.asarray(yl), impl=impl
+        )
         assert np.all(ok)
         want = torch_ctc(logits, ll, labels, yl)
         np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-4)

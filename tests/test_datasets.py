@@ -122,7 +122,8 @@ def test_a_local_build_says_nothing_of_downloads(tmp_path, capsys, caplog):
 
 
 def test_records_are_stored_uncompressed(tmp_path):
-    """Brotli-compressed records cost far more per random read (BUILD_NOTES.md, "Tried and rejected"); the build writes them plain."""
+    """Brotli-compressed records cost far more per random read (BUILD_NOTES.md, "Tried and rejected"):
+    the build writes them plain."""
     import glob
 
     from array_record.python import array_record_module
@@ -140,7 +141,9 @@ def test_records_are_stored_uncompressed(tmp_path):
 def test_a_split_with_every_utterance_skipped_says_why(tmp_path):
     """Not tfds' "No examples were yielded": the split, the reason counts and an example."""
     split_dir = str(tmp_path / "manual" / "LibriSpeech" / "dev-clean")
-    td.write_chapter(split_dir, 1, 1, {"1-1-0000.flac": td.flac_bytes(td.tone(1600))}, b"1-1-0000 " + b"A" * 200 + b"\n")
+    td.write_chapter(
+        split_dir, 1, 1, {"1-1-0000.flac": td.flac_bytes(td.tone(1600))}, b"1-1-0000 " + b"A" * 200 + b"\n"
+    )
     with pytest.raises(ValueError, match=r"dev_clean: kept 0 of 1 .*ctc_infeasible=1.*1-1-0000: 200 labels"):
         build.build(str(tmp_path / "manual"), str(tmp_path / "tfds"))
 
@@ -151,10 +154,13 @@ def test_a_linked_speaker_folder_is_read_loops_once_and_a_broken_link_is_counted
     a broken link to a .flac is counted, and the data record's fingerprint sees the linked files."""
     split = tmp_path / "manual" / "LibriSpeech" / "dev-clean"
     texts = b"1-10-0000 ONE\n1-10-0001 TWO\n"
-    td.write_chapter(str(split), 1, 10, {f"1-10-{i:04d}.flac": td.flac_bytes(td.tone(td.RATE)) for i in range(2)}, texts)
+    td.write_chapter(
+        str(split), 1, 10, {f"1-10-{i:04d}.flac": td.flac_bytes(td.tone(td.RATE)) for i in range(2)}, texts
+    )
     elsewhere = tmp_path / "other_disk"
-    td.write_chapter(str(elsewhere), 2, 20, {"2-20-0000.flac": td.flac_bytes(td.tone(td.RATE))},
-                     b"2-20-0000 THREE\n2-20-0001 FOUR\n")
+    td.write_chapter(
+        str(elsewhere), 2, 20, {"2-20-0000.flac": td.flac_bytes(td.tone(td.RATE))}, b"2-20-0000 THREE\n2-20-0001 FOUR\n"
+    )
     os.symlink(elsewhere / "2", split / "2")  # speaker 2 linked in
     os.symlink(split, elsewhere / "2" / "20" / "loop")  # a link back up: a loop
     os.symlink(tmp_path / "gone.flac", elsewhere / "2" / "20" / "2-20-0001.flac")  # broken
@@ -187,8 +193,11 @@ def test_a_truncated_archive_names_itself_and_says_to_download_it_again(tmp_path
         list(librispeech_local.generate_from_tar(str(archive), report))
     td.write_bad_inputs(str(tmp_path / "manual" / "LibriSpeech" / "dev-clean"))  # a good split beside it
     trees = []
-    monkeypatch.setattr(librispeech_local, "generate_from_tree",
-                        lambda *a, real=librispeech_local.generate_from_tree: trees.append(a) or real(*a))
+    monkeypatch.setattr(
+        librispeech_local,
+        "generate_from_tree",
+        lambda *a, real=librispeech_local.generate_from_tree: trees.append(a) or real(*a),
+    )
     with pytest.raises(Exception) as built:  # through tfds's build too: the cause names the archive
         build.build(str(tmp_path / "manual"), str(tmp_path / "tfds"))
     assert not trees  # found before any split was built: tfds discards a failed build whole
@@ -232,8 +241,11 @@ def test_a_full_disk_during_the_build_is_the_projects_disk_full_line(tmp_path, m
     with pytest.raises(errors.DiskFull) as full:
         build.build(str(manual), str(data_dir))
     message = str(full.value)
-    assert message.startswith(f"building librispeech_local in {data_dir} from {manual}: disk "
-                              f"full (") and "MiB free in" in message and "--data_dir" in message, message
+    assert (
+        message.startswith(f"building librispeech_local in {data_dir} from {manual}: disk full (")
+        and "MiB free in" in message
+        and "--data_dir" in message
+    ), message
     monkeypatch.undo()
     assert build.build(str(manual), str(data_dir)).is_prepared()  # the rerun after freeing space builds it
 

@@ -24,7 +24,17 @@ SENTENCES = ["the cat sat", "the cat ran", "a dog sat", "the dog sat on the mat"
 
 
 def _histories(model):
-    return [(), ("<s>",), ("the",), ("<s>", "the"), ("the", "cat"), ("cat", "sat"), ("mat", "the"), ("zebra",), ("on", "zebra")]
+    return [
+        (),
+        ("<s>",),
+        ("the",),
+        ("<s>", "the"),
+        ("the", "cat"),
+        ("cat", "sat"),
+        ("mat", "the"),
+        ("zebra",),
+        ("on", "zebra"),
+    ]
 
 
 @pytest.mark.parametrize("order", [1, 2, 3, 4])
@@ -84,9 +94,14 @@ def test_build_lm_cli_reads_librispeech_transcripts(tmp_path):
     assert words and all(w == w.lower() and not text.unknown_chars(w) for w in words)
     # transcripts from a .trans.txt are read without their utterance ids
     assert not any(w[0].isdigit() for w in words)
-    lines = [l.split(maxsplit=1)[1] for root, _, files in os.walk(os.path.join(CORPUS, "LibriSpeech", "train-clean-100"))
-             for f in files if f.endswith(".trans.txt") for l in open(os.path.join(root, f))]
-    assert words == {w for l in lines for w in text.normalize(l).split()}
+    lines = [
+        line.split(maxsplit=1)[1]
+        for root, _, files in os.walk(os.path.join(CORPUS, "LibriSpeech", "train-clean-100"))
+        for f in files
+        if f.endswith(".trans.txt")
+        for line in open(os.path.join(root, f))
+    ]
+    assert words == {w for line in lines for w in text.normalize(line).split()}
     with pytest.raises(FileNotFoundError, match="train-other-500"):
         build_lm.main(["--manual_dir", CORPUS, "--splits", "train-other-500", "--out", out])
 
@@ -121,13 +136,16 @@ def _path(spelled: str, alphabet: text.Alphabet = text.LIBRISPEECH) -> np.ndarra
     return np.array([text.BLANK if c == "_" else alphabet.symbols.index(c) + 1 for c in spelled], np.int32)
 
 
-@pytest.mark.parametrize("spelled, length, expected", [
-    ("__hh_e_ll_lo__  _wo_rld_", None, [("hello", 2, 12), ("world", 17, 23)]),  # a blank splits the double l
-    ("aa a", None, [("a", 0, 2), ("a", 3, 4)]),  # a repeat's frames belong to its character
-    (" _ab  c", 4, [("ab", 2, 4)]),  # frames past the length are not read
-    ("a_a", None, [("aa", 0, 3)]),
-    ("___", None, []),
-])
+@pytest.mark.parametrize(
+    "spelled, length, expected",
+    [
+        ("__hh_e_ll_lo__  _wo_rld_", None, [("hello", 2, 12), ("world", 17, 23)]),  # a blank splits the double l
+        ("aa a", None, [("a", 0, 2), ("a", 3, 4)]),  # a repeat's frames belong to its character
+        (" _ab  c", 4, [("ab", 2, 4)]),  # frames past the length are not read
+        ("a_a", None, [("aa", 0, 3)]),
+        ("___", None, []),
+    ],
+)
 def test_word_timings_span_each_words_frames_and_spell_greedys_words(spelled, length, expected):
     path = _path(spelled)
     n = len(path) if length is None else length
@@ -335,8 +353,10 @@ def test_eval_beam_with_lm_is_no_worse_than_greedy_on_each_split(trained):
     from ds2_jax import evaluation
 
     # all 8 devices, the same global batch
-    config = settings.override(trained.config, {"num_devices": 0, "per_device_batch_size": 2,
-                                                "decoding.beam_width": 32, "decoding.lm_path": trained.lm})
+    config = settings.override(
+        trained.config,
+        {"num_devices": 0, "per_device_batch_size": 2, "decoding.beam_width": 32, "decoding.lm_path": trained.lm},
+    )
     results = evaluation.evaluate_splits(config, trained.workdir, split="test-clean, dev-clean")
     assert list(results) == ["test-clean", "dev-clean"]
     for split, result in results.items():

@@ -16,13 +16,22 @@ def _config(deterministic: bool):
 
 
 def test_apply_before_jax_starts_adds_the_flag_once_and_only_when_asked():
-    code = ("import os, ml_collections; from ds2_jax import determinism; "
-            "determinism.apply(ml_collections.ConfigDict({'deterministic': False})); print(os.environ.get('XLA_FLAGS', ''));"
-            "c = ml_collections.ConfigDict({'deterministic': True}); determinism.apply(c); determinism.apply(c); "
-            "print(os.environ['XLA_FLAGS'])")
+    code = (
+        "import os, ml_collections; from ds2_jax import determinism; "
+        "determinism.apply(ml_collections.ConfigDict({'deterministic': False})); "
+        "print(os.environ.get('XLA_FLAGS', ''));"
+        "c = ml_collections.ConfigDict({'deterministic': True}); determinism.apply(c); determinism.apply(c); "
+        "print(os.environ['XLA_FLAGS'])"
+    )
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True,
-                         env=dict(env, PYTHONPATH=ROOT, XLA_FLAGS="--xla_dump_to=x")).stdout.split("\n")
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        env=dict(env, PYTHONPATH=ROOT, XLA_FLAGS="--xla_dump_to=x"),
+    ).stdout.split("\n")
     assert out[0] == "--xla_dump_to=x"  # not asked: untouched
     assert out[1] == "--xla_dump_to=x " + determinism.FLAG  # asked twice: added once, other flags kept
 

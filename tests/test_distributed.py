@@ -15,9 +15,15 @@ from tests import helpers
 
 pytestmark = pytest.mark.e2e
 
-ARGS = ["--config=configs/smoke.py", "--config.num_train_steps=6", "--config.log_every_steps=1",
-        "--config.eval_every_steps=6", "--config.eval.max_utterances=32", "--config.checkpoint_every_steps=3",
-        "--config.per_device_batch_size=2"]
+ARGS = [
+    "--config=configs/smoke.py",
+    "--config.num_train_steps=6",
+    "--config.log_every_steps=1",
+    "--config.eval_every_steps=6",
+    "--config.eval.max_utterances=32",
+    "--config.checkpoint_every_steps=3",
+    "--config.per_device_batch_size=2",
+]
 
 
 def free_port() -> int:
@@ -30,10 +36,14 @@ def run_processes(workdir, num_processes, devices_per_process, *extra):
     port = free_port()
     procs = []
     for pid in range(num_processes):
-        dist = [] if num_processes == 1 else [f"--coordinator_address=localhost:{port}",
-                                              f"--num_processes={num_processes}", f"--process_id={pid}"]
-        procs.append(helpers.launch(f"--workdir={workdir}", *ARGS, *dist, *extra, devices=devices_per_process,
-                                    wait=False))
+        dist = (
+            []
+            if num_processes == 1
+            else [f"--coordinator_address=localhost:{port}", f"--num_processes={num_processes}", f"--process_id={pid}"]
+        )
+        procs.append(
+            helpers.launch(f"--workdir={workdir}", *ARGS, *dist, *extra, devices=devices_per_process, wait=False)
+        )
     results = [p.communicate(timeout=600) for p in procs]
     return [p.returncode for p in procs], [err for _, err in results]
 
@@ -84,9 +94,16 @@ def test_a_killed_peer_ends_the_survivor_at_once_with_code_3_and_one_line(tmp_pa
     """issue 40: after kill -9 of one process, the other's collective failed (gloo: connection reset by
     peer), its traceback printed, then jax.distributed's shutdown waited for the dead peer and aborted
     ~100 s later with a C++ stack trace (rc -6). Now: one `error:` line, exit 3, as the watchdog's."""
-    common = [f"--workdir={tmp_path}", *ARGS, "--config.num_train_steps=200", "--config.checkpoint_every_steps=200",
-              "--config.eval_every_steps=0", "--config.step_timeout_s=30", f"--coordinator_address=localhost:{free_port()}",
-              "--num_processes=2"]
+    common = [
+        f"--workdir={tmp_path}",
+        *ARGS,
+        "--config.num_train_steps=200",
+        "--config.checkpoint_every_steps=200",
+        "--config.eval_every_steps=0",
+        "--config.step_timeout_s=30",
+        f"--coordinator_address=localhost:{free_port()}",
+        "--num_processes=2",
+    ]
     survivor = helpers.launch(*common, "--process_id=0", devices=1, wait=False)
     victim = helpers.launch(*common, "--process_id=1", "--config.faults.kill_at=step:3", devices=1, wait=False)
     victim.communicate(timeout=600)

@@ -13,7 +13,12 @@ import re
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-DOCS = ["README.md", "BUILD_NOTES.md", "benchmarks/README.md", *sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md"))]
+DOCS = [
+    "README.md",
+    "BUILD_NOTES.md",
+    "benchmarks/README.md",
+    *sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md")),
+]
 LINK = re.compile(r"\[((?:[^\[\]]|\[[^\]]*\])*)\]\(([^)\s]+)\)")
 NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?")
 README_MAX_BYTES = 11_000  # the "<= ~10 KB": what a newcomer reads first
@@ -82,9 +87,11 @@ def test_a_drifted_figure_and_a_dead_link_are_caught(tmp_path, monkeypatch):
     (results / "NOTES.md").write_text("# run\n\nstep: 9.25 ms; 19.2 ms; CER 3.0%\n")
     (tmp_path / "doc.md").write_text(
         "[9.2 ms](benchmarks/results/run/NOTES.md) [CER 3.0%](benchmarks/results/run/NOTES.md) "
-        "[run](benchmarks/results/run/NOTES.md#run) [x](benchmarks/results/run/NOTES.md#nothing) [y](gone.md)\n")
+        "[run](benchmarks/results/run/NOTES.md#run) [x](benchmarks/results/run/NOTES.md#nothing) [y](gone.md)\n"
+    )
     monkeypatch.setattr(os.sys.modules[__name__], "ROOT", tmp_path)
     assert broken_links("doc.md") == [
         "[9.2 ms](benchmarks/results/run/NOTES.md): 9.2 not in the file",
         "benchmarks/results/run/NOTES.md#nothing: no heading #nothing",
-        "gone.md: no such file"]
+        "gone.md: no such file",
+    ]

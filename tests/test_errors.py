@@ -36,8 +36,13 @@ errors.run_explained(fail, sys.argv[1])
 
 
 def test_other_threads_output_after_an_error_goes_to_the_log(tmp_path):
-    proc = subprocess.run([sys.executable, "-c", LATE_WRITER, str(tmp_path)], capture_output=True, text=True,
-                          timeout=120, cwd=helpers.ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-c", LATE_WRITER, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=helpers.ROOT,
+    )
     assert proc.returncode == 1
     # (a line the thread had half written when stderr moved may end in front of the message)
     assert "error: the message [traceback:" in proc.stderr.splitlines()[-1], proc.stderr[-2000:]
@@ -49,31 +54,44 @@ def test_other_threads_output_after_an_error_goes_to_the_log(tmp_path):
 # (Rules of ds2_jax.errors.is_disk_full; the errno cases carry a neutral message so that each
 # rule is tested on its own, not through the text of the other.)
 
-@pytest.mark.parametrize("err,disk_full", [
-    (OSError(errno.ENOSPC, "write failed"), True),
-    (OSError(errno.EDQUOT, "write failed"), True),  # a quota is a full disk to the user
-    (PermissionError(errno.EACCES, "write failed"), False),
-    (OSError(errno.EROFS, "write failed"), False),
-    (FileNotFoundError(errno.ENOENT, "write failed"), False),
-    (OSError(errno.EIO, "write failed"), False),
-    (OSError("write failed"), False),  # no errno
-    (RuntimeError("tensorstore: Error writing 'x': No space left on device"), True),  # wrapped, as text only
-    (RuntimeError("tensorstore: Error writing 'x': Disk quota exceeded"), True),
-    (ValueError("model.rnn_size=0: must be >= 1"), False),
-], ids=["ENOSPC", "EDQUOT", "EACCES", "EROFS", "ENOENT", "EIO", "no-errno", "text-ENOSPC", "text-EDQUOT", "other"])
+
+@pytest.mark.parametrize(
+    "err,disk_full",
+    [
+        (OSError(errno.ENOSPC, "write failed"), True),
+        (OSError(errno.EDQUOT, "write failed"), True),  # a quota is a full disk to the user
+        (PermissionError(errno.EACCES, "write failed"), False),
+        (OSError(errno.EROFS, "write failed"), False),
+        (FileNotFoundError(errno.ENOENT, "write failed"), False),
+        (OSError(errno.EIO, "write failed"), False),
+        (OSError("write failed"), False),  # no errno
+        (RuntimeError("tensorstore: Error writing 'x': No space left on device"), True),  # wrapped, as text only
+        (RuntimeError("tensorstore: Error writing 'x': Disk quota exceeded"), True),
+        (ValueError("model.rnn_size=0: must be >= 1"), False),
+    ],
+    ids=["ENOSPC", "EDQUOT", "EACCES", "EROFS", "ENOENT", "EIO", "no-errno", "text-ENOSPC", "text-EDQUOT", "other"],
+)
 def test_disk_full_is_recognized_by_errno_and_by_wrapped_text(err, disk_full):
     assert errors.is_disk_full(err) is disk_full
 
 
-@pytest.mark.parametrize("text,lost", [
-    ("UNKNOWN: Gloo all-reduce failed: [gloo/transport/tcp/pair.cc:538] Read error [127.0.0.1]:19883: Connection "
-     "reset by peer", True),  # what a killed peer gave the CPU survivor (issue 40)
-    ("NCCL error: unhandled system error, remote process exited or there was a network error", True),
-    ("UNAVAILABLE: Task 1 heartbeat timeout. This indicates that the remote task has failed", True),
-    ("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1.2GiB", False),
-    ("tensorstore: Error writing 'x': No space left on device", False),
-    ("INTERNAL: Gloo all-reduce failed: mismatched shapes", False),  # gloo, but no peer gone
-], ids=["gloo-reset", "nccl-exited", "heartbeat", "oom", "disk-full", "gloo-other"])
+@pytest.mark.parametrize(
+    "text,lost",
+    [
+        (
+            "UNKNOWN: Gloo all-reduce failed: [gloo/transport/tcp/pair.cc:538] Read error [127.0.0.1]:19883: "
+            "Connection "
+            "reset by peer",
+            True,
+        ),  # what a killed peer gave the CPU survivor (issue 40)
+        ("NCCL error: unhandled system error, remote process exited or there was a network error", True),
+        ("UNAVAILABLE: Task 1 heartbeat timeout. This indicates that the remote task has failed", True),
+        ("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1.2GiB", False),
+        ("tensorstore: Error writing 'x': No space left on device", False),
+        ("INTERNAL: Gloo all-reduce failed: mismatched shapes", False),  # gloo, but no peer gone
+    ],
+    ids=["gloo-reset", "nccl-exited", "heartbeat", "oom", "disk-full", "gloo-other"],
+)
 def test_a_lost_peer_is_recognized_by_the_collectives_words_only(text, lost):
     assert errors.is_peer_lost(RuntimeError(text)) is lost
 
@@ -106,8 +124,15 @@ def test_a_full_disk_or_quota_is_explained_as_disk_full_by_checkpoint_and_metric
 
 PACKAGE = os.path.join(helpers.ROOT, "ds2_jax")
 # The words that decide disk full or out of memory (errors.DISK_FULL_TEXT, errors.is_out_of_memory).
-CLASSIFYING_WORDS = ("RESOURCE_EXHAUSTED", "ENOSPC", "EDQUOT", "No space left", "Disk quota", "os_error_code",
-                     "out of memory")
+CLASSIFYING_WORDS = (
+    "RESOURCE_EXHAUSTED",
+    "ENOSPC",
+    "EDQUOT",
+    "No space left",
+    "Disk quota",
+    "os_error_code",
+    "out of memory",
+)
 RULES = ("is_out_of_memory", "is_disk_full")
 
 
@@ -132,8 +157,11 @@ def _error_classes(source: str) -> list[str]:
 
 def test_every_error_class_of_the_package_is_in_errors_py_with_its_rule():
     assert _error_classes("class A(errors.Ds2Error, RuntimeError): pass\nclass B(dict): pass") == ["A"]  # the scan sees
-    elsewhere = {path: names for path, src in _package_sources() if path != os.path.join("ds2_jax", "errors.py")
-                 and (names := _error_classes(src))}
+    elsewhere = {
+        path: names
+        for path, src in _package_sources()
+        if path != os.path.join("ds2_jax", "errors.py") and (names := _error_classes(src))
+    }
     assert not elsewhere, f"error classes outside ds2_jax/errors.py: {elsewhere}"
     with open(os.path.join(PACKAGE, "errors.py")) as f:
         names = _error_classes(f.read())
@@ -146,11 +174,19 @@ def test_every_error_class_of_the_package_is_in_errors_py_with_its_rule():
 
 def _code_strings(tree: ast.Module) -> list[str]:
     """The string literals of a module, its docstrings left out (comments are not in the tree)."""
-    docs = {id(n.body[0].value) for n in ast.walk(tree)
-            if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and n.body
-            and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
-    return [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
-            and id(n) not in docs]
+    docs = {
+        id(n.body[0].value)
+        for n in ast.walk(tree)
+        if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and n.body
+        and isinstance(n.body[0], ast.Expr)
+        and isinstance(n.body[0].value, ast.Constant)
+    }
+    return [
+        n.value
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs
+    ]
 
 
 def test_no_module_but_errors_py_classifies_errors_by_their_text():
@@ -164,8 +200,13 @@ def test_no_module_but_errors_py_classifies_errors_by_their_text():
         words = [w for w in CLASSIFYING_WORDS if w in strings]
         assert not words, f"{path} looks for {words}: classify in ds2_jax/errors.py"
         rules = [n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name in RULES]
-        rules += [ast.unparse(n) for n in ast.walk(tree) if isinstance(n, ast.Assign)  # an alias of a rule
-                  and isinstance(n.value, (ast.Name, ast.Attribute)) and ast.unparse(n.value).split(".")[-1] in RULES]
+        rules += [
+            ast.unparse(n)
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Assign)  # an alias of a rule
+            and isinstance(n.value, (ast.Name, ast.Attribute))
+            and ast.unparse(n.value).split(".")[-1] in RULES
+        ]
         assert not rules, f"{path} defines {rules}: the rules live in ds2_jax/errors.py"
 
 
@@ -189,8 +230,13 @@ def test_each_project_error_ends_a_command_with_one_error_line(tmp_path):
     with open(os.path.join(PACKAGE, "errors.py")) as f:
         names = [n for n in _error_classes(f.read()) if n != "Ds2Error"]
     for name in names:
-        proc = subprocess.run([sys.executable, "-c", CLI_LINE, str(tmp_path), name], capture_output=True, text=True,
-                              env=dict(os.environ, PYTHONPATH=helpers.ROOT), timeout=120)
+        proc = subprocess.run(
+            [sys.executable, "-c", CLI_LINE, str(tmp_path), name],
+            capture_output=True,
+            text=True,
+            env=dict(os.environ, PYTHONPATH=helpers.ROOT),
+            timeout=120,
+        )
         lines = proc.stderr.strip().splitlines()
         code = 3 if name == "PeerLost" else 1  # 3: the watchdog's, documented for a dead peer
         assert proc.returncode == code and len(lines) == 1 and lines[0].startswith("error: "), (name, proc.stderr)
@@ -223,12 +269,22 @@ def test_error_log_keeps_every_error_an_earlier_run_a_background_thread_and_the_
     from tests import helpers
 
     (tmp_path / "error.log").write_text("--- an earlier run's error\n")
-    proc = subprocess.run([sys.executable, "-c", KEEPS_EVERY_ERROR, str(tmp_path)], cwd=helpers.ROOT,
-                          env=helpers.repo_env(), capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", KEEPS_EVERY_ERROR, str(tmp_path)],
+        cwd=helpers.ROOT,
+        env=helpers.repo_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 1
-    assert proc.stderr.strip().splitlines()[-1] == (f"error: the error that ends the run [traceback: "
-                                                    f"{tmp_path / 'error.log'}]")
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"error: the error that ends the run [traceback: {tmp_path / 'error.log'}]"
+    )
     text = (tmp_path / "error.log").read_text()
-    earlier, background, last = (text.index("an earlier run's error"), text.index("tensorstore: first"),
-                                 text.index("ValueError: the error that ends the run"))
+    earlier, background, last = (
+        text.index("an earlier run's error"),
+        text.index("tensorstore: first"),
+        text.index("ValueError: the error that ends the run"),
+    )
     assert earlier < background < last

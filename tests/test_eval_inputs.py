@@ -17,24 +17,31 @@ from tests.helpers import tiny_settings
 
 def test_eval_log_probs_normalize_have_the_audios_output_frames_and_beam_agrees_with_greedy():
     pytest.importorskip("flashlight.lib.text")
-    config = tiny_settings(num_devices=2, per_device_batch_size=2, **{
-        "dataset.synthetic_min_duration_s": 0.3, "dataset.synthetic_max_duration_s": 0.7})
+    config = tiny_settings(
+        num_devices=2,
+        per_device_batch_size=2,
+        **{"dataset.synthetic_min_duration_s": 0.3, "dataset.synthetic_max_duration_s": 0.7},
+    )
     par = parallel.make(config)
     source = evaluation.make_source(config, par.batch_sharding(config.per_device_batch_size))
     state = state_lib.initial_state(config, source, jax.random.PRNGKey(0))
     # A peaked model (the output layer scaled up): one labeling holds almost all the probability, so
     # the most probable labeling (beam) is the best path's (greedy).
     params = jax.tree_util.tree_map_with_path(
-        lambda p, x: x * 40.0 if "output" in jax.tree_util.keystr(p) else x, state.params)
+        lambda p, x: x * 40.0 if "output" in jax.tree_util.keystr(p) else x, state.params
+    )
     state = state.replace(params=params)
     p_eval = eval_step.compile_eval_step(par, state_lib.step_kwargs(config), log_probs=True)
     out = evaluation.run_split(p_eval, par.put_replicated(state), source, "dev-clean", 7, par)
 
-    lengths = [int(n) for b in source.eval_batches("dev-clean", 7) for n, w in zip(b["audio_lengths"], b["weights"])
-               if w > 0]
+    lengths = [
+        int(n) for b in source.eval_batches("dev-clean", 7) for n, w in zip(b["audio_lengths"], b["weights"]) if w > 0
+    ]
     fc = config.features
-    want = [int(geometry.output_frames(geometry.num_frames(n, fc.window, fc.hop), config.model.num_conv_layers))
-            for n in lengths]
+    want = [
+        int(geometry.output_frames(geometry.num_frames(n, fc.window, fc.hop), config.model.num_conv_layers))
+        for n in lengths
+    ]
     assert len(out.log_probs) == len(out.greedy) == len(lengths) == 7
     assert [lp.shape for lp in out.log_probs] == [(t, text.VOCAB_SIZE) for t in want]
     for lp in out.log_probs:

@@ -22,16 +22,22 @@ def _record_steps(monkeypatch) -> dict:
     def compile(self, step_fn, kwargs, donate=True):
         fn = compile_(self, step_fn, kwargs, donate)
         if step_fn is train.train_step:
+
             def train_fn(*args):
                 seen["train"] = (out := fn(*args))[0]
                 return out
+
             return train_fn
         if step_fn is eval_step.eval_step:
+
             def eval_fn(state, batch):
                 seen["eval"].append((state, seen["train"]))
-                with jax.transfer_guard_host_to_device("disallow_explicit"), \
-                        jax.transfer_guard_device_to_host("disallow_explicit"):
+                with (
+                    jax.transfer_guard_host_to_device("disallow_explicit"),
+                    jax.transfer_guard_device_to_host("disallow_explicit"),
+                ):
                     return fn(state, batch)
+
             return eval_fn
         return fn
 
@@ -42,28 +48,43 @@ def _record_steps(monkeypatch) -> dict:
 @pytest.mark.parametrize("kind", settings.PARALLELISMS)
 def test_eval_during_training_reads_the_placed_train_state(kind, tmp_path, monkeypatch):
     seen = _record_steps(monkeypatch)
-    config = tiny_config(parallelism=kind, num_train_steps=2, log_every_steps=1, eval_every_steps=1,
-                         checkpoint_every_steps=100, **{"eval.max_utterances": 8, **SHORT})
+    config = tiny_config(
+        parallelism=kind,
+        num_train_steps=2,
+        log_every_steps=1,
+        eval_every_steps=1,
+        checkpoint_every_steps=100,
+        **{"eval.max_utterances": 8, **SHORT},
+    )
     train.train_and_evaluate(config, str(tmp_path))
     assert len(seen["eval"]) == 2  # one batch after each of steps 1 and 2, through Parallel's eval step
     for eval_state, train_state in seen["eval"]:
         # the very arrays the last train step returned: not a host copy placed again
-        for got, want in zip(jax.tree_util.tree_leaves(eval_state), jax.tree_util.tree_leaves(train_state),
-                             strict=True):
+        for got, want in zip(
+            jax.tree_util.tree_leaves(eval_state), jax.tree_util.tree_leaves(train_state), strict=True
+        ):
             assert got is want
 
 
 def test_pmap_jit_and_eager_evaluate_a_checkpoint_alike_placing_it_once(tmp_path, monkeypatch):
     w = str(tmp_path)
-    common = {"log_every_steps": 2, "eval_every_steps": 0, "checkpoint_every_steps": 100,
-              "eval.max_utterances": 12, **SHORT}  # 12 of a 16-row batch: the last rows are padding
+    common = {
+        "log_every_steps": 2,
+        "eval_every_steps": 0,
+        "checkpoint_every_steps": 100,
+        "eval.max_utterances": 12,
+        **SHORT,
+    }  # 12 of a 16-row batch: the last rows are padding
     train.train_and_evaluate(tiny_config(num_train_steps=2, **common), w)
     placed, put = [], parallel.Parallel.put_replicated
     monkeypatch.setattr(parallel.Parallel, "put_replicated", lambda self, t: placed.append(self.kind) or put(self, t))
     results = {}
     # 8 devices x 2 rows; eagerly one device takes the same 16 rows (one batch: op by op is slow)
-    for kind, overrides in [("pmap", {}), ("jit", {"parallelism": "jit"}),
-                            ("eager", {"compile": False, "per_device_batch_size": 16})]:
+    for kind, overrides in [
+        ("pmap", {}),
+        ("jit", {"parallelism": "jit"}),
+        ("eager", {"compile": False, "per_device_batch_size": 16}),
+    ]:
         config = tiny_config(num_train_steps=2, **common, **overrides)
         results[kind] = evaluation.evaluate_splits(config, w, split="dev-clean, test-clean")
     assert placed == ["pmap", "jit", "eager"]  # once per evaluation, for both splits
@@ -72,8 +93,12 @@ def test_pmap_jit_and_eager_evaluate_a_checkpoint_alike_placing_it_once(tmp_path
     for kind, by_split in results.items():
         for split, r in by_split.items():
             assert r["utterances"] == 12, (kind, split)
-            np.testing.assert_allclose([r["loss"], r["cer"], r["wer"]], [ref["loss"], ref["cer"], ref["wer"]],
-                                       rtol=1e-5, err_msg=f"{kind} {split}")
+            np.testing.assert_allclose(
+                [r["loss"], r["cer"], r["wer"]],
+                [ref["loss"], ref["cer"], ref["wer"]],
+                rtol=1e-5,
+                err_msg=f"{kind} {split}",
+            )
             assert [e["hypothesis"] for e in r["examples"]] == [e["hypothesis"] for e in ref["examples"]], kind
 
 
@@ -84,19 +109,22 @@ def test_several_splits_are_each_scored_on_their_own_and_written_to_their_own_fi
     import json
     import os
 
-    from ds2_jax import checkpoint, state as state_lib, workdir_config
+    from ds2_jax import checkpoint, workdir_config
+    from ds2_jax import state as state_lib
     from ds2_jax.pipeline.synthetic import SyntheticSource
 
     pytest.importorskip("flashlight.lib.text")
     sizes = {"dev-clean": 12, "test-clean": 4}  # the synthetic source serves one split: sizes tell them apart
     real = SyntheticSource.eval_batches
-    monkeypatch.setattr(SyntheticSource, "eval_batches",
-                        lambda self, split, max_utterances=0: real(self, split, sizes[split]))
+    monkeypatch.setattr(
+        SyntheticSource, "eval_batches", lambda self, split, max_utterances=0: real(self, split, sizes[split])
+    )
     config = tiny_settings(**{**SHORT, "decoding.beam_width": 2})
     w = str(tmp_path)
     num_bins = 161
-    fresh = state_lib.create_state(config, jax.random.PRNGKey(0), np.zeros(num_bins, np.float32),
-                                   np.ones(num_bins, np.float32))
+    fresh = state_lib.create_state(
+        config, jax.random.PRNGKey(0), np.zeros(num_bins, np.float32), np.ones(num_bins, np.float32)
+    )
     with checkpoint.managed(w) as mgr:
         checkpoint.save(mgr, 3, jax.device_get(fresh), wait=True)
     workdir_config.save_config(config, w)

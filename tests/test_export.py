@@ -21,8 +21,9 @@ LOG_PROB_TOLERANCE = 2e-4
 
 
 def _flacs(n: int | None = None) -> list[str]:
-    paths = sorted(os.path.join(root, f) for root, _, files in os.walk(TEST_CLEAN) for f in files
-                   if f.endswith(".flac"))
+    paths = sorted(
+        os.path.join(root, f) for root, _, files in os.walk(TEST_CLEAN) for f in files if f.endswith(".flac")
+    )
     return paths[:n]
 
 
@@ -40,8 +41,12 @@ def smoke(tmp_path_factory) -> tuple[str, str]:
     config = tiny_settings()
     bins = config.features.num_bins
     rng = np.random.default_rng(0)  # statistics that are not the identity: the export must carry them
-    state = state_lib.create_state(config, jax.random.PRNGKey(0), rng.normal(-10, 1, bins).astype(np.float32),
-                                   rng.uniform(1, 3, bins).astype(np.float32))
+    state = state_lib.create_state(
+        config,
+        jax.random.PRNGKey(0),
+        rng.normal(-10, 1, bins).astype(np.float32),
+        rng.uniform(1, 3, bins).astype(np.float32),
+    )
     with checkpoint.managed(workdir) as mgr:
         checkpoint.save(mgr, 0, jax.device_get(state), wait=True)
     workdir_config.save_config(config, workdir)
@@ -71,8 +76,11 @@ def _both_paths(workdir: str, model: str, paths: list[str]):
     from ds2_jax import eval_step, state
 
     kw = state.step_kwargs(jax_t.config)
-    ref = jax.jit(lambda a, n: eval_step.infer(jax_t.state, a, n, model_cfg=kw["model_cfg"],
-                                               feature_cfg=kw["feature_cfg"], log_probs=True))(audio, lengths)
+    ref = jax.jit(
+        lambda a, n: eval_step.infer(
+            jax_t.state, a, n, model_cfg=kw["model_cfg"], feature_cfg=kw["feature_cfg"], log_probs=True
+        )
+    )(audio, lengths)
     got = onnx_t.model.decoder_inputs(audio, lengths)
     np.testing.assert_array_equal(got["lengths"], np.asarray(ref["lengths"]))
     return np.asarray(ref["log_probs"]), got["log_probs"], jax_t.transcribe(waves), onnx_t.transcribe(waves)
@@ -98,8 +106,9 @@ def test_the_stablehlo_artifact_is_the_whole_model_featurizer_included(smoke):
     for paths in (_flacs(3), _flacs(1)):
         _, audio, lengths = _batch(paths)
         got_log_probs, got_lengths = exported.call(audio, lengths)
-        want = eval_step.infer(ref.state, audio, lengths, model_cfg=kw["model_cfg"], feature_cfg=kw["feature_cfg"],
-                               log_probs=True)
+        want = eval_step.infer(
+            ref.state, audio, lengths, model_cfg=kw["model_cfg"], feature_cfg=kw["feature_cfg"], log_probs=True
+        )
         np.testing.assert_array_equal(np.asarray(got_lengths), np.asarray(want["lengths"]))
         assert np.abs(np.asarray(got_log_probs) - np.asarray(want["log_probs"])).max() < 1e-5
 
@@ -111,8 +120,9 @@ def test_numpy_spectrogram_is_the_featurizers():
     audio = (np.random.default_rng(1).normal(0, 3000, (2, 8000))).astype(np.int16)
     audio[1, 4000:] = 0  # digital silence: log(eps) in both
     meta = onnx_model.MetaData.of({**export.metadata(settings.Settings(), 0)}, "x.onnx")
-    np.testing.assert_allclose(onnx_model.log_spectrogram(audio, meta), np.asarray(features.log_spectrogram(audio, fc)),
-                               atol=2e-4)
+    np.testing.assert_allclose(
+        onnx_model.log_spectrogram(audio, meta), np.asarray(features.log_spectrogram(audio, fc)), atol=2e-4
+    )
     assert list(onnx_model.num_frames([319, 320, 480, 8000], meta)) == [0, 1, 2, 49]
 
 
@@ -120,20 +130,35 @@ def test_transcribe_model_runs_without_jax(smoke):
     """`import jax` fails in the subprocess: the --model path never needs it; its lines are the JAX path's."""
     workdir, model = smoke
     files = _flacs(2)
-    code = ("import runpy, sys; sys.modules['jax'] = None; sys.argv = ['transcribe', *sys.argv[1:]]; "
-            "runpy.run_module('ds2_jax.transcribe', run_name='__main__')")
-    proc = subprocess.run([sys.executable, "-c", code, f"--model={model}", *files], cwd=ROOT, env=repo_env(),
-                          capture_output=True, text=True, timeout=300)
+    code = (
+        "import runpy, sys; sys.modules['jax'] = None; sys.argv = ['transcribe', *sys.argv[1:]]; "
+        "runpy.run_module('ds2_jax.transcribe', run_name='__main__')"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, f"--model={model}", *files],
+        cwd=ROOT,
+        env=repo_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
-    with_jax = subprocess.run([sys.executable, "-m", "ds2_jax.transcribe", f"--workdir={workdir}", *files], cwd=ROOT,
-                              env=repo_env(), capture_output=True, text=True, timeout=300)
+    with_jax = subprocess.run(
+        [sys.executable, "-m", "ds2_jax.transcribe", f"--workdir={workdir}", *files],
+        cwd=ROOT,
+        env=repo_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.stdout == with_jax.stdout and proc.stdout.count("\n") == 2
 
 
 def _error_line(module: str, *args: str) -> str:
     """The stderr of `python -m module *args`, checked to be one error line (exit 1) and returned."""
-    proc = subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, env=repo_env(), capture_output=True,
-                          text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", module, *args], cwd=ROOT, env=repo_env(), capture_output=True, text=True, timeout=300
+    )
     err = proc.stderr.strip()
     assert proc.returncode == 1 and err.startswith("error: ") and "\n" not in err, err
     return err

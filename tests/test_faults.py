@@ -34,8 +34,13 @@ from ds2_jax.pipeline.source import make_source
 from tests import helpers
 from tests.helpers import tiny_config, tiny_settings
 
-COMMON = ["--config.num_train_steps=8", "--config.log_every_steps=2", "--config.checkpoint_every_steps=3",
-          "--config.eval_every_steps=4", "--config.eval.max_utterances=8"]
+COMMON = [
+    "--config.num_train_steps=8",
+    "--config.log_every_steps=2",
+    "--config.checkpoint_every_steps=3",
+    "--config.eval_every_steps=4",
+    "--config.eval.max_utterances=8",
+]
 
 
 def launch(workdir, *extra, wait=True):
@@ -75,15 +80,23 @@ def test_kill_9_then_rerun_matches_uninterrupted_bit_for_bit(tmp_path, uninterru
     assert step == uninterrupted[0] == 8
     for a, b in zip(params, uninterrupted[1]):
         np.testing.assert_array_equal(a, b)
-    steps = [json.loads(l)["step"] for l in open(tmp_path / "metrics.jsonl") if "loss" in l and "eval" not in l]
+    steps = [
+        json.loads(line)["step"] for line in open(tmp_path / "metrics.jsonl") if "loss" in line and "eval" not in line
+    ]
     assert steps == [2, 4, 6, 8]  # records of repeated steps are not duplicated
 
 
 @pytest.mark.slow
 @pytest.mark.e2e
 def test_sigterm_checkpoints_and_exits_zero_then_resumes(tmp_path):
-    proc = launch(tmp_path, "--config.num_train_steps=100000", "--config.log_every_steps=1",
-                  "--config.checkpoint_every_steps=100000", "--config.eval_every_steps=0", wait=False)
+    proc = launch(
+        tmp_path,
+        "--config.num_train_steps=100000",
+        "--config.log_every_steps=1",
+        "--config.checkpoint_every_steps=100000",
+        "--config.eval_every_steps=0",
+        wait=False,
+    )
     metrics_file = tmp_path / "metrics.jsonl"
     deadline = time.time() + 300
     while not (metrics_file.exists() and metrics_file.read_text().count("\n") >= 2):
@@ -97,8 +110,10 @@ def test_sigterm_checkpoints_and_exits_zero_then_resumes(tmp_path):
     assert saved is not None and saved >= 2
     rc, err = launch(tmp_path, f"--config.num_train_steps={saved + 2}", "--config.eval_every_steps=0")
     assert rc == 0 and f"restored checkpoint at step {saved}" in err
-    full = train.train_and_evaluate(tiny_config(num_train_steps=saved + 2, log_every_steps=1, eval_every_steps=0,
-                                                checkpoint_every_steps=100000), str(tmp_path / "full"))
+    full = train.train_and_evaluate(
+        tiny_config(num_train_steps=saved + 2, log_every_steps=1, eval_every_steps=0, checkpoint_every_steps=100000),
+        str(tmp_path / "full"),
+    )
     step, params = final_params(tmp_path)
     assert step == saved + 2
     for a, b in zip(params, leaves((full.params, full.opt_state, full.batch_stats))):
@@ -120,7 +135,7 @@ def test_two_runs_on_one_workdir_the_second_is_refused_and_nothing_mixes(tmp_pat
     _, first_err = first.communicate(timeout=600)
     assert first.returncode == 0, first_err[-2000:]
     assert json.load(open(tmp_path / "config.json"))["model"]["rnn_size"] == 32
-    steps = [json.loads(l)["step"] for l in open(tmp_path / "metrics.jsonl") if "eval" not in l]
+    steps = [json.loads(line)["step"] for line in open(tmp_path / "metrics.jsonl") if "eval" not in line]
     assert steps == [2, 4, 6, 8]
     step, params = final_params(tmp_path)
     for a, b in zip(params, uninterrupted[1]):
@@ -128,8 +143,8 @@ def test_two_runs_on_one_workdir_the_second_is_refused_and_nothing_mixes(tmp_pat
 
 
 def _corrupt(directory, how):
-    for root, _, files in os.walk(directory):
-        for name in files:
+    for root, _, names in os.walk(directory):
+        for name in names:
             path = os.path.join(root, name)
             if how == "truncate":
                 with open(path, "r+b") as f:
@@ -140,8 +155,13 @@ def _corrupt(directory, how):
 
 # ----------------------------------------------------------------------------- in process
 
-RUN = {"num_train_steps": 6, "log_every_steps": 3, "eval_every_steps": 0, "checkpoint_every_steps": 3,
-       "eval.max_utterances": 8}
+RUN = {
+    "num_train_steps": 6,
+    "log_every_steps": 3,
+    "eval_every_steps": 0,
+    "checkpoint_every_steps": 3,
+    "eval.max_utterances": 8,
+}
 
 
 def run_config(**overrides):
@@ -195,7 +215,10 @@ def test_damaged_newest_checkpoint_is_moved_aside_retrained_and_saved(six_steps,
     caplog.clear()
     with caplog.at_level("INFO", logger="ds2_jax"):  # and the rerun after that redoes nothing
         train.train_and_evaluate(run_config(), w)
-    assert "restored checkpoint at step 6" in caplog.text and "nothing to train: workdir already at step 6 of 6" in caplog.text
+    assert (
+        "restored checkpoint at step 6" in caplog.text
+        and "nothing to train: workdir already at step 6 of 6" in caplog.text
+    )
 
 
 def test_all_checkpoints_damaged_is_an_error_naming_the_way_out(six_steps, tmp_path):
@@ -211,8 +234,8 @@ def test_all_checkpoints_damaged_is_an_error_naming_the_way_out(six_steps, tmp_p
 @pytest.mark.e2e
 def test_all_checkpoints_damaged_message_is_the_last_line(six_steps, tmp_path):
     w = copy_of(six_steps, tmp_path)
-    for root, _, files in os.walk(os.path.join(w, "checkpoints")):
-        for name in files:  # keep the json metadata: orbax then fails inside tensorstore's event loop
+    for root, _, names in os.walk(os.path.join(w, "checkpoints")):
+        for name in names:  # keep the json metadata: orbax then fails inside tensorstore's event loop
             if name.endswith(".ocdbt") or os.path.basename(root) == "d":
                 with open(os.path.join(root, name), "r+b") as f:
                     f.truncate(10)
@@ -352,8 +375,9 @@ def tmpfs(tmp_path):
     def mount(size: str):
         path = tmp_path / f"disk-{size}"
         path.mkdir()
-        if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-                          capture_output=True).returncode:
+        if subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True
+        ).returncode:
             pytest.skip("cannot mount a tmpfs here (needs root)")
         mounted.append(path)
         return path
@@ -392,26 +416,37 @@ def test_a_checkpoint_write_failure_of_any_type_is_explained(tmp_path):
 def test_non_finite_steps_skipped_counted_and_bounded(tmp_path):
     common = {"log_every_steps": 1, "eval_every_steps": 0, "checkpoint_every_steps": 100}
     # Both runs compile the same step (same fault steps); only the host-side bound differs.
-    train.train_and_evaluate(tiny_config(num_train_steps=6, **common, **{"faults.nan_at_steps": "2-4"}), str(tmp_path / "a"))
+    train.train_and_evaluate(
+        tiny_config(num_train_steps=6, **common, **{"faults.nan_at_steps": "2-4"}), str(tmp_path / "a")
+    )
+
     def strict(text):  # JSON as the standard has it: a bare NaN or Infinity is not a number there
         return json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} in metrics.jsonl: not JSON"))
 
-    records = [strict(l) for l in open(tmp_path / "a" / "metrics.jsonl")]
+    records = [strict(line) for line in open(tmp_path / "a" / "metrics.jsonl")]
     assert [r["skipped_steps"] for r in records] == [0, 0, 1, 2, 3, 3]
     # An interval of skipped steps has no loss or gradient norm (null), never a 0 that reads as perfect.
-    assert [r["loss"] is None for r in records] == [r["grad_norm"] is None for r in records] == \
-        [False, False, True, True, True, False]
+    assert (
+        [r["loss"] is None for r in records]
+        == [r["grad_norm"] is None for r in records]
+        == [False, False, True, True, True, False]
+    )
     assert all(np.isfinite(r["loss"]) and r["loss"] > 0 for r in records if r["loss"] is not None)
-    bad = tiny_config(num_train_steps=6, **{**common, "checkpoint_every_steps": 2},
-                      **{"faults.nan_at_steps": "2-4", "optimizer.max_consecutive_skips": 3})
+    bad = tiny_config(
+        num_train_steps=6,
+        **{**common, "checkpoint_every_steps": 2},
+        **{"faults.nan_at_steps": "2-4", "optimizer.max_consecutive_skips": 3},
+    )
     handlers = [h for name in ("", "ds2_jax") for h in logging.getLogger(name).handlers]
     own_handles = [h.__dict__.get("handle") for h in handlers]
-    with pytest.raises(FloatingPointError, match="3 consecutive steps had a non-finite loss, gradient or update "
-                                                 "\\(up to step 5\\)") as stopped:
+    with pytest.raises(
+        FloatingPointError, match="3 consecutive steps had a non-finite loss, gradient or update \\(up to step 5\\)"
+    ) as stopped:
         train.train_and_evaluate(bad, str(tmp_path / "b"))
     # The way out names the checkpoint to resume from (step 4: written after two skipped steps, finite).
-    assert f"the newest checkpoint, step 4 in {tmp_path / 'b' / 'checkpoints'}, holds finite parameters" \
-        in str(stopped.value)
+    assert f"the newest checkpoint, step 4 in {tmp_path / 'b' / 'checkpoints'}, holds finite parameters" in str(
+        stopped.value
+    )
     # A caller that catches the error keeps its process: the watchdog stopped (left running
     # it would os._exit step_timeout_s later), and the progress bar let go of the log handlers.
     for t in [t for t in threading.enumerate() if t.name == "ds2-watchdog"]:
@@ -455,7 +490,9 @@ def test_a_non_finite_state_is_never_saved_and_one_saved_before_is_skipped_on_re
 @pytest.mark.e2e
 def test_hung_step_ends_with_an_error_instead_of_hanging(tmp_path):
     start = time.time()
-    rc, err = launch(tmp_path, "--config.faults.hang_at_step=3", "--config.step_timeout_s=5", "--config.eval_every_steps=0")
+    rc, err = launch(
+        tmp_path, "--config.faults.hang_at_step=3", "--config.step_timeout_s=5", "--config.eval_every_steps=0"
+    )
     assert rc == resilience.Watchdog.EXIT_CODE
     assert "no progress" in err and time.time() - start < 300
 
@@ -503,16 +540,21 @@ def test_out_of_memory_names_the_settings_to_lower():
 
 
 def test_missing_dataset_is_a_clear_error(tmp_path):
-    config = tiny_config(**{"dataset.name": "librispeech_local", "dataset.manual_dir": str(tmp_path / "nowhere"),
-                            "dataset.data_dir": str(tmp_path / "tfds")})
+    config = tiny_config(
+        **{
+            "dataset.name": "librispeech_local",
+            "dataset.manual_dir": str(tmp_path / "nowhere"),
+            "dataset.data_dir": str(tmp_path / "tfds"),
+        }
+    )
     with pytest.raises(FileNotFoundError, match="manual_dir.*is missing or empty"):
         train.train_and_evaluate(config, str(tmp_path / "w"))
 
 
 def test_prepared_dataset_refuses_a_different_manual_dir_naming_both(tmp_path, caplog):
+    from ds2_jax.datasets import build
     from ds2_jax.pipeline import tfds_source
     from ds2_jax.pipeline.source import DataSettings
-    from ds2_jax.datasets import build
     from tests import librispeech_testdata as td
 
     first, copy, other = tmp_path / "first", tmp_path / "copy", tmp_path / "other"
@@ -534,8 +576,9 @@ def test_prepared_dataset_refuses_a_different_manual_dir_naming_both(tmp_path, c
         assert f"built from {first}" in message and f"dataset.manual_dir={str(manual)!r}" in message
         assert "dataset.data_dir to a fresh directory" in message
         assert os.path.dirname(os.fspath(builder.data_dir)) in message  # delete this to rebuild
-    config = tiny_settings(**{"dataset.name": "librispeech_local", "dataset.manual_dir": str(other),
-                              "dataset.data_dir": data_dir})
+    config = tiny_settings(
+        **{"dataset.name": "librispeech_local", "dataset.manual_dir": str(other), "dataset.data_dir": data_dir}
+    )
     with pytest.raises(errors.DatasetMismatch, match="holds other files"):  # the training path too
         tfds_source._open_builder(DataSettings.of(config), Sharding(16))
     # issue 40: the record follows the umask (another user of a shared data_dir reads it), and a
@@ -549,8 +592,11 @@ def test_prepared_dataset_refuses_a_different_manual_dir_naming_both(tmp_path, c
         with open(record, "w") as f:
             f.write("{}")
         os.chmod(record, 0)
-    with pytest.raises(OSError, match=rf"{record}, the record .* is unreadable \(.*\), so the data cannot be "
-                                      r"checked.*chmod a\+r"):
+    with pytest.raises(
+        OSError,
+        match=rf"{record}, the record .* is unreadable \(.*\), so the data cannot be "
+        r"checked.*chmod a\+r",
+    ):
         build.build(str(first), data_dir)
     os.chmod(record, 0o644) if os.path.isfile(record) else os.rmdir(record)
     with open(record, "w") as f:
@@ -576,8 +622,15 @@ def test_rewriting_metrics_on_resume_is_atomic_a_kill_midway_keeps_the_history(t
             raise KeyboardInterrupt  # stands in for the kill: the rewrite stops half way
         return json.dumps(record)
 
-    fake = type("json", (), {"dumps": staticmethod(killed_after_one), "loads": staticmethod(json.loads),
-                             "JSONDecodeError": json.JSONDecodeError})
+    fake = type(
+        "json",
+        (),
+        {
+            "dumps": staticmethod(killed_after_one),
+            "loads": staticmethod(json.loads),
+            "JSONDecodeError": json.JSONDecodeError,
+        },
+    )
     monkeypatch.setattr(metrics, "json", fake)
     with pytest.raises(KeyboardInterrupt):
         metrics.MetricWriter(str(tmp_path), resume_step=2)
@@ -613,8 +666,9 @@ def test_an_unfinished_step_folder_is_set_aside_and_good_checkpoints_restore(six
 
 
 @pytest.mark.parametrize("how", ["orbax_tmp_folder", "no_commit_marker"])
-def test_a_checkpoint_a_live_run_is_writing_is_waited_for_then_named_never_called_damaged(six_steps, tmp_path, how,
-                                                                                          monkeypatch, caplog):
+def test_a_checkpoint_a_live_run_is_writing_is_waited_for_then_named_never_called_damaged(
+    six_steps, tmp_path, how, monkeypatch, caplog
+):
     """issue 40: eval/transcribe (state.restore_state) reading a workdir while its run writes checkpoint 6
     (orbax's 6.orbax-checkpoint-tmp, or a step folder without its commit markers) took it for no
     checkpoint or a damaged one, advising to move the checkpoints away. They wait (bounded) for it,
@@ -677,14 +731,18 @@ def test_a_torn_or_hand_edited_config_json_names_the_file_and_the_key(tmp_path, 
 
     text = json.dumps(settings.to_dict(run_config()), indent=2)
     at = text.index('"rnn_size"')
-    broken = {"truncated": text[: at + len('"rnn_size": 3')] + '"',  # cut mid-value
-              "hand_edited": text.replace('"rnn_size": 32,', '"rnn_size": 32,,'),
-              "bad_value": text.replace('"rnn_size": 32', '"rnn_size": "32 units"'),
-              "not_an_object": "[]"}[how]
+    broken = {
+        "truncated": text[: at + len('"rnn_size": 3')] + '"',  # cut mid-value
+        "hand_edited": text.replace('"rnn_size": 32,', '"rnn_size": 32,,'),
+        "bad_value": text.replace('"rnn_size": 32', '"rnn_size": "32 units"'),
+        "not_an_object": "[]",
+    }[how]
     (tmp_path / "config.json").write_text(broken)
     path = str(tmp_path / "config.json")
-    for read in (lambda: workdir_config.load_config(str(tmp_path)),
-                 lambda: workdir_config.config_for_eval(run_config(), str(tmp_path))):
+    for read in (
+        lambda: workdir_config.load_config(str(tmp_path)),
+        lambda: workdir_config.config_for_eval(run_config(), str(tmp_path)),
+    ):
         with pytest.raises(ValueError) as err:
             read()
         message = str(err.value)
@@ -727,10 +785,16 @@ def test_a_resume_with_changed_settings_logs_and_records_them_keeping_config_jso
     assert "optimizer.learning_rate 0.0005 -> 0.01" in caplog.text and "per_device_batch_size 2 -> 4" in caplog.text
     assert open(os.path.join(w, "config.json")).read() == original  # still the settings of steps 1-6
     (record,) = metrics.read_jsonl(os.path.join(w, workdir_config.CHANGES_FILE))
-    assert record["step"] == 6 and record["changes"] == {"optimizer.learning_rate": [0.0005, 0.01],
-                                                         "per_device_batch_size": [2, 4]}  # num_train_steps: no change
-    marker = [r for r in metrics.read_jsonl(os.path.join(w, "metrics.jsonl")) if "config_change/per_device_batch_size" in r]
-    assert marker == [{"step": 6, "config_change/optimizer.learning_rate": 0.01, "config_change/per_device_batch_size": 4.0}]
+    assert record["step"] == 6 and record["changes"] == {
+        "optimizer.learning_rate": [0.0005, 0.01],
+        "per_device_batch_size": [2, 4],
+    }  # num_train_steps: no change
+    marker = [
+        r for r in metrics.read_jsonl(os.path.join(w, "metrics.jsonl")) if "config_change/per_device_batch_size" in r
+    ]
+    assert marker == [
+        {"step": 6, "config_change/optimizer.learning_rate": 0.01, "config_change/per_device_batch_size": 4.0}
+    ]
     caplog.clear()
     with caplog.at_level("INFO", logger="ds2_jax"):  # the same settings again, training further: no new change
         train.train_and_evaluate(run_config(num_train_steps=12, **changed, **{"optimizer.clip_global_norm": 5.0}), w)
@@ -765,9 +829,11 @@ def test_disk_full_during_an_asynchronous_save_names_that_step_in_one_line(tmpfs
 
 def test_the_failing_step_is_read_off_the_error(tmp_path):
     mgr = checkpoint.manager(str(tmp_path))
-    text = (f'RESOURCE_EXHAUSTED: Error writing "params.x/0" in OCDBT database at local file '
-            f'"{tmp_path}/checkpoints/2.orbax-checkpoint-tmp/default.orbax-checkpoint-tmp/ocdbt.process_0/": '
-            "Failed to write 368 bytes to file 7: No space left on device [os_error_code='28']")
+    text = (
+        f'RESOURCE_EXHAUSTED: Error writing "params.x/0" in OCDBT database at local file '
+        f'"{tmp_path}/checkpoints/2.orbax-checkpoint-tmp/default.orbax-checkpoint-tmp/ocdbt.process_0/": '
+        "Failed to write 368 bytes to file 7: No space left on device [os_error_code='28']"
+    )
     err = checkpoint.explain_save_error(mgr, 3, ValueError(text))
     assert str(err).startswith(f"writing checkpoint 2 to {tmp_path / 'checkpoints'} failed (disk full; ")
 
@@ -785,8 +851,19 @@ def test_orbax_background_errors_go_to_error_log_not_the_terminal(tmp_path, capf
         with errors.background_errors_to_log(str(tmp_path), "orbax", "Event loop is closed"):
             exec(orbax_code, {"log": absl, "err": RuntimeError("RESOURCE_EXHAUSTED")})
             absl.error("not orbax's")
-            sys.unraisablehook(type("Info", (), {"exc_type": RuntimeError, "exc_value": RuntimeError("Event loop is closed"),
-                                                 "exc_traceback": None, "err_msg": None, "object": None})())
+            sys.unraisablehook(
+                type(
+                    "Info",
+                    (),
+                    {
+                        "exc_type": RuntimeError,
+                        "exc_value": RuntimeError("Event loop is closed"),
+                        "exc_traceback": None,
+                        "err_msg": None,
+                        "object": None,
+                    },
+                )()
+            )
     finally:
         absl.removeHandler(handler)
     assert [r.getMessage() for r in seen] == ["not orbax's"]
@@ -796,8 +873,10 @@ def test_orbax_background_errors_go_to_error_log_not_the_terminal(tmp_path, capf
 
 
 XLA_OOM = "RESOURCE_EXHAUSTED: Out of memory while trying to allocate 5368709120 bytes."
-TENSORSTORE_FULL = ('RESOURCE_EXHAUSTED: Error writing "params.x/0" in OCDBT database: Failed to write 368 bytes to '
-                    "file 7: No space left on device [os_error_code='28']")
+TENSORSTORE_FULL = (
+    'RESOURCE_EXHAUSTED: Error writing "params.x/0" in OCDBT database: Failed to write 368 bytes to '
+    "file 7: No space left on device [os_error_code='28']"
+)
 
 
 def test_out_of_memory_and_disk_full_have_one_rule_each_and_print_their_own_line(tmp_path):
@@ -806,22 +885,38 @@ def test_out_of_memory_and_disk_full_have_one_rule_each_and_print_their_own_line
     import sys
     import types
 
-    config = types.SimpleNamespace(per_device_batch_size=4096, dataset=types.SimpleNamespace(max_duration_s=27.0),
-                                   model=types.SimpleNamespace(rnn_size=2048, dtype="bfloat16"))
+    config = types.SimpleNamespace(
+        per_device_batch_size=4096,
+        dataset=types.SimpleNamespace(max_duration_s=27.0),
+        model=types.SimpleNamespace(rnn_size=2048, dtype="bfloat16"),
+    )
     oom = errors.out_of_memory(RuntimeError(XLA_OOM), {"audio": (8, 4096, 128000)}, config)
-    cases = {XLA_OOM: "oom", str(oom): "oom", "CUDA out of memory": "oom", TENSORSTORE_FULL: "disk",
-             OSError(errno.ENOSPC, "No space left on device"): "disk", OSError(errno.EDQUOT, "quota"): "disk"}
+    cases = {
+        XLA_OOM: "oom",
+        str(oom): "oom",
+        "CUDA out of memory": "oom",
+        TENSORSTORE_FULL: "disk",
+        OSError(errno.ENOSPC, "No space left on device"): "disk",
+        OSError(errno.EDQUOT, "quota"): "disk",
+    }
     for err, kind in cases.items():
         err = err if isinstance(err, BaseException) else RuntimeError(err)
         assert (errors.is_out_of_memory(err), errors.is_disk_full(err)) == (kind == "oom", kind == "disk"), err
-    script = ("import sys, types; from ds2_jax import errors\n"
-              "config = types.SimpleNamespace(per_device_batch_size=4096, dataset=types.SimpleNamespace("
-              "max_duration_s=27.0), model=types.SimpleNamespace(rnn_size=2048, dtype='bfloat16'))\n"
-              "def fail():\n"
-              f"    raise errors.out_of_memory(RuntimeError({XLA_OOM!r}), {{'audio': (8, 4096, 128000)}}, config)\n"
-              "errors.run_explained(fail, sys.argv[1])\n")
-    proc = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True,
-                          env=dict(os.environ, PYTHONPATH=helpers.ROOT), timeout=120)
+    script = (
+        "import sys, types; from ds2_jax import errors\n"
+        "config = types.SimpleNamespace(per_device_batch_size=4096, dataset=types.SimpleNamespace("
+        "max_duration_s=27.0), model=types.SimpleNamespace(rnn_size=2048, dtype='bfloat16'))\n"
+        "def fail():\n"
+        f"    raise errors.out_of_memory(RuntimeError({XLA_OOM!r}), {{'audio': (8, 4096, 128000)}}, config)\n"
+        "errors.run_explained(fail, sys.argv[1])\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=helpers.ROOT),
+        timeout=120,
+    )
     last = proc.stderr.strip().splitlines()[-1]
     assert proc.returncode == 1 and last.startswith("error: out of device memory for batch shapes"), proc.stderr
     assert "disk full" not in last and "per_device_batch_size=4096" in last
@@ -836,7 +931,9 @@ def test_an_absurd_batch_is_refused_before_numpy_allocates_naming_per_device_bat
     assert "largest that fits the host is about per_device_batch_size=" in str(err.value)
     assert time.time() - start < 60 and not os.path.exists(tmp_path / "w" / "metrics.jsonl")
     with pytest.raises(MemoryError, match="per_device_batch_size=100000000 is too large"):  # --mode=eval too
-        evaluation.evaluate_checkpoint(run_config(per_device_batch_size=100_000_000), copy_of(six_steps, tmp_path / "e"))
+        evaluation.evaluate_checkpoint(
+            run_config(per_device_batch_size=100_000_000), copy_of(six_steps, tmp_path / "e")
+        )
     # The largest it names fits; one more does not.
     host_bytes, shapes = 10 * 2**20, [(16000, 20)]
     with pytest.raises(MemoryError) as err:
@@ -844,8 +941,9 @@ def test_an_absurd_batch_is_refused_before_numpy_allocates_naming_per_device_bat
     fits = int(str(err.value).split("per_device_batch_size=")[-1].split()[0])
     memory.check_host_memory(types.SimpleNamespace(per_device_batch_size=fits), 8 * fits, shapes, 3, host_bytes)
     with pytest.raises(MemoryError):
-        memory.check_host_memory(types.SimpleNamespace(per_device_batch_size=fits + 1), 8 * (fits + 1), shapes, 3,
-                                 host_bytes)
+        memory.check_host_memory(
+            types.SimpleNamespace(per_device_batch_size=fits + 1), 8 * (fits + 1), shapes, 3, host_bytes
+        )
 
 
 class _FakeDevice:
@@ -871,8 +969,16 @@ class _FakeDevice:
             self.dispatched += 1
             index = self.dispatched
             self._lock.notify_all()
-        keys = ("loss_sum", "loss_count", "infeasible", "utterances", "grad_norm_sum", "finite_steps", "steps",
-                "learning_rate_sum")
+        keys = (
+            "loss_sum",
+            "loss_count",
+            "infeasible",
+            "utterances",
+            "grad_norm_sum",
+            "finite_steps",
+            "steps",
+            "learning_rate_sum",
+        )
         return state, {k: _FakeScalar(self, index) for k in keys}
 
     def close(self):
@@ -912,7 +1018,9 @@ def test_a_stop_signal_checkpoints_within_two_steps_of_the_device(six_steps, tmp
     threading.Thread(target=stop_after_three, daemon=True).start()
     try:
         with caplog.at_level("INFO", logger="ds2_jax"):
-            train.train_and_evaluate(run_config(num_train_steps=2000, log_every_steps=10_000, checkpoint_every_steps=10_000), w)
+            train.train_and_evaluate(
+                run_config(num_train_steps=2000, log_every_steps=10_000, checkpoint_every_steps=10_000), w
+            )
     finally:
         device.close()
     saved = checkpoint.manager(w).latest_step()
@@ -920,8 +1028,9 @@ def test_a_stop_signal_checkpoints_within_two_steps_of_the_device(six_steps, tmp
     assert saved - 6 <= at_signal[0] + 2 + 1, (saved, at_signal)  # 2 in flight, 1 for the race with the signal
 
 
-def test_a_stop_signal_while_the_model_is_built_stops_at_the_first_step_with_a_checkpoint(tmp_path, monkeypatch,
-                                                                                         caplog):
+def test_a_stop_signal_while_the_model_is_built_stops_at_the_first_step_with_a_checkpoint(
+    tmp_path, monkeypatch, caplog
+):
     """issue 40: a Ctrl-C before the loop (building the data, the model, the first compile) was a
     KeyboardInterrupt traceback, SIGTERM a kill leaving a stale lock; now both are the loop's stop."""
     real = train.make_source
@@ -968,7 +1077,9 @@ def test_a_second_ctrl_c_during_the_first_compile_exits_at_once_in_one_line_leav
     reader = threading.Thread(target=lambda: lines.extend(iter(proc.stderr.readline, "")), daemon=True)
     reader.start()
     deadline = time.monotonic() + 300
-    while not any("compiling the train step for batch shapes" in line for line in lines) and time.monotonic() < deadline:
+    while (
+        not any("compiling the train step for batch shapes" in line for line in lines) and time.monotonic() < deadline
+    ):
         time.sleep(0.05)
     proc.send_signal(signal.SIGINT)
     time.sleep(0.3)
@@ -980,8 +1091,10 @@ def test_a_second_ctrl_c_during_the_first_compile_exits_at_once_in_one_line_leav
     assert proc.returncode == 128 + signal.SIGINT, seen[-3000:]
     assert time.monotonic() - second < 5 and "first step (compile + run)" not in seen, seen[-3000:]  # in the compile
     lines = seen.strip().splitlines()
-    assert lines[-1] == f"ds2_jax: received SIGINT again: exiting now without writing a checkpoint; removed {w}, " \
-                        "which this run created and wrote no result to", seen[-3000:]
+    assert (
+        lines[-1] == f"ds2_jax: received SIGINT again: exiting now without writing a checkpoint; removed {w}, "
+        "which this run created and wrote no result to"
+    ), seen[-3000:]
     assert "Traceback" not in seen and seen.count("received SIGINT again") == 1 and not w.exists()
 
 
@@ -1029,10 +1142,19 @@ def test_a_missing_eval_split_is_found_before_training(tmp_path):
     td.write_bad_inputs(str(manual / "LibriSpeech" / "dev-clean"))
     data_dir = str(tmp_path / "tfds")
     build.build(str(manual), data_dir)
-    config = tiny_config(**{"dataset.name": "librispeech_local", "dataset.manual_dir": str(manual),
-                            "dataset.data_dir": data_dir, "dataset.train_splits": "dev-clean",
-                            "dataset.eval_split": "test-clean", "eval_every_steps": 4, "num_devices": 1,
-                            "per_device_batch_size": 1, "dataset.num_workers": 0})
+    config = tiny_config(
+        **{
+            "dataset.name": "librispeech_local",
+            "dataset.manual_dir": str(manual),
+            "dataset.data_dir": data_dir,
+            "dataset.train_splits": "dev-clean",
+            "dataset.eval_split": "test-clean",
+            "eval_every_steps": 4,
+            "num_devices": 1,
+            "per_device_batch_size": 1,
+            "dataset.num_workers": 0,
+        }
+    )
     w = tmp_path / "w"
     with pytest.raises(ValueError, match="dataset.eval_split='test-clean': split 'test_clean' is not in the prepared"):
         train.train_and_evaluate(config, str(w))
@@ -1050,9 +1172,17 @@ def test_eval_result_names_tell_every_decoder_apart_and_are_written_atomically(s
         cfg = dataclasses.replace(settings.Decoding(beam_width=32), **changes)
         return types.SimpleNamespace(cfg=cfg, alpha=cfg.alpha, beta=cfg.beta)
 
-    decoders = [None, beam(), beam(beam_width=8), beam(beam_prune_logp=-5.0), beam(lm_path="a/lm.arpa"),
-                beam(lm_path="b/lm.arpa"), beam(lm_path="a/lm.arpa", alpha=1.0), beam(lm_path="a/lm.arpa", beta=0.0),
-                beam(lm_path="a/lm.arpa", lexicon_path="words.txt")]
+    decoders = [
+        None,
+        beam(),
+        beam(beam_width=8),
+        beam(beam_prune_logp=-5.0),
+        beam(lm_path="a/lm.arpa"),
+        beam(lm_path="b/lm.arpa"),
+        beam(lm_path="a/lm.arpa", alpha=1.0),
+        beam(lm_path="a/lm.arpa", beta=0.0),
+        beam(lm_path="a/lm.arpa", lexicon_path="words.txt"),
+    ]
     names = [evaluation.result_path("w", "dev-clean", 6, d) for d in decoders]
     assert len(set(names)) == len(names), names
     assert names[:3] == [os.path.join("w", f"eval-dev-clean-6-{t}.json") for t in ("greedy", "beam32", "beam8")]
@@ -1087,9 +1217,12 @@ def test_the_prepared_data_fingerprint_sees_a_same_size_transcript_edit(tmp_path
     build.build(str(manual), data_dir)  # unchanged: fine
     transcript = sorted((manual / "LibriSpeech" / "dev-clean").rglob("*.trans.txt"))[0]
     text = transcript.read_bytes()
-    i = next(i for i in range(len(text) - 1) if chr(text[i]).isalpha() and chr(text[i + 1]).isalpha()
-             and text[i] != text[i + 1] and i > text.index(b" "))
-    transcript.write_bytes(text[:i] + text[i + 1:i + 2] + text[i:i + 1] + text[i + 2:])  # two letters swapped
+    i = next(
+        i
+        for i in range(len(text) - 1)
+        if chr(text[i]).isalpha() and chr(text[i + 1]).isalpha() and text[i] != text[i + 1] and i > text.index(b" ")
+    )
+    transcript.write_bytes(text[:i] + text[i + 1 : i + 2] + text[i : i + 1] + text[i + 2 :])  # two letters swapped
     with pytest.raises(errors.DatasetMismatch, match="the same sizes but other transcript text"):
         build.build(str(manual), data_dir)
     # A record from before the transcripts were hashed: checked by sizes, then upgraded.

@@ -88,8 +88,9 @@ def test_feature_statistics_count_each_utterances_valid_frames_only():
     rng = np.random.default_rng(0)
     waves = [(rng.standard_normal(n) * 3000).astype(np.int16) for n in (5_000, 12_345, 300, 7_000)]  # 300: no frame
     mean, std = features.spectrogram_stats(waves, pad_to=8_000)
-    frames = np.concatenate([np.asarray(features.log_spectrogram(jnp.asarray(w[None])), np.float64)[0]
-                             for w in waves if len(w) >= 320])
+    frames = np.concatenate(
+        [np.asarray(features.log_spectrogram(jnp.asarray(w[None])), np.float64)[0] for w in waves if len(w) >= 320]
+    )
     assert frames.shape[0] == sum(geometry.num_frames(len(w)) for w in waves)
     np.testing.assert_allclose(mean, frames.mean(0), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(std, frames.std(0), rtol=1e-4, atol=1e-5)

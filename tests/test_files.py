@@ -46,7 +46,7 @@ def test_every_rewriting_writer_gives_a_new_file_the_umasks_mode_like_open(tmp_p
     workdir_config.record_resume_changes(settings.override(config, {"optimizer.learning_rate": 1e-3}), str(tmp_path), 5)
     for name in ("a.txt", "config.json", "metrics.jsonl", "config_changes.jsonl"):
         assert mode(tmp_path / name) == want, name
-    assert [json.loads(l)["step"] for l in open(tmp_path / "metrics.jsonl")] == [1, 2]
+    assert [json.loads(line)["step"] for line in open(tmp_path / "metrics.jsonl")] == [1, 2]
 
 
 def test_a_rewritten_file_keeps_its_own_mode(tmp_path, mask):

@@ -17,8 +17,13 @@ from ds2_jax.pipeline.source import make_source
 from tests import helpers
 from tests.helpers import tiny_config, tiny_settings
 
-COMMON = {"num_train_steps": 3, "eval_every_steps": 0, "checkpoint_every_steps": 3, "num_devices": 1,
-          "log_every_steps": 1}
+COMMON = {
+    "num_train_steps": 3,
+    "eval_every_steps": 0,
+    "checkpoint_every_steps": 3,
+    "num_devices": 1,
+    "log_every_steps": 1,
+}
 
 
 def leaves(tree):
@@ -26,8 +31,10 @@ def leaves(tree):
 
 
 def paths(tree) -> dict:
-    return {jax.tree_util.keystr(k, simple=True, separator="/"): np.asarray(v)
-            for k, v in jax.tree_util.tree_flatten_with_path(tree)[0]}
+    return {
+        jax.tree_util.keystr(k, simple=True, separator="/"): np.asarray(v)
+        for k, v in jax.tree_util.tree_flatten_with_path(tree)[0]
+    }
 
 
 @pytest.fixture(scope="module")
@@ -58,11 +65,16 @@ def _state_with_vocab(config, vocab_size: int):
     cfg = type(cfg)(**{**cfg.__dict__, "vocab_size": vocab_size})
     net = model.DeepSpeech2(cfg)
     variables = net.init(jax.random.PRNGKey(5), jnp.zeros((1, 64, cfg.num_bins)), jnp.array([64]), train=False)
-    return state_lib.TrainState.create(apply_fn=net.apply, params=variables["params"],
-                                       tx=state_lib.make_optimizer(config.optimizer),
-                                       batch_stats=variables["batch_stats"],
-                                       feature_mean=jnp.zeros(cfg.num_bins), feature_std=jnp.ones(cfg.num_bins),
-                                       skipped_steps=jnp.zeros((), jnp.int32), consecutive_skips=jnp.zeros((), jnp.int32))
+    return state_lib.TrainState.create(
+        apply_fn=net.apply,
+        params=variables["params"],
+        tx=state_lib.make_optimizer(config.optimizer),
+        batch_stats=variables["batch_stats"],
+        feature_mean=jnp.zeros(cfg.num_bins),
+        feature_std=jnp.ones(cfg.num_bins),
+        skipped_steps=jnp.zeros((), jnp.int32),
+        consecutive_skips=jnp.zeros((), jnp.int32),
+    )
 
 
 def test_an_output_layer_of_another_size_starts_afresh_and_the_rest_comes_from_the_source(source, caplog):
@@ -78,10 +90,14 @@ def test_an_output_layer_of_another_size_starts_afresh_and_the_rest_comes_from_t
 
 def test_any_other_shape_difference_is_refused_naming_the_layers(source, tmp_path):
     workdir, _ = source
-    with pytest.raises(ValueError, match=r"differs beyond the output layer: RNNLayer_0/input_proj/kernel \(source "
-                                         r"\(164, 32\), this run \(164, 48\)\); RNNLayer_0/input_proj_bn/bias") as e:
-        train.train_and_evaluate(tiny_config(**COMMON, init_from=workdir, **{"model.rnn_size": 48}),
-                                 str(tmp_path / "ft"))
+    with pytest.raises(
+        ValueError,
+        match=r"differs beyond the output layer: RNNLayer_0/input_proj/kernel \(source "
+        r"\(164, 32\), this run \(164, 48\)\); RNNLayer_0/input_proj_bn/bias",
+    ) as e:
+        train.train_and_evaluate(
+            tiny_config(**COMMON, init_from=workdir, **{"model.rnn_size": 48}), str(tmp_path / "ft")
+        )
     assert "RNNLayer_0/recurrent_kernel (source (2, 32, 32), this run (2, 48, 48))" in str(e.value)
     assert "output" not in str(e.value).partition("output layer")[2].partition("Only")[0]
 
@@ -94,8 +110,9 @@ def test_a_workdir_without_checkpoint_or_with_another_spectrogram_is_refused(sou
     with pytest.raises(FileNotFoundError, match=r"no checkpoint at step 2 \(it has \[3\]\)"):
         train.train_and_evaluate(tiny_config(**COMMON, init_from=f"{workdir}:2"), str(tmp_path / "b"))
     with pytest.raises(ValueError, match=r"features.hop_ms \(.*: 10.0, this run: 5.0\)"):
-        train.train_and_evaluate(tiny_config(**COMMON, init_from=workdir, **{"features.hop_ms": 5.0}),
-                                 str(tmp_path / "c"))
+        train.train_and_evaluate(
+            tiny_config(**COMMON, init_from=workdir, **{"features.hop_ms": 5.0}), str(tmp_path / "c")
+        )
 
 
 def test_a_rerun_resumes_the_fine_tunes_own_checkpoints_and_config_json_records_the_source(source, tmp_path):
@@ -120,8 +137,9 @@ def test_frozen_parts_keep_the_sources_values_and_the_rest_trains(source, tmp_pa
     frozen_run = {"init_from": workdir, "freeze": "ConvBlock,RNNLayer_0/recurrent_kernel"}
     train.train_and_evaluate(tiny_config(**COMMON, **frozen_run), str(tmp_path / "ft"))
     # resumed from its checkpoint (optax's masked optimizer state restores) and trained on
-    state = train.train_and_evaluate(tiny_config(**{**COMMON, "num_train_steps": 5}, **frozen_run),
-                                     str(tmp_path / "ft"))
+    state = train.train_and_evaluate(
+        tiny_config(**{**COMMON, "num_train_steps": 5}, **frozen_run), str(tmp_path / "ft")
+    )
     assert int(state.step) == 5
     got, src = paths(state.params), paths(trained.params)
     frozen = [p for p in got if p.startswith("ConvBlock_") or p == "RNNLayer_0/recurrent_kernel"]
@@ -131,8 +149,11 @@ def test_frozen_parts_keep_the_sources_values_and_the_rest_trains(source, tmp_pa
             np.testing.assert_array_equal(got[p], src[p], err_msg=p)
         else:
             assert not np.array_equal(got[p], src[p]), p
-    with pytest.raises(ValueError, match=r"freeze='Conv': Conv names no parameter of this model; its modules are "
-                                         r"\['ConvBlock_0', 'ConvBlock_1', 'RNNLayer_0', 'output'\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"freeze='Conv': Conv names no parameter of this model; its modules are "
+        r"\['ConvBlock_0', 'ConvBlock_1', 'RNNLayer_0', 'output'\]",
+    ):
         train.train_and_evaluate(tiny_config(**COMMON, freeze="Conv"), str(tmp_path / "bad"))
 
 
@@ -140,8 +161,9 @@ def test_a_resume_that_changes_freeze_is_refused_naming_it(source, tmp_path):
     workdir, _ = source
     train.train_and_evaluate(tiny_config(**COMMON, init_from=workdir, freeze="ConvBlock"), str(tmp_path / "ft"))
     with pytest.raises(ValueError, match=r"freeze \(trained 'ConvBlock', --config ''\)"):
-        train.train_and_evaluate(tiny_config(**{**COMMON, "num_train_steps": 5}, init_from=workdir),
-                                 str(tmp_path / "ft"))
+        train.train_and_evaluate(
+            tiny_config(**{**COMMON, "num_train_steps": 5}, init_from=workdir), str(tmp_path / "ft")
+        )
     assert checkpoint.manager(str(tmp_path / "ft")).all_steps() == [3]
 
 
@@ -180,8 +202,10 @@ def test_fine_tuning_the_demo_model_on_two_new_speakers_beats_the_same_run_from_
     source = evaluation.evaluate_checkpoint(trained.config, trained.workdir, split="test-clean")
     tuned = short_run(config, str(tmp_path / "tuned"), FINETUNE_STEPS, "test-clean", init_from=trained.workdir)
     scratch = short_run(config, str(tmp_path / "scratch"), FINETUNE_STEPS, "test-clean")
-    print(f"test-clean CER: source {source['cer']:.4f}, fine-tuned {tuned['cer']:.4f}, scratch {scratch['cer']:.4f} "
-          f"(WER {source['wer']:.4f} / {tuned['wer']:.4f} / {scratch['wer']:.4f})")
+    print(
+        f"test-clean CER: source {source['cer']:.4f}, fine-tuned {tuned['cer']:.4f}, scratch {scratch['cer']:.4f} "
+        f"(WER {source['wer']:.4f} / {tuned['wer']:.4f} / {scratch['wer']:.4f})"
+    )
     assert scratch["cer"] > 0.5  # 60 steps on 26 utterances learn next to nothing
     assert tuned["cer"] < source["cer"] + 0.1 and tuned["cer"] < scratch["cer"] - 0.3
 
@@ -212,6 +236,8 @@ def test_fine_tuning_the_english_demo_model_on_spanish_beats_the_same_run_from_s
     config.dataset.num_workers = 0
     tuned = short_run(config, str(tmp_path / "tuned"), SPANISH_STEPS, "test", init_from=trained.workdir)
     scratch = short_run(config, str(tmp_path / "scratch"), SPANISH_STEPS, "test")
-    print(f"Spanish test CER after {SPANISH_STEPS} steps: fine-tuned from English {tuned['cer']:.4f}, "
-          f"scratch {scratch['cer']:.4f} (WER {tuned['wer']:.4f} / {scratch['wer']:.4f})")
+    print(
+        f"Spanish test CER after {SPANISH_STEPS} steps: fine-tuned from English {tuned['cer']:.4f}, "
+        f"scratch {scratch['cer']:.4f} (WER {tuned['wer']:.4f} / {scratch['wer']:.4f})"
+    )
     assert tuned["cer"] < scratch["cer"] - 0.04  # measured: 0.532 vs 0.611 (one seed, CPU)

@@ -27,10 +27,19 @@ def corpus(tmp_path_factory):
     manual = str(root / "manual")
     td.write_durations_corpus(manual, "train-clean-100", list(np.linspace(0.5, 3.0, 10)))
     td.write_durations_corpus(manual, "test-clean", list(np.linspace(0.6, 2.5, 4)), first_speaker=50)
-    return {"dataset.name": "librispeech_local", "dataset.manual_dir": manual, "dataset.data_dir": str(root / "tfds"),
-            "dataset.train_splits": "train-clean-100", "dataset.eval_split": "test-clean", "dataset.num_buckets": 2,
-            "dataset.min_duration_s": 0.0, "dataset.feature_stats_utterances": 4, "dataset.num_workers": 0,
-            "num_devices": 2, "per_device_batch_size": 1}
+    return {
+        "dataset.name": "librispeech_local",
+        "dataset.manual_dir": manual,
+        "dataset.data_dir": str(root / "tfds"),
+        "dataset.train_splits": "train-clean-100",
+        "dataset.eval_split": "test-clean",
+        "dataset.num_buckets": 2,
+        "dataset.min_duration_s": 0.0,
+        "dataset.feature_stats_utterances": 4,
+        "dataset.num_workers": 0,
+        "num_devices": 2,
+        "per_device_batch_size": 1,
+    }
 
 
 def _same(a: dict, b: dict) -> bool:
@@ -41,9 +50,17 @@ def _same(a: dict, b: dict) -> bool:
 def test_a_batch_is_the_same_from_a_fresh_source_as_after_every_earlier_step_over_three_epochs(corpus, data):
     """The resume guarantee: step k's batch does not depend on the steps served before it (sortagrad's
     first epoch, the shuffles of later ones, the buckets, the pool)."""
-    extra = corpus if data == "corpus" else {"dataset.synthetic_pool_size": 3, "dataset.synthetic_min_duration_s": 0.3,
-                                             "dataset.synthetic_max_duration_s": 0.6, "num_devices": 2,
-                                             "per_device_batch_size": 1}
+    extra = (
+        corpus
+        if data == "corpus"
+        else {
+            "dataset.synthetic_pool_size": 3,
+            "dataset.synthetic_min_duration_s": 0.3,
+            "dataset.synthetic_max_duration_s": 0.6,
+            "num_devices": 2,
+            "per_device_batch_size": 1,
+        }
+    )
     config = tiny_settings(**extra)
     sharding = Sharding(2)
     served = make_source(config, sharding)
@@ -56,9 +73,16 @@ def test_a_batch_is_the_same_from_a_fresh_source_as_after_every_earlier_step_ove
 
 
 # Every input of the feature statistics (the utterances drawn and the spectrogram), one changed at a time.
-STATS_INPUTS = {"seed": 1, "features.eps": 1e-3, "features.window_ms": 40.0, "features.hop_ms": 20.0,
-                "dataset.min_duration_s": 1.0, "dataset.max_duration_s": 2.0, "dataset.feature_stats_utterances": 3,
-                "dataset.train_splits": "train-clean-100+test-clean"}
+STATS_INPUTS = {
+    "seed": 1,
+    "features.eps": 1e-3,
+    "features.window_ms": 40.0,
+    "features.hop_ms": 20.0,
+    "dataset.min_duration_s": 1.0,
+    "dataset.max_duration_s": 2.0,
+    "dataset.feature_stats_utterances": 3,
+    "dataset.train_splits": "train-clean-100+test-clean",
+}
 
 
 def test_cached_feature_statistics_are_never_another_configs(corpus):
@@ -98,8 +122,15 @@ def test_result_names_differ_in_every_input_of_the_decoder(tmp_path, monkeypatch
         beam = types.SimpleNamespace(cfg=cfg, alpha=cfg.alpha, beta=cfg.beta)
         return evaluation.result_path("w", split, step, beam, max_utterances)
 
-    other = {"beam_width": 16, "lexicon_path": "words.txt", "alpha": 0.25, "beta": 2.0, "beam_prune_logp": -5.0,
-             "token_min_logp": -3.0, "unk_score_offset": -7.0}
+    other = {
+        "beam_width": 16,
+        "lexicon_path": "words.txt",
+        "alpha": 0.25,
+        "beta": 2.0,
+        "beam_prune_logp": -5.0,
+        "token_min_logp": -3.0,
+        "unk_score_offset": -7.0,
+    }
     assert set(other) == {f.name for f in dataclasses.fields(settings.Decoding)} - {"lm_path"}
     names = [name(), name(split="test-clean"), name(step=7), name(max_utterances=5)]
     names += [name(**{k: v}) for k, v in other.items()]
@@ -113,11 +144,22 @@ def test_result_names_differ_in_every_input_of_the_decoder(tmp_path, monkeypatch
 
 SCHEMA = [row["key"] for row in settings.describe(settings.defaults())]
 SPECTROGRAM = {"features.window_ms": 40.0, "features.hop_ms": 20.0, "features.eps": 1e-3}
-DATA = {"seed": 1, "per_device_batch_size": 1, "dataset.min_duration_s": 0.4, "dataset.max_duration_s": 20.0,
-        "dataset.num_buckets": 2, "dataset.sortagrad": False, "dataset.train_splits": "train-clean-100",
-        "dataset.feature_stats_utterances": 100, "dataset.synthetic_min_duration_s": 0.4,
-        "dataset.synthetic_max_duration_s": 0.9, "dataset.synthetic_chars_per_second": 5.0,
-        "dataset.synthetic_pool_size": 4, "features.freq_masks": 1, "features.time_masks": 1}
+DATA = {
+    "seed": 1,
+    "per_device_batch_size": 1,
+    "dataset.min_duration_s": 0.4,
+    "dataset.max_duration_s": 20.0,
+    "dataset.num_buckets": 2,
+    "dataset.sortagrad": False,
+    "dataset.train_splits": "train-clean-100",
+    "dataset.feature_stats_utterances": 100,
+    "dataset.synthetic_min_duration_s": 0.4,
+    "dataset.synthetic_max_duration_s": 0.9,
+    "dataset.synthetic_chars_per_second": 5.0,
+    "dataset.synthetic_pool_size": 4,
+    "features.freq_masks": 1,
+    "features.time_masks": 1,
+}
 
 
 def test_a_resume_refuses_a_new_spectrogram_and_records_a_change_to_the_data(tmp_path):
@@ -141,17 +183,37 @@ NOT_TRAINING_KEYS = [k for k in SCHEMA if k.startswith(workdir_config.NOT_TRAINI
 def test_a_setting_a_resume_may_change_silently_changes_no_batch_and_no_step_argument():
     """workdir_config.NOT_TRAINING: a key there that shaped the batches or the step would change what is
     trained without a record."""
-    values = {"num_train_steps": 7, "log_every_steps": 3, "eval_every_steps": 3, "checkpoint_every_steps": 3,
-              "keep_checkpoints": 1, "prefetch_batches": 5, "input_wait_warn_fraction": 0.5, "step_timeout_s": 9.0,
-              "compilation_cache_dir": "", "dataset.num_workers": 2, "dataset.worker_buffer_size": 5,
-              "eval.split": "test-clean", "eval.max_utterances": 3, "eval.num_examples_to_print": 1,
-              "decoding.beam_width": 4, "decoding.alpha": 1.0, "decoding.beta": 0.0, "decoding.beam_prune_logp": -3.0,
-              "decoding.token_min_logp": -2.0, "decoding.unk_score_offset": -5.0, "keep_best_checkpoints": 2,
-              "init_from": "elsewhere"}
+    values = {
+        "num_train_steps": 7,
+        "log_every_steps": 3,
+        "eval_every_steps": 3,
+        "checkpoint_every_steps": 3,
+        "keep_checkpoints": 1,
+        "prefetch_batches": 5,
+        "input_wait_warn_fraction": 0.5,
+        "step_timeout_s": 9.0,
+        "compilation_cache_dir": "",
+        "dataset.num_workers": 2,
+        "dataset.worker_buffer_size": 5,
+        "eval.split": "test-clean",
+        "eval.max_utterances": 3,
+        "eval.num_examples_to_print": 1,
+        "decoding.beam_width": 4,
+        "decoding.alpha": 1.0,
+        "decoding.beta": 0.0,
+        "decoding.beam_prune_logp": -3.0,
+        "decoding.token_min_logp": -2.0,
+        "decoding.unk_score_offset": -5.0,
+        "keep_best_checkpoints": 2,
+        "init_from": "elsewhere",
+    }
     needs = {"keep_best_checkpoints": {"eval_every_steps": 3}}  # (itself a key a resume may change)
     assert set(NOT_TRAINING_KEYS) - {"decoding.lm_path", "decoding.lexicon_path"} == set(values)
-    small = {"dataset.synthetic_pool_size": 4, "dataset.synthetic_min_duration_s": 0.3,
-             "dataset.synthetic_max_duration_s": 0.4}
+    small = {
+        "dataset.synthetic_pool_size": 4,
+        "dataset.synthetic_min_duration_s": 0.3,
+        "dataset.synthetic_max_duration_s": 0.4,
+    }
     base = tiny_settings(**small)
 
     def trained(config):

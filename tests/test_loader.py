@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from ds2_jax import errors, parallel, reporting, settings, train
-from ds2_jax.pipeline import loader, synthetic
 from ds2_jax.datasets import build
+from ds2_jax.pipeline import loader, synthetic
 from ds2_jax.pipeline.batch import Sharding
 from ds2_jax.pipeline.source import DataSettings, make_source
 from tests import librispeech_testdata as td
@@ -52,7 +52,9 @@ def test_workers_give_exactly_the_inline_batches(corpus, process_index):
     assert_same_batches(inline, workers)
     assert len({b["audio"].shape for b in inline}) > 1  # several buckets went through the workers
     # The two processes read different rows of the same global batches.
-    other = batches(make_config(corpus, sortagrad=False, num_workers=0), Sharding(BATCH, 1 - process_index, 2), start, stop)
+    other = batches(
+        make_config(corpus, sortagrad=False, num_workers=0), Sharding(BATCH, 1 - process_index, 2), start, stop
+    )
     assert not np.array_equal(inline[0]["audio_lengths"], other[0]["audio_lengths"])
 
 
@@ -135,8 +137,10 @@ def test_synthetic_pool_repeats_after_its_size_and_keeps_eval_apart():
 def test_staged_batches_are_the_host_rows_on_each_device(kind):
     devices = jax.local_devices()[:4]
     par = parallel.Parallel(kind, devices)
-    host = [{"audio": np.arange(8 * 5, dtype=np.int16).reshape(8, 5) + 100 * i,
-             "weights": np.arange(8, dtype=np.float32)} for i in range(3)]
+    host = [
+        {"audio": np.arange(8 * 5, dtype=np.int16).reshape(8, 5) + 100 * i, "weights": np.arange(8, dtype=np.float32)}
+        for i in range(3)
+    ]
     staged = list(par.put_batches(iter(host), 2))
     assert len(staged) == 3
     for h, s in zip(host, staged):
@@ -261,8 +265,14 @@ sharding = Sharding({BATCH}, 0, 1)
 kept = list(loader.train_batches(config, sharding, make_source(config, sharding), 0, 4))
 print(sum(len(b) for b in kept), "arrays kept until exit")
 """
-    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+    )
     assert proc.returncode == 0 and "arrays kept until exit" in proc.stdout, proc.stderr[-3000:]
     assert "leaked shared_memory" not in proc.stderr, proc.stderr[-3000:]
 
@@ -308,8 +318,14 @@ def test_input_workers_and_the_resource_tracker_die_with_a_killed_trainer():
 
     from tests import helpers
 
-    proc = subprocess.Popen([sys.executable, "-c", ORPHAN_SCRIPT], cwd=helpers.ROOT, env=helpers.repo_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", ORPHAN_SCRIPT],
+        cwd=helpers.ROOT,
+        env=helpers.repo_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     pids = {"workers": []}
     try:
         line = proc.stdout.readline()

@@ -1,4 +1,5 @@
-"""make_corpus writes the exact LibriSpeech layout, make_own_corpus the Common Voice and NeMo ones, and the builders keep all of it."""
+"""make_corpus writes the exact LibriSpeech layout, make_own_corpus the Common Voice and NeMo ones,
+and the builders keep all of it."""
 
 import json
 import os
@@ -15,8 +16,15 @@ pytestmark = pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espea
 
 
 def test_layout_speakers_and_build(tmp_path):
-    args = ["--out", str(tmp_path), "--train_speakers=2", "--dev_speakers=0", "--test_speakers=1",
-            "--utts_per_speaker=3", "--workers=2"]
+    args = [
+        "--out",
+        str(tmp_path),
+        "--train_speakers=2",
+        "--dev_speakers=0",
+        "--test_speakers=1",
+        "--utts_per_speaker=3",
+        "--workers=2",
+    ]
     assert make_corpus.main(args) == 0
     root = tmp_path / "LibriSpeech"
     assert sorted(os.listdir(root)) == ["SPEAKERS.TXT", "test-clean", "train-clean-100"]
@@ -53,8 +61,15 @@ def test_own_corpus_writes_common_voice_and_nemo_layouts_that_build_alike(tmp_pa
     from ds2_jax.datasets import manifest
     from ds2_jax.tools import make_own_corpus
 
-    args = ["--out", str(tmp_path), "--train_speakers=2", "--dev_speakers=1", "--test_speakers=1",
-            "--utts_per_speaker=3", "--workers=2"]
+    args = [
+        "--out",
+        str(tmp_path),
+        "--train_speakers=2",
+        "--dev_speakers=1",
+        "--test_speakers=1",
+        "--utts_per_speaker=3",
+        "--workers=2",
+    ]
     assert make_own_corpus.main(args) == 0
     cv, nemo = tmp_path / "common_voice", tmp_path / "nemo"
     header, *rows = (cv / "train.tsv").read_text(encoding="utf-8").splitlines()
@@ -68,10 +83,13 @@ def test_own_corpus_writes_common_voice_and_nemo_layouts_that_build_alike(tmp_pa
     lines = [json.loads(x) for x in (nemo / "train.json").read_text(encoding="utf-8").splitlines()]
     assert [x["text"] for x in lines] == [text.normalize(r.split("\t")[3]) for r in rows]
     assert soundfile.info(str(nemo / lines[0]["audio_filepath"])).samplerate == 8_000
-    built = [build.build(str(d), str(tmp_path / f"tfds-{d.name}"), "manifest", manifest.Options(workers=0))
-             for d in (cv, nemo)]
-    assert [{s: r["kept"] for s, r in build.reports(b).items()} for b in built] == [{"train": 6, "dev": 3,
-                                                                                    "test": 3}] * 2
+    built = [
+        build.build(str(d), str(tmp_path / f"tfds-{d.name}"), "manifest", manifest.Options(workers=0))
+        for d in (cv, nemo)
+    ]
+    assert [{s: r["kept"] for s, r in build.reports(b).items()} for b in built] == [
+        {"train": 6, "dev": 3, "test": 3}
+    ] * 2
 
 
 def test_own_corpus_sentences_are_written_as_common_voice_writes_them():

@@ -17,8 +17,8 @@ import pytest
 import soundfile
 
 from ds2_jax import settings, text
-from ds2_jax.pipeline.source import DataSettings
 from ds2_jax.datasets import audio, build, manifest, shards
+from ds2_jax.pipeline.source import DataSettings
 from tests.helpers import ROOT, launch, repo_env
 
 CV = os.path.join(ROOT, "corpora", "tiny_es", "common_voice")
@@ -28,8 +28,12 @@ SPLITS = ("dev", "test", "train")
 
 def options(**dataset) -> manifest.Options:
     """The build options of dataset.* keys (dataset.name='manifest'), as a run makes them."""
-    changes = {"dataset.name": "manifest", "dataset.manual_dir": "x", "dataset.train_splits": "train",
-               **{f"dataset.{k}": v for k, v in dataset.items() if k != "sample_rate"}}
+    changes = {
+        "dataset.name": "manifest",
+        "dataset.manual_dir": "x",
+        "dataset.train_splits": "train",
+        **{f"dataset.{k}": v for k, v in dataset.items() if k != "sample_rate"},
+    }
     if "sample_rate" in dataset:
         changes["features.sample_rate"] = dataset["sample_rate"]
     return manifest.Options.of(DataSettings.of(settings.override(settings.Settings(), changes)))
@@ -123,8 +127,17 @@ def test_a_file_whose_work_raises_in_a_worker_is_a_counted_skip(tmp_path):
     from array_record.python import array_record_module
 
     path = str(tmp_path / "s.tmp")
-    job = shards.ShardJob("train", 0, path, ((0, "a", clip(), "el gato", ""), (1, "b", clip(), "el", "")), " el",
-                          16_000, "downmix", 320, 160)
+    job = shards.ShardJob(
+        "train",
+        0,
+        path,
+        ((0, "a", clip(), "el gato", ""), (1, "b", clip(), "el", "")),
+        " el",
+        16_000,
+        "downmix",
+        320,
+        160,
+    )
     got = shards.write_shard(job)
     assert isinstance(got[0], audio.Skip) and got[0].reason == "failed" and "'g'" in got[0].detail
     assert got[1] == len(audio.load(clip(), 16_000))
@@ -142,9 +155,23 @@ def test_a_dead_build_worker_is_one_error_line(tmp_path):
         os.symlink(d / "long.wav", d / "clips" / f"u{i}.wav")
     (d / "train.tsv").write_text("path\tsentence\n" + "".join(f"u{i}.wav\thola\n" for i in range(120)))
     data_dir = tmp_path / "tfds"
-    proc = subprocess.Popen([sys.executable, "-m", "ds2_jax.datasets.build", "--name=manifest", f"--manual_dir={d}",
-                             f"--data_dir={data_dir}", "--workers=2", "--alphabet_min_count=1"], cwd=ROOT,
-                            env=repo_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "ds2_jax.datasets.build",
+            "--name=manifest",
+            f"--manual_dir={d}",
+            f"--data_dir={data_dir}",
+            "--workers=2",
+            "--alphabet_min_count=1",
+        ],
+        cwd=ROOT,
+        env=repo_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     killed = None
     while killed is None and proc.poll() is None:
         if not any(data_dir.rglob("*.shard*.tmp")):  # no worker has begun a shard yet
@@ -182,8 +209,12 @@ def test_the_alphabet_is_derived_from_the_train_split_and_stored(both):
 
 def test_the_nemo_folder_builds_for_an_8_khz_model(tmp_path):
     """Window and hop stay in ms: 8 kHz audio of 160-sample windows, 81 bins."""
-    builder = build.build(NEMO, str(tmp_path), "manifest", options(sample_rate=8000, manifest_splits="dev",
-                                                                     train_splits="dev", alphabet_min_count=1))
+    builder = build.build(
+        NEMO,
+        str(tmp_path),
+        "manifest",
+        options(sample_rate=8000, manifest_splits="dev", train_splits="dev", alphabet_min_count=1),
+    )
     spec = settings.Spectrogram(sample_rate=8000)
     assert (spec.window, spec.hop, spec.num_bins) == (160, 80, 81)
     got = examples(builder, "dev")
@@ -268,8 +299,13 @@ def test_every_bad_line_is_a_counted_skip_naming_its_file_and_line(bad_dir, tmp_
     report = report_of(builder, "train")
     assert report["kept"] == 3  # u101, stereo (downmixed), u104
     assert {r: n for r, n in report["skipped"].items() if n} == {
-        "bad_line": 3, "missing_audio": 1, "duplicate_id": 1, "corrupt_audio": 1, "unknown_chars": 1,
-        "empty_transcript": 1}
+        "bad_line": 3,
+        "missing_audio": 1,
+        "duplicate_id": 1,
+        "corrupt_audio": 1,
+        "unknown_chars": 1,
+        "empty_transcript": 1,
+    }
     where = str(bad_dir / "train.jsonl")
     assert report["examples"]["bad_line"][0].startswith(f"{where}:3: not JSON")
     assert report["examples"]["missing_audio"][0].startswith(f"{where}:4: ")
@@ -283,8 +319,9 @@ def test_every_bad_line_is_a_counted_skip_naming_its_file_and_line(bad_dir, tmp_
 
 
 def test_stereo_is_skipped_when_asked(bad_dir, tmp_path):
-    builder = build.build(str(bad_dir), str(tmp_path / "tfds"), "manifest", options(stereo="skip",
-                                                                                      alphabet_min_count=1))
+    builder = build.build(
+        str(bad_dir), str(tmp_path / "tfds"), "manifest", options(stereo="skip", alphabet_min_count=1)
+    )
     report = report_of(builder, "train")
     assert report["skipped"]["not_mono"] == 1 and "clips/stereo" not in examples(builder, "train")
     assert report["skipped"]["unknown_chars"] == 0  # a derived alphabet of every character holds ß
@@ -298,14 +335,17 @@ def test_a_derived_alphabet_leaves_out_characters_rarer_than_the_minimum_count(t
     texts = {"u101": "el perro", "u102": "el perro", "u103": "la perra", "u104": "perro ßa"}
     for name in texts:
         shutil.copy(clip("common_voice_es_" + name[1:]), d / "clips" / f"{name}.wav")
-    (d / "train.jsonl").write_text("".join(json.dumps({"audio_filepath": f"clips/{n}.wav", "text": t}) + "\n"
-                                           for n, t in texts.items()), encoding="utf-8")
+    (d / "train.jsonl").write_text(
+        "".join(json.dumps({"audio_filepath": f"clips/{n}.wav", "text": t}) + "\n" for n, t in texts.items()),
+        encoding="utf-8",
+    )
     builder = build.build(str(d), str(tmp_path / "tfds"), "manifest", options())
     report = report_of(builder, "train")
     assert report["kept"] == 3 and report["skipped"]["unknown_chars"] == 1
     assert report["rare_chars"] == {"ß": 1} and report["unknown_chars"] == {"ß": 1}
     assert report["examples"]["unknown_chars"] == [
-        f"{d / 'train.jsonl'}:4: ß (seen fewer than dataset.alphabet_min_count times in the train splits)"]
+        f"{d / 'train.jsonl'}:4: ß (seen fewer than dataset.alphabet_min_count times in the train splits)"
+    ]
     assert "too rare for the alphabet (dataset.alphabet_min_count): 'ß' 1 time" in build.summary(report)
     assert "ß" not in manifest.read_alphabet(os.fspath(builder.data_dir)).symbols
     with pytest.raises(ValueError, match=r"alphabet_min_count 2 \(built\) vs 1 \(now\)"):
@@ -315,8 +355,14 @@ def test_a_derived_alphabet_leaves_out_characters_rarer_than_the_minimum_count(t
 
 
 def run_build(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ds2_jax.datasets.build", "--name=manifest", *args], cwd=ROOT,
-                          env=repo_env(), capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "ds2_jax.datasets.build", "--name=manifest", *args],
+        cwd=ROOT,
+        env=repo_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def one_error_line(proc: subprocess.CompletedProcess) -> str:
@@ -336,8 +382,9 @@ def test_a_manifest_without_a_text_column_is_one_error_line(tmp_path):
     assert f"{d / 'train.csv'}:1: no text column" in line and "dataset.text_column" in line
     assert "'words'" in line  # names the columns it has
     (d / "train.csv").write_text("wav_filename,wav_filesize,words\n" + f"{clip()},100,hola\n")
-    proc = run_build(f"--manual_dir={d}", f"--data_dir={tmp_path / 'tfds'}", "--text_column=words",
-                     "--alphabet_min_count=1")  # one utterance: every character seen once
+    proc = run_build(
+        f"--manual_dir={d}", f"--data_dir={tmp_path / 'tfds'}", "--text_column=words", "--alphabet_min_count=1"
+    )  # one utterance: every character seen once
     assert proc.returncode == 0, proc.stderr
     assert "manifest/train: kept 1 of 1 utterances" in proc.stdout
 
@@ -379,8 +426,9 @@ def test_build_options_that_differ_from_the_prepared_data_are_refused(both):
 def test_a_corrupt_file_is_a_skip_in_a_worker_too(tmp_path):
     bad = tmp_path / "x.mp3"
     bad.write_bytes(b"\xff\xfb" + bytes(300))
-    got = audio.load_many([(str(bad), 16000, "downmix"), (clip(), 16000, "downmix"), (str(tmp_path / "no"), 16000,
-                                                                                     "downmix")])
+    got = audio.load_many(
+        [(str(bad), 16000, "downmix"), (clip(), 16000, "downmix"), (str(tmp_path / "no"), 16000, "downmix")]
+    )
     assert isinstance(got[0], audio.Skip) and got[0].reason in ("corrupt_audio", "empty_audio")
     assert got[1].dtype == np.int16 and len(got[1]) > 8000
     assert got[2].reason == "missing_audio"
@@ -392,11 +440,16 @@ def test_a_corrupt_file_is_a_skip_in_a_worker_too(tmp_path):
 @pytest.mark.e2e
 def test_train_eval_and_transcribe_on_common_voice_any_split_names(tmp_path):
     workdir, data = tmp_path / "w", tmp_path / "tfds"
-    common = [f"--workdir={workdir}", "--config.dataset.name=manifest", f"--config.dataset.manual_dir={CV}",
-              f"--config.dataset.data_dir={data}", "--config.dataset.train_splits=train",
-              "--config.dataset.eval_split=dev", "--config.dataset.num_workers=0"]
-    proc = launch(*common, "--config.num_train_steps=10",
-                  "--config.eval_every_steps=10", devices=2)
+    common = [
+        f"--workdir={workdir}",
+        "--config.dataset.name=manifest",
+        f"--config.dataset.manual_dir={CV}",
+        f"--config.dataset.data_dir={data}",
+        "--config.dataset.train_splits=train",
+        "--config.dataset.eval_split=dev",
+        "--config.dataset.num_workers=0",
+    ]
+    proc = launch(*common, "--config.num_train_steps=10", "--config.eval_every_steps=10", devices=2)
     assert proc.returncode == 0, proc.stderr[-3000:]
     alphabet = manifest.read_alphabet(os.path.join(data, "manifest", "1.0.0"))
     with open(workdir / "config.json") as f:
@@ -411,9 +464,20 @@ def test_train_eval_and_transcribe_on_common_voice_any_split_names(tmp_path):
         with open(workdir / f"eval-{split}-10-greedy-max16.json") as f:
             result = json.load(f)
         assert result["utterances"] > 0 and set(result["examples"][0]["reference"]) <= set(alphabet.symbols)
-    proc = subprocess.run([sys.executable, "-m", "ds2_jax.transcribe", f"--workdir={workdir}",
-                           os.path.join(CV, "clips", "common_voice_es_1.mp3")], cwd=ROOT, env=repo_env(),
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ds2_jax.transcribe",
+            f"--workdir={workdir}",
+            os.path.join(CV, "clips", "common_voice_es_1.mp3"),
+        ],
+        cwd=ROOT,
+        env=repo_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     path, hyp = proc.stdout.strip().split("\t")
     assert path.endswith("common_voice_es_1.mp3") and set(hyp) <= set(alphabet.symbols)
@@ -421,8 +485,10 @@ def test_train_eval_and_transcribe_on_common_voice_any_split_names(tmp_path):
     # The same workdir on data of another alphabet: refused, naming both.
     vocab = tmp_path / "vocab.txt"
     vocab.write_text(alphabet.to_lines() + "ü\n", encoding="utf-8")
-    other = [a for a in common if "data_dir" not in a] + [f"--config.dataset.data_dir={tmp_path / 'other'}",
-                                                          f"--config.dataset.vocabulary={vocab}"]
+    other = [a for a in common if "data_dir" not in a] + [
+        f"--config.dataset.data_dir={tmp_path / 'other'}",
+        f"--config.dataset.vocabulary={vocab}",
+    ]
     proc = launch(*other, "--config.num_train_steps=12", devices=2)
     assert proc.returncode != 0
     (line,) = [x for x in proc.stderr.splitlines() if x.startswith("error:")]
@@ -434,9 +500,16 @@ def test_train_eval_and_transcribe_on_common_voice_any_split_names(tmp_path):
 
 @pytest.mark.e2e
 def test_an_eval_split_without_a_manifest_is_refused_before_training(tmp_path):
-    proc = launch(f"--workdir={tmp_path / 'w'}", "--config.dataset.name=manifest", f"--config.dataset.manual_dir={CV}",
-                  f"--config.dataset.data_dir={tmp_path / 'tfds'}", "--config.dataset.train_splits=train",
-                  "--config.dataset.eval_split=validation", "--config.dataset.num_workers=0", devices=2)
+    proc = launch(
+        f"--workdir={tmp_path / 'w'}",
+        "--config.dataset.name=manifest",
+        f"--config.dataset.manual_dir={CV}",
+        f"--config.dataset.data_dir={tmp_path / 'tfds'}",
+        "--config.dataset.train_splits=train",
+        "--config.dataset.eval_split=validation",
+        "--config.dataset.num_workers=0",
+        devices=2,
+    )
     assert proc.returncode != 0
     (line,) = [x for x in proc.stderr.splitlines() if x.startswith("error:")]
     assert "dataset.eval_split='validation'" in line and "'dev', 'test', 'train'" in line
@@ -482,8 +555,15 @@ def test_the_spanish_model_learns_on_held_out_speakers(tmp_path):
     The README's figure is the config's own 400 steps."""
     workdir = tmp_path / "w"
     common = ["--config=configs/tiny_es.py", f"--workdir={workdir}", f"--config.dataset.data_dir={tmp_path / 'tfds'}"]
-    proc = launch(*common, "--config.num_train_steps=200", "--config.optimizer.decay_steps=200",
-                  "--config.eval_every_steps=0", "--config.dataset.num_workers=0", devices=1, timeout=1500)
+    proc = launch(
+        *common,
+        "--config.num_train_steps=200",
+        "--config.optimizer.decay_steps=200",
+        "--config.eval_every_steps=0",
+        "--config.dataset.num_workers=0",
+        devices=1,
+        timeout=1500,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     proc = launch(*common, "--mode=eval", "--config.eval.split=test", devices=1)
     assert proc.returncode == 0, proc.stderr[-3000:]

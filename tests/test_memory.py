@@ -30,8 +30,7 @@ def test_estimate_is_the_state_gradient_staged_batches_and_the_backward_residual
     for rows in (1, 5):  # measured at 2 and 4 rows; exact at others
         residuals = memory.residual_bytes(train.loss_function, state, rows, 16000, 20, kwargs)
         batch = memory.tree_bytes(memory.batch_spec(rows, 16000, 20))
-        assert est.at(rows) == (memory.tree_bytes(state) + memory.tree_bytes(state.params) + residuals
-                                + 3 * batch)
+        assert est.at(rows) == (memory.tree_bytes(state) + memory.tree_bytes(state.params) + residuals + 3 * batch)
     # The activations the backward keeps dominate a row: more than the int16 audio itself.
     assert est.per_row > 3 * memory.tree_bytes(memory.batch_spec(1, 16000, 20))
     shorter = memory.estimate(train.loss_function, state, 2, SHAPES[:1], kwargs, staged_batches=3)
@@ -66,8 +65,9 @@ def test_training_refuses_before_compiling(tmp_path, monkeypatch):
 def test_convolution_patches_are_counted_from_the_compiled_step():
     """XLA:CPU's memory analysis leaves out Eigen's convolution patches; they are read off the HLO."""
     x, w = jax.ShapeDtypeStruct((3, 20, 30, 2), "float32"), jax.ShapeDtypeStruct((5, 7, 2, 4), "float32")
-    conv = jax.jit(lambda x, w: jax.lax.conv_general_dilated(x, w, (1, 1), "VALID",
-                                                             dimension_numbers=("NHWC", "HWIO", "NHWC")))
+    conv = jax.jit(
+        lambda x, w: jax.lax.conv_general_dilated(x, w, (1, 1), "VALID", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+    )
     text = conv.lower(x, w).compile().as_text()
     # 3 rows x 16 x 24 output positions x a 5 x 7 window x 2 input channels, float32
     assert memory.convolution_scratch_bytes(text) == 3 * 16 * 24 * 5 * 7 * 2 * 4
@@ -84,15 +84,17 @@ def _run_with_available_memory(monkeypatch, tmp_path, rows: int, per_device: int
     check = memory.check_compiled
     monkeypatch.setattr(memory, "check_compiled", lambda *a: lines.append(check(*a)) or lines[-1])
     try:
-        result = train.train_and_evaluate(tiny_config(num_train_steps=2, eval_every_steps=0,
-                                                      per_device_batch_size=rows), str(tmp_path))
+        result = train.train_and_evaluate(
+            tiny_config(num_train_steps=2, eval_every_steps=0, per_device_batch_size=rows), str(tmp_path)
+        )
     except MemoryError as e:
         result = e
     return result, lines, steps
 
 
 def test_on_the_cpu_a_batch_the_shape_estimate_lets_through_is_refused_before_the_first_step(
-        setup, tmp_path, monkeypatch):
+    setup, tmp_path, monkeypatch
+):
     """On the CPU the step's real need (XLA's buffers and the convolution patches, measured: ~10x the
     shape estimate) is checked against the host's available memory before the first step."""
     state, kwargs = setup

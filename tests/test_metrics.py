@@ -22,6 +22,8 @@ def test_error_rates_are_corpus_edits_over_reference_length():
 
 
 def test_reduce_sums_adds_each_key_over_steps_reading_one_replica():
-    steps = [{"loss_sum": np.array([2.0, 2.0]), "steps": np.array(1.0)},
-             {"loss_sum": np.array([3.5, 3.5]), "steps": np.array(1.0)}]
+    steps = [
+        {"loss_sum": np.array([2.0, 2.0]), "steps": np.array(1.0)},
+        {"loss_sum": np.array([3.5, 3.5]), "steps": np.array(1.0)},
+    ]
     assert metrics.reduce_sums(steps) == {"loss_sum": 5.5, "steps": 2.0}

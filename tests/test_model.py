@@ -84,10 +84,15 @@ def test_seed_configuration_shape_and_size():
     assert p["RNNLayer_0"]["recurrent_kernel"].shape == (2, 2048, 2048)
     assert p["output"]["kernel"].shape == (4096, 29)
     expected = (
-        11 * 41 * 32 + 11 * 21 * 32 * 32 + 2 * 2 * 32  # convs + their BN
-        + rnn_in * 2048 + 2 * 2048 + 2 * 2048 * 2048  # layer 1
+        11 * 41 * 32
+        + 11 * 21 * 32 * 32
+        + 2 * 2 * 32  # convs + their BN
+        + rnn_in * 2048
+        + 2 * 2048
+        + 2 * 2048 * 2048  # layer 1
         + 2 * (4096 * 2048 + 2 * 2048 + 2 * 2048 * 2048)  # layers 2, 3
-        + 4096 * 29 + 29
+        + 4096 * 29
+        + 29
     )
     assert model.count_params(p) == expected
 
@@ -122,8 +127,10 @@ def bn_input(seed=0):
 def test_batch_norm_normalizes_with_masked_moments_and_updates_running_stats_by_momentum():
     x, mask = bn_input()
     bn = model.MaskedBatchNorm(momentum=0.9, epsilon=1e-5)
-    v = {"params": {"scale": jnp.array([1.0, 2.0, 0.5]), "bias": jnp.array([0.0, 1.0, -1.0])},
-         "batch_stats": {"mean": jnp.array([0.5, -1.0, 2.0]), "var": jnp.array([1.0, 4.0, 0.25])}}
+    v = {
+        "params": {"scale": jnp.array([1.0, 2.0, 0.5]), "bias": jnp.array([0.0, 1.0, -1.0])},
+        "batch_stats": {"mean": jnp.array([0.5, -1.0, 2.0]), "var": jnp.array([1.0, 4.0, 0.25])},
+    }
     y, upd = bn.apply(v, x, mask, train=True, mutable=["batch_stats"])
     mean, var = masked_moments(x, mask)
     np.testing.assert_allclose(upd["batch_stats"]["mean"], 0.9 * np.array([0.5, -1.0, 2.0]) + 0.1 * mean, rtol=1e-5)

@@ -37,8 +37,11 @@ PLACEHOLDER = re.compile(r"^[A-Z]$")  # `python -m ds2_jax.X`
 
 def prose_files() -> list[pathlib.Path]:
     """The files whose text names modules: code (its prose only), docs, setup.py, the Makefile."""
-    code = [p for pattern in ("ds2_jax/**/*.py", "tests/*.py", "benchmarks/*.py", "configs/*.py", "*.py")
-            for p in ROOT.glob(pattern)]
+    code = [
+        p
+        for pattern in ("ds2_jax/**/*.py", "tests/*.py", "benchmarks/*.py", "configs/*.py", "*.py")
+        for p in ROOT.glob(pattern)
+    ]
     docs = [ROOT / name for name in ("README.md", "BUILD_NOTES.md", "benchmarks/README.md", "Makefile")]
     return sorted(code) + [p for p in docs if p.exists()] + sorted(ROOT.glob("*.md")) + sorted(ROOT.glob("docs/*.md"))
 
@@ -111,7 +114,13 @@ def test_every_module_the_prose_names_exists(path):
 
 def test_a_stale_name_is_caught(tmp_path):
     stale = tmp_path / "stale.py"
-    stale.write_text('"""Shares code with rnn.persistent and ds2_jax.ctc_kernel; see ctc_kernel.py."""\n'
-                     "# ds2_jax.settings.no_such_field, kernels.mosaic_rnn is fine\n")
+    stale.write_text(
+        '"""Shares code with rnn.persistent and ds2_jax.ctc_kernel; see ctc_kernel.py."""\n'
+        "# ds2_jax.settings.no_such_field, kernels.mosaic_rnn is fine\n"
+    )
     assert unresolved_names(stale, repository_files()) == [
-        "ds2_jax.ctc_kernel", "ds2_jax.rnn.persistent", "ds2_jax.settings.no_such_field", "ctc_kernel.py"]
+        "ds2_jax.ctc_kernel",
+        "ds2_jax.rnn.persistent",
+        "ds2_jax.settings.no_such_field",
+        "ctc_kernel.py",
+    ]

@@ -9,13 +9,17 @@ import pytest
 from ds2_jax import plot
 
 TRAIN = [{"step": s, "loss": 50.0 / s, "grad_norm": 9.0 / s, "learning_rate": 1e-3} for s in (10, 20, 30, 40)]
-EVAL = [{"step": 20, "eval_wer": 0.5, "eval_cer": 0.2, "eval_loss": 4.0},
-        {"step": 40, "eval_wer": 0.3, "eval_cer": 0.1, "eval_loss": 3.0}]
+EVAL = [
+    {"step": 20, "eval_wer": 0.5, "eval_cer": 0.2, "eval_loss": 4.0},
+    {"step": 40, "eval_wer": 0.3, "eval_cer": 0.1, "eval_loss": 3.0},
+]
 
 
 def lines_by_panel(fig):
-    return {ax.get_title(): {l.get_label(): (list(l.get_xdata()), list(l.get_ydata())) for l in ax.get_lines()}
-            for ax in fig.axes}
+    return {
+        ax.get_title(): {line.get_label(): (list(line.get_xdata()), list(line.get_ydata())) for line in ax.get_lines()}
+        for ax in fig.axes
+    }
 
 
 def test_each_panel_draws_its_keys_in_step_order():
@@ -62,8 +66,13 @@ def test_make_plot_takes_any_workdir_a_shell_accepts(tmp_path):
     workdir.mkdir()
     (workdir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in TRAIN + EVAL))
     # -o: the venv the target depends on is not built; PY: this interpreter
-    proc = subprocess.run(["make", "-s", "-o", ".venv/.stamp-base", "plot", f"PY={sys.executable}",
-                           f"WORKDIR={workdir}"], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "MPLBACKEND": "Agg"})
+    proc = subprocess.run(
+        ["make", "-s", "-o", ".venv/.stamp-base", "plot", f"PY={sys.executable}", f"WORKDIR={workdir}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "MPLBACKEND": "Agg"},
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert (workdir / "curves.png").stat().st_size > 0

@@ -26,7 +26,10 @@ def test_the_seed_model_trains_on_the_bundled_corpus():
     assert config.model == seed.model and config.optimizer == seed.optimizer  # the seed's model and optimizer
     assert seed.optimizer.schedule == "cosine" and _decay_steps(config) == 600  # its decay ends at the run's end
     assert config.dataset.manual_dir == bundled.manual_dir and config.dataset.data_dir == "D"
-    assert (config.dataset.min_duration_s, config.dataset.max_duration_s) == (bundled.min_duration_s, bundled.max_duration_s)
+    assert (config.dataset.min_duration_s, config.dataset.max_duration_s) == (
+        bundled.min_duration_s,
+        bundled.max_duration_s,
+    )
     assert (config.num_train_steps, config.eval_every_steps, config.log_every_steps) == (600, 100, 10)
     assert config.eval.max_utterances == 0
     assert seed.dataset.min_duration_s == 6.0  # the argument is not changed
@@ -42,9 +45,11 @@ def test_the_seed_model_trains_on_the_bundled_corpus():
 
 def _rows(final_cer=0.3):
     return [
-        {"step": 10, "loss": 90.0, "step_time_s": 5.0}, {"step": 20, "loss": 60.0, "step_time_s": 0.02},
+        {"step": 10, "loss": 90.0, "step_time_s": 5.0},
+        {"step": 20, "loss": 60.0, "step_time_s": 0.02},
         {"step": 20, "eval_loss": 70.0, "eval_cer": 0.6, "eval_wer": 0.9},
-        {"step": 30, "loss": 40.0, "step_time_s": 0.03}, {"step": 40, "loss": 30.0, "step_time_s": 0.01},
+        {"step": 30, "loss": 40.0, "step_time_s": 0.03},
+        {"step": 40, "loss": 30.0, "step_time_s": 0.01},
         {"step": 40, "eval_loss": 35.0, "eval_cer": final_cer, "eval_wer": 0.5},
         {"step": 50, "loss": 1.0, "eval_cer": 0.0},  # past the run's steps (an older, longer run): ignored
     ]
@@ -65,19 +70,25 @@ def _result(dtype, impl, seed, cer):
 
 
 def test_runs_are_dtype_and_rnn_impl_pairs_checked_against_the_settings():
-    assert precision.parse_runs(["float32:scan_vjp", "bfloat16:auto"]) == [("float32", "scan_vjp"), ("bfloat16", "auto")]
+    assert precision.parse_runs(["float32:scan_vjp", "bfloat16:auto"]) == [
+        ("float32", "scan_vjp"),
+        ("bfloat16", "auto"),
+    ]
     for bad in (["float16:auto"], ["bfloat16:cudnn"], ["bfloat16"], [], ["float32:scan", "float32:scan"]):
         with pytest.raises(ValueError, match="--runs"):
             precision.parse_runs(bad)
 
 
-@pytest.mark.parametrize("cers, meets", [
-    # reference seeds (0.02, 0.08): mean 5%, worst 8%
-    ((0.02, 0.10), True),  # mean +1.0 point, worst +2.0 points: both at their limits
-    ((0.02, 0.101), False),  # worst +2.1 points
-    ((0.05, 0.075), False),  # worst better, but mean +1.25 points
-    ((0.60, 0.01), False),  # one diverged seed
-])
+@pytest.mark.parametrize(
+    "cers, meets",
+    [
+        # reference seeds (0.02, 0.08): mean 5%, worst 8%
+        ((0.02, 0.10), True),  # mean +1.0 point, worst +2.0 points: both at their limits
+        ((0.02, 0.101), False),  # worst +2.1 points
+        ((0.05, 0.075), False),  # worst better, but mean +1.25 points
+        ((0.60, 0.01), False),  # one diverged seed
+    ],
+)
 def test_the_goal_is_the_mean_and_the_worst_seed_against_the_reference(cers, meets):
     ref = [_result("float32", "scan_vjp", seed, cer) for seed, cer in enumerate((0.02, 0.08))]
     fast = [_result("bfloat16", "auto", seed, cer) for seed, cer in enumerate(cers)]
@@ -95,12 +106,32 @@ def test_the_goal_is_the_mean_and_the_worst_seed_against_the_reference(cers, mee
 def _precision(out, data_dir: str, *flags: str) -> dict:
     """precision.json of `python -m benchmarks.precision` with two tiny runs x two seeds, 2 steps each."""
     proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.precision", f"--out={out}", "--config=configs/demo.py", "--steps=2",
-         "--evals=1", "--log_every=1", f"--data_dir={data_dir}", "--config.num_devices=1", "--seeds=0,1",
-         "--runs=float32:scan_vjp,bfloat16:scan_vjp", "--config.model.rnn_cell=simple",
-         "--config.model.conv_channels=4", "--config.model.num_rnn_layers=1", "--config.model.rnn_size=16",
-         "--config.per_device_batch_size=4", *flags],
-        cwd=ROOT, capture_output=True, text=True, timeout=600, env=dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu"))
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.precision",
+            f"--out={out}",
+            "--config=configs/demo.py",
+            "--steps=2",
+            "--evals=1",
+            "--log_every=1",
+            f"--data_dir={data_dir}",
+            "--config.num_devices=1",
+            "--seeds=0,1",
+            "--runs=float32:scan_vjp,bfloat16:scan_vjp",
+            "--config.model.rnn_cell=simple",
+            "--config.model.conv_channels=4",
+            "--config.model.num_rnn_layers=1",
+            "--config.model.rnn_size=16",
+            "--config.per_device_batch_size=4",
+            *flags,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu"),
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     (out / "stdout.txt").write_text(proc.stdout)
     return json.loads((out / "precision.json").read_text())
@@ -119,7 +150,11 @@ def test_precision_command_trains_every_run_and_seed_and_draws_them(tmp_path):
     result = _precision(out, data_dir)
     runs = result["runs"]
     assert [(r["seed"], r["dtype"], r["rnn_impl"]) for r in runs] == [
-        (0, "float32", "scan_vjp"), (0, "bfloat16", "scan_vjp"), (1, "float32", "scan_vjp"), (1, "bfloat16", "scan_vjp")]
+        (0, "float32", "scan_vjp"),
+        (0, "bfloat16", "scan_vjp"),
+        (1, "float32", "scan_vjp"),
+        (1, "bfloat16", "scan_vjp"),
+    ]
     for r in runs:
         assert [s for s, _ in r["loss"]] == [1, 2] and [s for s, _ in r["eval_cer"]] == [2]
         assert 0 <= r["final_cer"] < 5 and r["final_wer"] >= 0 and r["final_train_loss"] > 0  # untrained: insertions
@@ -148,8 +183,17 @@ def test_precision_command_trains_every_run_and_seed_and_draws_them(tmp_path):
 
 
 def test_each_seed_process_gets_the_command_line_but_its_own_seed_and_folder():
-    argv = ["precision.py", "--out=D", "--steps=6", "--seeds", "0,1,2", "--processes=3", "--config.seed=9",
-            "--runs=float32:scan_vjp", "--seeds=4"]
+    argv = [
+        "precision.py",
+        "--out=D",
+        "--steps=6",
+        "--seeds",
+        "0,1,2",
+        "--processes=3",
+        "--config.seed=9",
+        "--runs=float32:scan_vjp",
+        "--seeds=4",
+    ]
     cmd = precision.seed_command(argv, 2, "D/seed2")
     assert cmd[:3] == [sys.executable, "-m", "benchmarks.precision"]
     assert cmd[3:] == ["--steps=6", "--config.seed=9", "--runs=float32:scan_vjp", "--seeds=2", "--out=D/seed2"]

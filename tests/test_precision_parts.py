@@ -26,8 +26,11 @@ def test_relative_error_counts_only_the_masked_frames():
 def test_compare_masks_forward_parts_on_their_time_axis_and_nothing_else():
     b, t_in, t_out = 2, 6, 3
     masks = pp.time_masks(np.array([6, 2]), np.array([3, 1]), t_in, t_out)
-    ref = {"forward/features": np.ones((b, t_in, 4)), "forward/RNNLayer_0": np.ones((b, t_out, 5)),
-           "gradient/output/bias": np.ones((b, t_out))}
+    ref = {
+        "forward/features": np.ones((b, t_in, 4)),
+        "forward/RNNLayer_0": np.ones((b, t_out, 5)),
+        "gradient/output/bias": np.ones((b, t_out)),
+    }
     mine = {k: v.copy() for k, v in ref.items()}
     mine["forward/features"][1, 2:] = 7.0  # row 1 beyond its 2 input frames
     mine["forward/RNNLayer_0"][1, 1:] = 7.0  # row 1 beyond its 1 output frame
@@ -41,7 +44,9 @@ def test_module_outputs_are_read_from_flax_intermediates():
     inter = {"ConvBlock_0": {"__call__": (("x0", "lengths"),)}, "output": {"__call__": ("logits",)}}
     flat = pp.flat_paths(inter)
     assert set(flat) == {"ConvBlock_0/__call__", "output/__call__"}
-    assert pp.module_output(flat["ConvBlock_0/__call__"]) == "x0" and pp.module_output(flat["output/__call__"]) == "logits"
+    assert (
+        pp.module_output(flat["ConvBlock_0/__call__"]) == "x0" and pp.module_output(flat["output/__call__"]) == "logits"
+    )
 
 
 @pytest.mark.slow
@@ -52,15 +57,39 @@ def test_parts_command_measures_every_part_and_tracks_the_error(tmp_path):
     build.build(CORPUS, data_dir)
     out = tmp_path / "parts"
     proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.precision_parts", f"--out={out}", "--batches=1", "--rnn_impls=scan_vjp",
-         f"--data_dir={data_dir}", "--track_steps=2", "--track_points=2", "--config.num_devices=1",
-         "--config.model.conv_channels=4", "--config.model.num_rnn_layers=1", "--config.model.rnn_size=16"],
-        cwd=ROOT, capture_output=True, text=True, timeout=600, env=dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu"))
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.precision_parts",
+            f"--out={out}",
+            "--batches=1",
+            "--rnn_impls=scan_vjp",
+            f"--data_dir={data_dir}",
+            "--track_steps=2",
+            "--track_points=2",
+            "--config.num_devices=1",
+            "--config.model.conv_channels=4",
+            "--config.model.num_rnn_layers=1",
+            "--config.model.rnn_size=16",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu"),
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads((out / "parts.json").read_text())
     bf16, floor = result["parts"]["bfloat16 scan_vjp"], result["parts"][" ".join(pp.FLOOR)]
-    for part in ("forward/ConvBlock_0", "forward/RNNLayer_0/input_proj_bn", "forward/logits", "ctc/d_logits",
-                 "gradient/RNNLayer_0/recurrent_kernel", "gradient/output/bias", "adam/update"):
+    for part in (
+        "forward/ConvBlock_0",
+        "forward/RNNLayer_0/input_proj_bn",
+        "forward/logits",
+        "ctc/d_logits",
+        "gradient/RNNLayer_0/recurrent_kernel",
+        "gradient/output/bias",
+        "adam/update",
+    ):
         assert 0 < bf16[part] < 1 and 0 < floor[part] < 1, part
     assert bf16["forward/features"] == 0.0  # float32 in both
     assert bf16["reduce/gradient dtype is float32"] == 1.0

@@ -8,7 +8,6 @@ import re
 import jax
 import jax.numpy as jnp
 import numpy as np
-
 import pytest
 
 from ds2_jax import progress, train
@@ -19,7 +18,12 @@ from tests.helpers import TRAIN_STEPS
 def slow_step(x, loss):
     """Step metrics that take a while to compute (so they are not ready at dispatch)."""
     y = jax.lax.fori_loop(0, 300, lambda i, a: jnp.tanh(a @ a), x)
-    return {"steps": 1.0 + 0 * y.sum(), "utterances": jnp.float32(8), "loss_sum": loss * 4, "loss_count": jnp.float32(4)}
+    return {
+        "steps": 1.0 + 0 * y.sum(),
+        "utterances": jnp.float32(8),
+        "loss_sum": loss * 4,
+        "loss_count": jnp.float32(4),
+    }
 
 
 def test_bar_advances_when_steps_finish_not_when_dispatched():
@@ -27,7 +31,7 @@ def test_bar_advances_when_steps_finish_not_when_dispatched():
     jax.block_until_ready(slow_step(x, 1.0))  # compiled
     bar = progress.StepProgress(start=10, total=20, enabled=True)
     bar.bar.fp = io.StringIO()
-    steps = [slow_step(x, jnp.float32(l)) for l in (3.0, 2.0, 1.5)]
+    steps = [slow_step(x, jnp.float32(loss)) for loss in (3.0, 2.0, 1.5)]
     bar.dispatched(steps[0])
     assert bar.finished == 10 and bar.bar.n == 10  # still running on the device
     bar.dispatched(steps[1])
@@ -49,14 +53,21 @@ def test_rates_and_eta_leave_out_the_first_step_which_compiles(monkeypatch):
     monkeypatch.setattr(progress.time, "perf_counter", lambda: clock[0])
     bar = progress.StepProgress(start=0, total=1000, enabled=True)
     bar.bar.fp = io.StringIO()
-    step = {"steps": np.float32(1), "utterances": np.float32(16), "loss_sum": np.float32(3), "loss_count": np.float32(2)}
+    step = {
+        "steps": np.float32(1),
+        "utterances": np.float32(16),
+        "loss_sum": np.float32(3),
+        "loss_count": np.float32(2),
+    }
     clock[0] += 60.0  # the first step compiles for a minute
     bar.dispatched(step)
     for _ in range(100):  # then 100 steps/s
         clock[0] += 0.01
         bar.dispatched(step)
     assert bar.bar.postfix == "last step loss=1.500, step/s=100, utt/s=1600.0, eta=00:08"  # 899 steps left
-    assert "s/step" not in str(bar.bar) and "step/s]" not in str(bar.bar)  # tqdm's own rate (since the start) is not shown
+    assert "s/step" not in str(bar.bar) and "step/s]" not in str(
+        bar.bar
+    )  # tqdm's own rate (since the start) is not shown
     bar.close()
 
 
@@ -87,7 +98,7 @@ def test_log_lines_clear_the_bar_and_it_comes_back(capsys, make_handler):
     assert record, repr(err[:300])
     before = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", err[: record.start()])  # tqdm's cursor moves (another bar open)
     assert before.rsplit("\r", 1)[-1].strip() == "", repr(before[-120:])
-    assert "2/5" in err[record.end():]  # and redrawn below the log line
+    assert "2/5" in err[record.end() :]  # and redrawn below the log line
     assert "handle" not in handler.__dict__  # close() put the handler back as it was
 
 
@@ -99,7 +110,9 @@ def test_a_finished_workdir_has_nothing_to_train(trained, caplog):
     state = train.train_and_evaluate(trained.config, trained.workdir)
     assert int(state.step) == TRAIN_STEPS
     messages = [r.getMessage() for r in caplog.records if r.name == "ds2_jax"]
-    assert any(m.startswith(f"nothing to train: workdir already at step {TRAIN_STEPS} of {TRAIN_STEPS}") for m in messages)
+    assert any(
+        m.startswith(f"nothing to train: workdir already at step {TRAIN_STEPS} of {TRAIN_STEPS}") for m in messages
+    )
     assert not any(m.startswith("first step") or m.startswith("step ") for m in messages), messages
 
 
@@ -117,8 +130,10 @@ def test_the_training_bar_is_shown_on_a_terminal_only(tmp_path, monkeypatch):
         for name, stream in (("terminal", terminal), ("file", log_file)):
             monkeypatch.setattr("sys.stderr", stream)
             for chief, key in ((True, name), (False, f"{name}, not the chief")):
-                with reporting.Reporter(config, str(tmp_path / key), start=0, is_chief=chief) as report, \
-                        report.showing_bar():  # closed: it gives the log handlers back
+                with (
+                    reporting.Reporter(config, str(tmp_path / key), start=0, is_chief=chief) as report,
+                    report.showing_bar(),
+                ):  # closed: it gives the log handlers back
                     shown[key] = not report.bar.bar.disable
     os.close(master)
     assert shown == {"terminal": True, "file": False, "terminal, not the chief": False, "file, not the chief": False}

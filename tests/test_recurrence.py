@@ -91,8 +91,7 @@ def test_pallas_kernel_at_seed_width():
     if jax.default_backend() != "gpu":
         pytest.skip("seed-width kernel check runs on the GPU (interpret mode would take minutes)")
     xs, w, dys = problem(jnp.bfloat16, t=267, b=16, h=2048, shared=True)
-    assert_as_close_to_float32_as_scan_vjp(
-        lambda xs, w, cell: triton_rnn.persistent_simple_rnn(xs, w), xs, w, dys)
+    assert_as_close_to_float32_as_scan_vjp(lambda xs, w, cell: triton_rnn.persistent_simple_rnn(xs, w), xs, w, dys)
 
 
 def test_fast_impls_refuse_gated_cells():
@@ -108,8 +107,9 @@ def valid_prefix_reference(x, w, n, cell):
     return np.concatenate([fwd, bwd], axis=-1)
 
 
-@pytest.mark.parametrize("cell, impl", [("simple", "scan"), ("simple", "scan_vjp"), ("simple", "pallas"),
-                                        ("gru", "scan"), ("lstm", "scan")])
+@pytest.mark.parametrize(
+    "cell, impl", [("simple", "scan"), ("simple", "scan_vjp"), ("simple", "pallas"), ("gru", "scan"), ("lstm", "scan")]
+)
 def test_backward_direction_starts_at_each_sequence_end(cell, impl):
     """bidirectional over a padded batch = each sequence's valid frames run alone.
 
@@ -183,12 +183,18 @@ def test_mosaic_rows_are_what_shared_memory_holds(hidden):
 WIDER = pytest.mark.xfail(reason="the 32-64-row Mosaic calls are wrong on the H200 (cause not found)", strict=False)
 
 
-@pytest.mark.parametrize("t, h, b, pieces", [(7, 256, 16, 1), (267, 2048, 16, 1),
-                                             pytest.param(7, 256, 48, 1, marks=WIDER),
-                                             pytest.param(267, 2048, 32, 1, marks=WIDER),
-                                             pytest.param(267, 2048, 64, 4, marks=WIDER),
-                                             pytest.param(267, 2048, 64, 8, marks=WIDER),
-                                             pytest.param(9, 512, 32, 4, marks=WIDER)])
+@pytest.mark.parametrize(
+    "t, h, b, pieces",
+    [
+        (7, 256, 16, 1),
+        (267, 2048, 16, 1),
+        pytest.param(7, 256, 48, 1, marks=WIDER),
+        pytest.param(267, 2048, 32, 1, marks=WIDER),
+        pytest.param(267, 2048, 64, 4, marks=WIDER),
+        pytest.param(267, 2048, 64, 8, marks=WIDER),
+        pytest.param(9, 512, 32, 4, marks=WIDER),
+    ],
+)
 def test_mosaic_kernel_matches_float32(t, h, b, pieces):
     """Outputs and gradients of the Mosaic GPU kernels at least as close to float32 as scan_vjp
     in bfloat16, the state whole (1 piece) or in pieces through two buffers."""

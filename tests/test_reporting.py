@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ds2_jax import evaluation, metrics, reporting, train
+from ds2_jax import metrics, reporting, train
 from ds2_jax import state as state_lib
 from ds2_jax.pipeline.batch import Sharding
 from ds2_jax.pipeline.source import make_source
@@ -41,18 +41,34 @@ def tensorboard_scalars(folder: str) -> dict[tuple[str, int], float]:
             event = event_pb2.Event.FromString(data[pos + 12 : pos + 12 + length])
             pos += 12 + length + 4
             for v in event.summary.value:
-                out[(v.tag, event.step)] = v.simple_value if v.HasField("simple_value") else float(
-                    np.frombuffer(v.tensor.tensor_content, np.float32)[0] if v.tensor.tensor_content
-                    else v.tensor.float_val[0])
+                out[(v.tag, event.step)] = (
+                    v.simple_value
+                    if v.HasField("simple_value")
+                    else float(
+                        np.frombuffer(v.tensor.tensor_content, np.float32)[0]
+                        if v.tensor.tensor_content
+                        else v.tensor.float_val[0]
+                    )
+                )
     return out
 
 
 @pytest.fixture(scope="module")
 def step_records():
     """The train step's metric records of steps 0-5 (step 3's loss NaN: skipped), from the real step."""
-    config = tiny_settings(per_device_batch_size=2, num_devices=1, **{
-        "model.rnn_size": 8, "model.conv_channels": 2, "optimizer.learning_rate": LR, "optimizer.warmup_steps": WARMUP,
-        "faults.nan_at_steps": "3", "dataset.synthetic_min_duration_s": 0.3, "dataset.synthetic_max_duration_s": 0.5})
+    config = tiny_settings(
+        per_device_batch_size=2,
+        num_devices=1,
+        **{
+            "model.rnn_size": 8,
+            "model.conv_channels": 2,
+            "optimizer.learning_rate": LR,
+            "optimizer.warmup_steps": WARMUP,
+            "faults.nan_at_steps": "3",
+            "dataset.synthetic_min_duration_s": 0.3,
+            "dataset.synthetic_max_duration_s": 0.5,
+        },
+    )
     source = make_source(config, Sharding(2))
     state = state_lib.initial_state(config, source, jax.random.PRNGKey(0))
     step = jax.jit(lambda s, b, r: train.train_step(s, b, r, axis_name=None, **state_lib.step_kwargs(config)))

@@ -65,48 +65,63 @@ def test_every_section_is_frozen(section):
         setattr(obj, name, getattr(obj, name))
 
 
-@pytest.mark.parametrize("key,value,message", [
-    ("num_train_steps", 0, r"num_train_steps=0: must be >= 1"),
-    ("per_device_batch_size", 0, r"per_device_batch_size=0: must be >= 1"),
-    ("log_every_steps", 0, r"log_every_steps=0"),
-    ("checkpoint_every_steps", 0, r"checkpoint_every_steps=0"),
-    ("keep_checkpoints", 0, r"keep_checkpoints=0"),
-    ("eval_every_steps", -1, r"eval_every_steps=-1: must be >= 0"),
-    ("num_devices", -1, r"num_devices=-1: must be >= 0"),
-    ("parallelism", "shard", r"parallelism='shard': expected one of \['pmap', 'jit'\]"),
-    ("faults.nan_at_steps", "5,x", r"faults.nan_at_steps='5,x'"),
-    ("faults.kill_at", "later:3", r"faults.kill_at='later:3'.*'step', 'checkpoint', 'eval'"),
-    ("dataset.name", "timit", r"dataset.name='timit': expected one of \['synthetic', 'librispeech_local', 'librispeech', 'manifest'\]"),
-    ("dataset.name", "manifest", r"dataset.name='manifest' needs dataset.manual_dir"),
-    ("dataset.stereo", "left", r"dataset.stereo='left': expected one of \['downmix', 'skip'\]"),
-    ("dataset.build_workers", -2, r"dataset.build_workers=-2"),
-    ("dataset.vocabulary", "vocab.txt", r"dataset.vocabulary='vocab.txt' is read by dataset.name='manifest' builds only"),
-    ("model.alphabet", "abca", r"model.alphabet: alphabet 'abca' repeats \['a'\]"),
-    ("dataset.min_duration_s", 30.0, r"dataset.min_duration_s=30.0 must be >= 0 and < dataset.max_duration_s"),
-    ("dataset.num_buckets", 9, r"dataset.num_buckets=9: must be 1..8"),
-    ("dataset.num_buckets", 0, r"dataset.num_buckets=0: must be 1..8"),
-    ("dataset.name", "librispeech_local", r"needs dataset.manual_dir"),
-    ("dataset.num_workers", -2, r"dataset.num_workers=-2"),
-    ("features.sample_rate", 7999, r"features.sample_rate=7999: must be 8000..48000 \(manifest data"),
-    ("features.freq_masks", -1, r"features.freq_masks=-1: must be >= 0"),
-    ("features.time_mask_max_fraction", 1.5, r"features.time_mask_max_fraction=1.5"),
-    ("model.num_conv_layers", 4, r"num_conv_layers"),
-    ("model.rnn_cell", "transformer", r"model.rnn_cell='transformer': expected one of \['gru', 'lstm', 'simple'\]"),
-    ("model.dtype", "float16", r"model.dtype='float16': expected one of \['float32', 'bfloat16'\]"),
-    ("model.conv_impl", "fft", r"model.conv_impl='fft': expected one of \['direct', 'space_to_depth'\]"),
-    ("model.rnn_impl", "cudnn", r"model.rnn_impl='cudnn': expected one of"),
-    ("model.rnn_impl", "mosaic", r"model.rnn_impl='mosaic' computes in bfloat16"),
-    ("model.rnn_size", 0, r"rnn_size"),
-    ("model.scan_unroll", 0, r"model.scan_unroll=0: must be >= 1"),
-    ("loss.ctc_impl", "warp", r"loss.ctc_impl='warp': expected one of \['auto', 'optax', 'pallas'\]"),
-    ("optimizer.schedule", "linear", r"optimizer.schedule='linear': expected one of \['constant', 'cosine', 'exponential'\]"),
-    ("optimizer.learning_rate", 0.0, r"optimizer.learning_rate=0.0: must be > 0"),
-    ("optimizer.max_consecutive_skips", 0, r"optimizer.max_consecutive_skips=0"),
-    ("eval.max_utterances", -1, r"eval.max_utterances=-1"),
-    ("decoding.beam_width", -1, r"decoding.beam_width=-1: must be >= 0"),
-    ("decoding.lm_path", "lm.arpa", r"decoding.lm_path='lm.arpa' is used by beam search only"),
-    ("keep_best_checkpoints", -1, r"keep_best_checkpoints=-1: must be >= 0"),
-])
+@pytest.mark.parametrize(
+    "key,value,message",
+    [
+        ("num_train_steps", 0, r"num_train_steps=0: must be >= 1"),
+        ("per_device_batch_size", 0, r"per_device_batch_size=0: must be >= 1"),
+        ("log_every_steps", 0, r"log_every_steps=0"),
+        ("checkpoint_every_steps", 0, r"checkpoint_every_steps=0"),
+        ("keep_checkpoints", 0, r"keep_checkpoints=0"),
+        ("eval_every_steps", -1, r"eval_every_steps=-1: must be >= 0"),
+        ("num_devices", -1, r"num_devices=-1: must be >= 0"),
+        ("parallelism", "shard", r"parallelism='shard': expected one of \['pmap', 'jit'\]"),
+        ("faults.nan_at_steps", "5,x", r"faults.nan_at_steps='5,x'"),
+        ("faults.kill_at", "later:3", r"faults.kill_at='later:3'.*'step', 'checkpoint', 'eval'"),
+        (
+            "dataset.name",
+            "timit",
+            r"dataset.name='timit': expected one of \['synthetic', 'librispeech_local', 'librispeech', 'manifest'\]",
+        ),
+        ("dataset.name", "manifest", r"dataset.name='manifest' needs dataset.manual_dir"),
+        ("dataset.stereo", "left", r"dataset.stereo='left': expected one of \['downmix', 'skip'\]"),
+        ("dataset.build_workers", -2, r"dataset.build_workers=-2"),
+        (
+            "dataset.vocabulary",
+            "vocab.txt",
+            r"dataset.vocabulary='vocab.txt' is read by dataset.name='manifest' builds only",
+        ),
+        ("model.alphabet", "abca", r"model.alphabet: alphabet 'abca' repeats \['a'\]"),
+        ("dataset.min_duration_s", 30.0, r"dataset.min_duration_s=30.0 must be >= 0 and < dataset.max_duration_s"),
+        ("dataset.num_buckets", 9, r"dataset.num_buckets=9: must be 1..8"),
+        ("dataset.num_buckets", 0, r"dataset.num_buckets=0: must be 1..8"),
+        ("dataset.name", "librispeech_local", r"needs dataset.manual_dir"),
+        ("dataset.num_workers", -2, r"dataset.num_workers=-2"),
+        ("features.sample_rate", 7999, r"features.sample_rate=7999: must be 8000..48000 \(manifest data"),
+        ("features.freq_masks", -1, r"features.freq_masks=-1: must be >= 0"),
+        ("features.time_mask_max_fraction", 1.5, r"features.time_mask_max_fraction=1.5"),
+        ("model.num_conv_layers", 4, r"num_conv_layers"),
+        ("model.rnn_cell", "transformer", r"model.rnn_cell='transformer': expected one of \['gru', 'lstm', 'simple'\]"),
+        ("model.dtype", "float16", r"model.dtype='float16': expected one of \['float32', 'bfloat16'\]"),
+        ("model.conv_impl", "fft", r"model.conv_impl='fft': expected one of \['direct', 'space_to_depth'\]"),
+        ("model.rnn_impl", "cudnn", r"model.rnn_impl='cudnn': expected one of"),
+        ("model.rnn_impl", "mosaic", r"model.rnn_impl='mosaic' computes in bfloat16"),
+        ("model.rnn_size", 0, r"rnn_size"),
+        ("model.scan_unroll", 0, r"model.scan_unroll=0: must be >= 1"),
+        ("loss.ctc_impl", "warp", r"loss.ctc_impl='warp': expected one of \['auto', 'optax', 'pallas'\]"),
+        (
+            "optimizer.schedule",
+            "linear",
+            r"optimizer.schedule='linear': expected one of \['constant', 'cosine', 'exponential'\]",
+        ),
+        ("optimizer.learning_rate", 0.0, r"optimizer.learning_rate=0.0: must be > 0"),
+        ("optimizer.max_consecutive_skips", 0, r"optimizer.max_consecutive_skips=0"),
+        ("eval.max_utterances", -1, r"eval.max_utterances=-1"),
+        ("decoding.beam_width", -1, r"decoding.beam_width=-1: must be >= 0"),
+        ("decoding.lm_path", "lm.arpa", r"decoding.lm_path='lm.arpa' is used by beam search only"),
+        ("keep_best_checkpoints", -1, r"keep_best_checkpoints=-1: must be >= 0"),
+    ],
+)
 def test_a_bad_value_names_its_key_and_what_is_allowed(key, value, message):
     config = with_key(key, value)
     with pytest.raises(ValueError, match=message):
@@ -167,10 +182,18 @@ def test_every_numeric_setting_refuses_nan_inf_and_values_past_its_range_naming_
 
 def test_the_values_that_trained_nan_or_never_learned_are_refused():
     """issue 40's cases: each was accepted and trained a NaN or a silently wrong model."""
-    for key, value in [("optimizer.learning_rate", float("nan")), ("optimizer.eps", 0.0), ("optimizer.b2", 1.0),
-                       ("optimizer.clip_global_norm", -1.0), ("optimizer.clip_global_norm", 0.0),
-                       ("model.batch_norm_momentum", 1.0), ("features.eps", 0.0), ("features.hop_ms", 0.0),
-                       ("dataset.max_duration_s", float("inf")), ("step_timeout_s", float("nan"))]:
+    for key, value in [
+        ("optimizer.learning_rate", float("nan")),
+        ("optimizer.eps", 0.0),
+        ("optimizer.b2", 1.0),
+        ("optimizer.clip_global_norm", -1.0),
+        ("optimizer.clip_global_norm", 0.0),
+        ("model.batch_norm_momentum", 1.0),
+        ("features.eps", 0.0),
+        ("features.hop_ms", 0.0),
+        ("dataset.max_duration_s", float("inf")),
+        ("step_timeout_s", float("nan")),
+    ]:
         with pytest.raises(ValueError, match=rf"{key.replace('.', '[.]')}={value!r}: must be"):
             settings.override(settings.Settings(), {key: value})
     # A window the spectrogram cannot frame in hops failed at the first step, deep in features.py.
@@ -193,8 +216,17 @@ def _at_least(key, minimum, step=1):
 # Every check in settings.py at, just below and just above its boundary:
 # (dotted key, value, accepted, other keys set with it).
 BOUNDARIES = [
-    *[row for key in ("num_train_steps", "per_device_batch_size", "log_every_steps", "checkpoint_every_steps",
-                      "keep_checkpoints") for row in _at_least(key, 1)],
+    *[
+        row
+        for key in (
+            "num_train_steps",
+            "per_device_batch_size",
+            "log_every_steps",
+            "checkpoint_every_steps",
+            "keep_checkpoints",
+        )
+        for row in _at_least(key, 1)
+    ],
     *_at_least("eval_every_steps", 0),  # 0 = never
     *_at_least("num_devices", 0),  # 0 = all
     ("faults.nan_at_steps", "", True, {}),
@@ -232,8 +264,11 @@ BOUNDARIES = [
     ("dataset.manual_dir", "", False, {"dataset.name": "manifest"}),
     ("dataset.manual_dir", "x", True, {"dataset.name": "manifest"}),
     ("dataset.vocabulary", "v.txt", True, {"dataset.name": "manifest", "dataset.manual_dir": "x"}),
-    *[row for key in ("features.freq_masks", "features.freq_mask_width", "features.time_masks")
-      for row in _at_least(key, 0)],
+    *[
+        row
+        for key in ("features.freq_masks", "features.freq_mask_width", "features.time_masks")
+        for row in _at_least(key, 0)
+    ],
     ("features.time_mask_max_fraction", -TINY, False, {}),
     ("features.time_mask_max_fraction", 0.0, True, {}),
     ("features.time_mask_max_fraction", TINY, True, {}),
@@ -243,8 +278,11 @@ BOUNDARIES = [
     *_at_least("model.num_conv_layers", 1),
     ("model.num_conv_layers", 3, True, {}),
     ("model.num_conv_layers", 4, False, {}),
-    *[row for key in ("model.num_rnn_layers", "model.rnn_size", "model.conv_channels", "model.scan_unroll")
-      for row in _at_least(key, 1)],
+    *[
+        row
+        for key in ("model.num_rnn_layers", "model.rnn_size", "model.conv_channels", "model.scan_unroll")
+        for row in _at_least(key, 1)
+    ],
     *[(k, v, ok, {"model.bidirectional": False}) for k, v, ok, _ in _at_least("model.row_conv_context", 0)],
     ("optimizer.learning_rate", -TINY, False, {}),
     ("optimizer.learning_rate", 0.0, False, {}),
@@ -262,16 +300,22 @@ BOUNDARIES = [
     ("decoding.alpha", -TINY, False, {}),
     ("decoding.alpha", 0.0, True, {}),
     ("decoding.alpha", TINY, True, {}),
-    *[row for key in ("decoding.beam_prune_logp", "decoding.token_min_logp")
-      for row in [(key, -TINY, True, {}), (key, 0.0, False, {}), (key, TINY, False, {})]],
+    *[
+        row
+        for key in ("decoding.beam_prune_logp", "decoding.token_min_logp")
+        for row in [(key, -TINY, True, {}), (key, 0.0, False, {}), (key, TINY, False, {})]
+    ],
     *_at_least("keep_best_checkpoints", 0),  # 0 = the newest only
     ("keep_best_checkpoints", 1, False, {"eval_every_steps": 0}),  # ranked by the in-training eval
     ("keep_best_checkpoints", 0, True, {"eval_every_steps": 0}),
 ]
 
 
-@pytest.mark.parametrize("key,value,accepted,others", BOUNDARIES,
-                         ids=[f"{k}={v!r}{'+' + ','.join(o) if o else ''}" for k, v, _, o in BOUNDARIES])
+@pytest.mark.parametrize(
+    "key,value,accepted,others",
+    BOUNDARIES,
+    ids=[f"{k}={v!r}{'+' + ','.join(o) if o else ''}" for k, v, _, o in BOUNDARIES],
+)
 def test_every_check_holds_at_its_boundary(key, value, accepted, others):
     """A check that moved its boundary by one (< for <=, < 0 for < 1) fails here."""
     changes = {**others, key: value}
@@ -308,15 +352,18 @@ def test_unsynchronized_batch_norm_is_refused_under_jit_where_it_would_do_nothin
         assert (s.parallelism, s.model.sync_batch_norm) == (parallelism, sync)
 
 
-@pytest.mark.parametrize("key,value,message", [
-    ("model.rnn_size", "big", r"model.rnn_size='big': expected int, got str"),
-    ("model.rnn_size", 2048.0, r"model.rnn_size=2048.0: expected int, got float"),
-    ("model.bidirectional", 1, r"model.bidirectional=1: expected bool, got int"),
-    ("compile", "yes", r"compile='yes': expected bool"),
-    ("num_train_steps", True, r"num_train_steps=True: expected int, got bool"),
-    ("dataset.name", 3, r"dataset.name=3: expected str"),
-    ("model", 3, r"model: expected a section of settings"),
-])
+@pytest.mark.parametrize(
+    "key,value,message",
+    [
+        ("model.rnn_size", "big", r"model.rnn_size='big': expected int, got str"),
+        ("model.rnn_size", 2048.0, r"model.rnn_size=2048.0: expected int, got float"),
+        ("model.bidirectional", 1, r"model.bidirectional=1: expected bool, got int"),
+        ("compile", "yes", r"compile='yes': expected bool"),
+        ("num_train_steps", True, r"num_train_steps=True: expected int, got bool"),
+        ("dataset.name", 3, r"dataset.name=3: expected str"),
+        ("model", 3, r"model: expected a section of settings"),
+    ],
+)
 def test_a_wrong_type_names_its_key(key, value, message):
     config = json.loads(default.get_config().to_json())  # as config.json: any type can be written
     node = config
@@ -335,11 +382,14 @@ def test_an_int_is_taken_as_a_float():
     assert lr == 1.0 and isinstance(lr, float)
 
 
-@pytest.mark.parametrize("key,message", [
-    ("model.rnn_sise", r"unknown config key 'model.rnn_sise': did you mean model.rnn_size\b"),
-    ("per_device_batch", r"unknown config key 'per_device_batch': did you mean per_device_batch_size\b"),
-    ("optimiser.schedule", r"unknown config key 'optimiser': did you mean optimizer\?"),
-])
+@pytest.mark.parametrize(
+    "key,message",
+    [
+        ("model.rnn_sise", r"unknown config key 'model.rnn_sise': did you mean model.rnn_size\b"),
+        ("per_device_batch", r"unknown config key 'per_device_batch': did you mean per_device_batch_size\b"),
+        ("optimiser.schedule", r"unknown config key 'optimiser': did you mean optimizer\?"),
+    ],
+)
 def test_an_unknown_key_is_named_with_the_close_ones(key, message):
     config = json.loads(default.get_config().to_json())
     node = config
@@ -396,8 +446,9 @@ def test_from_config_dict_is_idempotent_and_reads_like_the_config_dict():
 def test_the_step_arguments_are_the_settings_sections_parts():
     config = settings.override(settings.from_config_dict(smoke.get_config()), {"features.freq_masks": 2})
     kw = state_lib.step_kwargs(config)
-    assert kw["augment"] == settings.SpecAugment(freq_masks=2, freq_mask_width=27, time_masks=0,
-                                                 time_mask_max_fraction=0.05)
+    assert kw["augment"] == settings.SpecAugment(
+        freq_masks=2, freq_mask_width=27, time_masks=0, time_mask_max_fraction=0.05
+    )
     assert type(kw["augment"]) is settings.SpecAugment and kw["augment"].enabled
     assert kw["feature_cfg"] == settings.Spectrogram()  # the step's static argument, no SpecAugment
     assert type(kw["feature_cfg"]) is settings.Spectrogram
@@ -406,7 +457,8 @@ def test_the_step_arguments_are_the_settings_sections_parts():
     # Features holds the two parts' fields once, the spectrogram's first (config.json's order).
     names = [f.name for f in dataclasses.fields(settings.Features)]
     assert names == [f.name for f in dataclasses.fields(settings.Spectrogram)] + [
-        f.name for f in dataclasses.fields(settings.SpecAugment)]
+        f.name for f in dataclasses.fields(settings.SpecAugment)
+    ]
 
 
 def test_model_config_takes_the_model_section_and_keeps_its_checks():
@@ -421,8 +473,10 @@ def test_model_config_takes_the_model_section_and_keeps_its_checks():
 def test_unpickling_settings_imports_no_jax():
     """Grain and beam-search workers unpickle Settings: that must not import jax."""
     blob = pickle.dumps(settings.from_config_dict(demo.get_config()))
-    code = ("import sys, pickle; s = pickle.loads(sys.stdin.buffer.read()); assert s.model.rnn_cell == 'gru'; "
-            "print(sorted(m for m in ('jax', 'flax', 'optax', 'ml_collections') if m in sys.modules))")
+    code = (
+        "import sys, pickle; s = pickle.loads(sys.stdin.buffer.read()); assert s.model.rnn_cell == 'gru'; "
+        "print(sorted(m for m in ('jax', 'flax', 'optax', 'ml_collections') if m in sys.modules))"
+    )
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     out = subprocess.run([sys.executable, "-c", code], cwd=root, input=blob, capture_output=True, check=True)
     assert out.stdout.decode().strip() == "[]"
@@ -449,8 +503,11 @@ def test_a_cosine_decay_of_0_steps_ends_at_the_last_step_whatever_num_train_step
 def test_every_setting_has_its_help_as_field_metadata():
     """--print_config's meaning column comes from each field's metadata (settings.setting), so a
     field declared without it (a bare default and a comment) would print no meaning."""
-    sections = {f.name: f.default_factory for f in dataclasses.fields(settings.Settings)
-                if f.default_factory is not dataclasses.MISSING}  # Settings' own fields that are sections
+    sections = {
+        f.name: f.default_factory
+        for f in dataclasses.fields(settings.Settings)
+        if f.default_factory is not dataclasses.MISSING
+    }  # Settings' own fields that are sections
     assert len(sections) >= 9
     for cls in [settings.Settings, *sections.values()]:
         missing = [name for name, text in settings.field_help(cls).items() if not text and name not in sections]

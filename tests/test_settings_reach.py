@@ -22,19 +22,44 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ds2_jax import checkpoint, ctc, decoding, evaluation, features, geometry, model, parallel, reporting, settings, train
+from ds2_jax import (
+    checkpoint,
+    ctc,
+    decoding,
+    evaluation,
+    features,
+    geometry,
+    model,
+    parallel,
+    reporting,
+    settings,
+    train,
+)
 from ds2_jax import state as state_lib
 from ds2_jax.pipeline import filters, loader, split_index
 from ds2_jax.pipeline.source import DataSettings, make_source
 from tests import librispeech_testdata as td
 from tests.helpers import tiny_settings
 
-SYNTH = {"model.rnn_size": 8, "model.conv_channels": 2, "dataset.synthetic_min_duration_s": 0.3,
-         "dataset.synthetic_max_duration_s": 0.5, "dataset.synthetic_pool_size": 8,
-         "dataset.synthetic_num_utterances": 64, "dataset.feature_stats_utterances": 8}
-CORPUS = {"dataset.name": "librispeech_local", "dataset.train_splits": "train-clean-100",
-          "dataset.eval_split": "test-clean", "dataset.min_duration_s": 0.0, "dataset.max_duration_s": 27.0,
-          "dataset.num_workers": 0, "num_devices": 2, "per_device_batch_size": 1}
+SYNTH = {
+    "model.rnn_size": 8,
+    "model.conv_channels": 2,
+    "dataset.synthetic_min_duration_s": 0.3,
+    "dataset.synthetic_max_duration_s": 0.5,
+    "dataset.synthetic_pool_size": 8,
+    "dataset.synthetic_num_utterances": 64,
+    "dataset.feature_stats_utterances": 8,
+}
+CORPUS = {
+    "dataset.name": "librispeech_local",
+    "dataset.train_splits": "train-clean-100",
+    "dataset.eval_split": "test-clean",
+    "dataset.min_duration_s": 0.0,
+    "dataset.max_duration_s": 27.0,
+    "dataset.num_workers": 0,
+    "num_devices": 2,
+    "per_device_batch_size": 1,
+}
 
 # key -> (a valid non-default value, other settings it needs to matter, the consumers it must change)
 TABLE = {
@@ -111,7 +136,11 @@ TABLE = {
     "dataset.alphabet_min_count": (1, {}, ["derived_alphabet"]),
     "waveform.noise_prob": (1.0, {"waveform.noise_dir": "NOISE"}, ["synthetic_data"]),
     "waveform.noise_snr_db_min": (5.0, {"waveform.noise_prob": 1.0, "waveform.noise_dir": "NOISE"}, ["synthetic_data"]),
-    "waveform.noise_snr_db_max": (10.0, {"waveform.noise_prob": 1.0, "waveform.noise_dir": "NOISE"}, ["synthetic_data"]),
+    "waveform.noise_snr_db_max": (
+        10.0,
+        {"waveform.noise_prob": 1.0, "waveform.noise_dir": "NOISE"},
+        ["synthetic_data"],
+    ),
     "waveform.rir_prob": (1.0, {"waveform.rir_dir": "NOISE"}, ["synthetic_data"]),
     "waveform.speed_prob": (1.0, {}, ["synthetic_data"]),
     "waveform.speed_min": (0.95, {"waveform.speed_prob": 1.0}, ["synthetic_data"]),
@@ -199,8 +228,12 @@ def _data(s):
     if hasattr(source, "check_eval_split"):
         source.check_eval_split(s.dataset.eval_split)
     evals = list(source.eval_batches(s.dataset.eval_split))
-    return digest(source.shapes(), [source.train_batch(i) for i in range(3)], evals,
-                  source.feature_stats(features.spectrogram_stats))
+    return digest(
+        source.shapes(),
+        [source.train_batch(i) for i in range(3)],
+        evals,
+        source.feature_stats(features.spectrogram_stats),
+    )
 
 
 AUDIO = (np.sin(np.arange(2 * 6000) / 7.0).reshape(2, 6000) * 3000).astype(np.int16)
@@ -216,14 +249,23 @@ def _features(s):
 
 def _augment(s):
     feats = jnp.ones((2, 60, 161))
-    return digest(features.spec_augment(feats, jnp.array([60, 40]), jax.random.PRNGKey(3),
-                                        **dataclasses.asdict(s.features.augment)))
+    return digest(
+        features.spec_augment(
+            feats, jnp.array([60, 40]), jax.random.PRNGKey(3), **dataclasses.asdict(s.features.augment)
+        )
+    )
 
 
 def _loss(s):
     logits = jax.random.normal(jax.random.PRNGKey(0), (2, 12, 29))
-    loss, ok = ctc.per_utterance_loss(logits, jnp.array([12, 9]), jnp.array([[1, 2, 3, 0], [4, 5, 0, 0]]),
-                                      jnp.array([3, 2]), s.loss.norm_by_times, s.loss.ctc_impl)
+    loss, ok = ctc.per_utterance_loss(
+        logits,
+        jnp.array([12, 9]),
+        jnp.array([[1, 2, 3, 0], [4, 5, 0, 0]]),
+        jnp.array([3, 2]),
+        s.loss.norm_by_times,
+        s.loss.ctc_impl,
+    )
     return digest(loss, ok)
 
 
@@ -248,7 +290,10 @@ def _model(s):
     cfg = model.ModelConfig.of(s.model, num_bins=s.features.num_bins)
     net = model.DeepSpeech2(cfg, axis_name="batch")
     frames = 24
-    x = jax.random.normal(jax.random.PRNGKey(1), (2, 2, frames, cfg.num_bins)) * jnp.array([1.0, 3.0])[:, None, None, None]
+    x = (
+        jax.random.normal(jax.random.PRNGKey(1), (2, 2, frames, cfg.num_bins))
+        * jnp.array([1.0, 3.0])[:, None, None, None]
+    )
     lengths = jnp.array([[frames, 20], [18, frames]])
     variables = net.init(jax.random.PRNGKey(0), x[0], lengths[0], train=False)
 
@@ -265,8 +310,9 @@ def _filter(s):
     seconds = np.linspace(0.1, 4.0, 40)
     frames = [geometry.output_frames(geometry.num_frames(int(t * 16_000), 320, 160), 2) for t in seconds]
     texts = [("ab" * n)[: n + i % 2] for i, n in enumerate(frames)]  # no repeats: need = length
-    idx = split_index.SplitIndex.from_flat(*split_index.flat_index(
-        [(int(t * 16_000), text) for t, text in zip(seconds, texts)], len(seconds)))
+    idx = split_index.SplitIndex.from_flat(
+        *split_index.flat_index([(int(t * 16_000), text) for t, text in zip(seconds, texts)], len(seconds))
+    )
     return digest(filters.Filter(DataSettings.of(s)).kept(idx, "reach"))
 
 
@@ -287,8 +333,11 @@ def _divergence_stop(s, tmp_path):
 
 
 def _decoder(s, lm_files):
-    cfg = dataclasses.replace(s.decoding, lm_path=lm_files.get(s.decoding.lm_path, s.decoding.lm_path),
-                              lexicon_path=lm_files.get(s.decoding.lexicon_path, s.decoding.lexicon_path))
+    cfg = dataclasses.replace(
+        s.decoding,
+        lm_path=lm_files.get(s.decoding.lm_path, s.decoding.lm_path),
+        lexicon_path=lm_files.get(s.decoding.lexicon_path, s.decoding.lexicon_path),
+    )
     beam = decoding.make_beam_decoder(cfg)
     return os.path.basename(evaluation.result_path("w", "dev-clean", 1, beam))
 
@@ -326,8 +375,15 @@ def test_the_table_covers_the_whole_schema_with_a_short_justified_allowlist():
 
 
 def _settings(key, value, others, corpus, lm_files):
-    base = {**SYNTH, **(corpus if any(k.startswith("dataset.") and v == "librispeech_local"
-                                      for k, v in {**others, key: value}.items()) else {}), **others}
+    base = {
+        **SYNTH,
+        **(
+            corpus
+            if any(k.startswith("dataset.") and v == "librispeech_local" for k, v in {**others, key: value}.items())
+            else {}
+        ),
+        **others,
+    }
     changes = {**base, key: value}
     for name, path in lm_files.items():  # placeholders: the test's own files
         changes = {k: path if v == name else v for k, v in changes.items()}
@@ -343,10 +399,19 @@ def test_a_non_default_value_changes_what_its_consumer_does(key, consumer, corpu
     value, others, _ = TABLE[key]
     base, changed = _settings(key, value, others, corpus, lm_files)
     observe = {
-        "parallel": _parallel, "synthetic_data": _data, "corpus_data": _data, "features": _features,
-        "augment": _augment, "loss": _loss, "optimizer": _optimizer, "step_arguments": _step_arguments,
-        "model": _model, "filter": _filter, "workers": lambda s: loader.resolve_num_workers(s.dataset),
-        "reporter": lambda s: _reporter(s, tmp_path), "divergence_stop": lambda s: _divergence_stop(s, tmp_path),
+        "parallel": _parallel,
+        "synthetic_data": _data,
+        "corpus_data": _data,
+        "features": _features,
+        "augment": _augment,
+        "loss": _loss,
+        "optimizer": _optimizer,
+        "step_arguments": _step_arguments,
+        "model": _model,
+        "filter": _filter,
+        "workers": lambda s: loader.resolve_num_workers(s.dataset),
+        "reporter": lambda s: _reporter(s, tmp_path),
+        "divergence_stop": lambda s: _divergence_stop(s, tmp_path),
         "decoder": lambda s: _decoder(s, lm_files),
         "normalize": _normalize,
         "derived_alphabet": _derived_alphabet,

@@ -13,12 +13,15 @@ pytestmark = pytest.mark.gpu  # kernel numerics: make test-gpu runs them on a GP
 NHWC = ("NHWC", "HWIO", "NHWC")
 
 
-@pytest.mark.parametrize("spec, in_channels, shape", [
-    (geometry.FIRST_CONV, 1, (2, 50, 161)),  # the model's conv 1 (strides 3 x 2)
-    (geometry.LATER_CONV, 3, (2, 17, 81)),  # later convs (strides 1 x 2)
-    (geometry.FIRST_CONV, 2, (1, 7, 20)),  # fewer frames than the kernel: cropping and zero taps
-    (geometry.ConvSpec(kernel=(4, 6), strides=(2, 3), padding=(0, 1)), 2, (1, 9, 13)),  # taps divide evenly
-])
+@pytest.mark.parametrize(
+    "spec, in_channels, shape",
+    [
+        (geometry.FIRST_CONV, 1, (2, 50, 161)),  # the model's conv 1 (strides 3 x 2)
+        (geometry.LATER_CONV, 3, (2, 17, 81)),  # later convs (strides 1 x 2)
+        (geometry.FIRST_CONV, 2, (1, 7, 20)),  # fewer frames than the kernel: cropping and zero taps
+        (geometry.ConvSpec(kernel=(4, 6), strides=(2, 3), padding=(0, 1)), 2, (1, 9, 13)),  # taps divide evenly
+    ],
+)
 def test_values_and_gradients_match_strided_conv(spec, in_channels, shape):
     kx, kw, kc = jax.random.split(jax.random.PRNGKey(0), 3)
     x = jax.random.normal(kx, shape + (in_channels,))
@@ -44,7 +47,7 @@ def test_folded_kernel_keeps_every_tap_once():
     w = jnp.arange(11 * 41 * 2 * 3, dtype=jnp.float32).reshape(11, 41, 2, 3) + 1
     folded = space_to_depth.fold_kernel(w, (3, 2))
     assert folded.shape == (4, 21, 12, 3)
-    np.testing.assert_array_equal(np.sort(np.asarray(folded).ravel())[-w.size:], np.sort(np.asarray(w).ravel()))
+    np.testing.assert_array_equal(np.sort(np.asarray(folded).ravel())[-w.size :], np.sort(np.asarray(w).ravel()))
     assert int(jnp.sum(folded == 0)) == folded.size - w.size  # the padded taps are zeros
 
 
@@ -67,7 +70,8 @@ def test_model_gives_the_same_logits_and_gradients_with_either_conv():
             def loss(params):
                 net = model.DeepSpeech2(small_cfg(conv_impl=impl))
                 out, _ = net.apply({**variables, "params": params}, feats, lengths, train=False)
-                return jnp.sum(out ** 2)
+                return jnp.sum(out**2)
+
             return jax.grad(loss)(variables["params"])
 
         g_direct, g_folded = grads("direct"), grads("space_to_depth")

@@ -25,22 +25,31 @@ def _unidirectional(**overrides):
     config = tiny_settings(**{"model.bidirectional": False, "model.num_rnn_layers": 2, **overrides})
     rng = np.random.default_rng(0)
     bins = config.features.num_bins
-    state = state_lib.create_state(config, jax.random.PRNGKey(0), rng.normal(-10, 1, bins).astype(np.float32),
-                                   rng.uniform(1, 3, bins).astype(np.float32))
+    state = state_lib.create_state(
+        config,
+        jax.random.PRNGKey(0),
+        rng.normal(-10, 1, bins).astype(np.float32),
+        rng.uniform(1, 3, bins).astype(np.float32),
+    )
     stats = jax.tree_util.tree_map(lambda x: x + rng.uniform(0.1, 0.5, x.shape).astype(np.float32), state.batch_stats)
     return config, state.replace(batch_stats=stats)
 
 
 def _whole_file(config, state, audio) -> np.ndarray:
     kw = state_lib.step_kwargs(config)
-    logits, n = eval_step.forward(state, audio[None], np.array([len(audio)]), model_cfg=kw["model_cfg"],
-                                  feature_cfg=kw["feature_cfg"])
+    logits, n = eval_step.forward(
+        state, audio[None], np.array([len(audio)]), model_cfg=kw["model_cfg"], feature_cfg=kw["feature_cfg"]
+    )
     return np.asarray(jax.nn.log_softmax(logits[0, : int(n[0])], axis=-1))
 
 
-@pytest.mark.parametrize("overrides", [{"model.rnn_cell": "lstm", "model.num_conv_layers": 3},
-                                       pytest.param({"model.rnn_cell": "gru", "model.row_conv_context": 0},
-                                                    marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"model.rnn_cell": "lstm", "model.num_conv_layers": 3},
+        pytest.param({"model.rnn_cell": "gru", "model.row_conv_context": 0}, marks=pytest.mark.slow),
+    ],
+)
 def test_chunks_of_any_size_give_the_whole_files_log_probs(overrides):
     config, state = _unidirectional(**overrides)
     audio = transcribe.load_audio(FLAC)
@@ -90,7 +99,13 @@ def test_a_bidirectional_model_is_refused_with_one_error_line(tmp_path):
 
     workdir = str(tmp_path / "bi")
     workdir_config.save_config(tiny_settings(), workdir)  # refused before any checkpoint is read
-    proc = subprocess.run([sys.executable, "-m", "ds2_jax.transcribe", f"--workdir={workdir}", "--stream", FLAC],
-                          cwd=ROOT, env=repo_env(), capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "ds2_jax.transcribe", f"--workdir={workdir}", "--stream", FLAC],
+        cwd=ROOT,
+        env=repo_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     err = proc.stderr.strip()
     assert proc.returncode == 1 and err.startswith("error: --stream needs a unidirectional model") and "\n" not in err

@@ -264,20 +264,27 @@ def memory_source(monkeypatch, tmp_path):
 
     def make(splits: dict[str, list[tuple[int, str]]], batch: int = BATCH, **dataset) -> tfds_source.TfdsSource:
         names = {split_index.split_names(s)[0]: utts for s, utts in splits.items()}
-        builder = SimpleNamespace(name="memory", data_dir=str(tmp_path),
-                                  info=SimpleNamespace(splits=dict.fromkeys(names), features={"audio": None}))
+        builder = SimpleNamespace(
+            name="memory",
+            data_dir=str(tmp_path),
+            info=SimpleNamespace(splits=dict.fromkeys(names), features={"audio": None}),
+        )
         monkeypatch.setattr(tfds_source, "_open_builder", lambda dataset, sharding: builder)
 
         def index(self, split):
             utts = names[split]
             labels = [text.encode(t) for _, t in utts]
             offsets = np.concatenate([[0], np.cumsum([len(x) for x in labels])])
-            return split_index.SplitIndex.from_flat([n for n, _ in utts], np.concatenate(labels), offsets,
-                                                   np.zeros(len(utts), bool))
+            return split_index.SplitIndex.from_flat(
+                [n for n, _ in utts], np.concatenate(labels), offsets, np.zeros(len(utts), bool)
+            )
 
         monkeypatch.setattr(tfds_source.TfdsSource, "_index", index)
-        monkeypatch.setattr(tfds_source.TfdsSource, "_source",
-                            lambda self, split: [{"audio": np.ones(n, np.int16)} for n, _ in names[split]])
+        monkeypatch.setattr(
+            tfds_source.TfdsSource,
+            "_source",
+            lambda self, split: [{"audio": np.ones(n, np.int16)} for n, _ in names[split]],
+        )
         c = default.get_config()
         c.dataset.name, c.dataset.manual_dir = "librispeech_local", "memory"
         c.dataset.train_splits, c.dataset.eval_split = list(splits)[0], list(splits)[-1]
@@ -289,9 +296,12 @@ def memory_source(monkeypatch, tmp_path):
 
 def eval_rows(src: tfds_source.TfdsSource, split: str) -> list[tuple[int, int, tuple[int, int]]]:
     """(samples, labels, batch shape) of every real row the eval batches of `split` hold."""
-    return [(int(n), int(m), (b["audio"].shape[1], b["labels"].shape[1]))
-            for b in src.eval_batches(split)
-            for w, n, m in zip(b["weights"], b["audio_lengths"], b["label_lengths"]) if w == 1]
+    return [
+        (int(n), int(m), (b["audio"].shape[1], b["labels"].shape[1]))
+        for b in src.eval_batches(split)
+        for w, n, m in zip(b["weights"], b["audio_lengths"], b["label_lengths"])
+        if w == 1
+    ]
 
 
 FILLER = [(16_000 + 160 * i, "hello") for i in range(8)]  # a training set for the buckets
@@ -303,8 +313,7 @@ def test_duration_filter_keeps_utterances_exactly_at_each_limit(memory_source):
     rate = td.RATE
     lo, hi = round(2.01 * rate), round(4.02 * rate)
     dev = [(n, "hello") for n in (lo - 1, lo, lo + 1, 3 * rate, hi - 1, hi, hi + 1)]
-    src = memory_source({"train-clean-100": FILLER + dev, "dev-clean": dev},
-                        min_duration_s=2.01, max_duration_s=4.02)
+    src = memory_source({"train-clean-100": FILLER + dev, "dev-clean": dev}, min_duration_s=2.01, max_duration_s=4.02)
     assert sorted(n for n, _, _ in eval_rows(src, "dev-clean")) == [lo, lo + 1, 3 * rate, hi - 1, hi]
 
 

@@ -27,14 +27,23 @@ def leaves(tree):
 
 def waveform_augmentation(tmp_path) -> dict:
     """config.waveform with every part but reverberation on for half the utterances."""
-    return {"waveform.noise_dir": write_noise(tmp_path / "noise"), "waveform.noise_prob": 0.5,
-            "waveform.speed_prob": 0.5, "waveform.gain_prob": 0.5}
+    return {
+        "waveform.noise_dir": write_noise(tmp_path / "noise"),
+        "waveform.noise_prob": 0.5,
+        "waveform.speed_prob": 0.5,
+        "waveform.gain_prob": 0.5,
+    }
 
 
 def test_one_and_eight_devices_give_the_same_losses(tmp_path):
     """With waveform augmentation on: its draws are the global row's, not the device's."""
-    common = {"num_train_steps": 5, "log_every_steps": 1, "eval_every_steps": 0, "checkpoint_every_steps": 100,
-              **waveform_augmentation(tmp_path)}
+    common = {
+        "num_train_steps": 5,
+        "log_every_steps": 1,
+        "eval_every_steps": 0,
+        "checkpoint_every_steps": 100,
+        **waveform_augmentation(tmp_path),
+    }
     one = tiny_config(**common, num_devices=1, per_device_batch_size=16)
     eight = tiny_config(**common, num_devices=8, per_device_batch_size=2)
     s1 = train.train_and_evaluate(one, str(tmp_path / "one"))
@@ -51,16 +60,20 @@ def _one_step(config, state, batch):
     rng = jax.random.PRNGKey(1)
     if config.compile:
         devices = jax.local_devices()[:1]
-        new_state, m = step(jax_utils.replicate(state, devices, axis_name=train.AXIS),
-                            shard_for_devices(batch, 1), jax_utils.replicate(rng, devices))
+        new_state, m = step(
+            jax_utils.replicate(state, devices, axis_name=train.AXIS),
+            shard_for_devices(batch, 1),
+            jax_utils.replicate(rng, devices),
+        )
         return parallel.unreplicate(new_state), parallel.unreplicate(m)
     return step(state, batch, rng)
 
 
 def test_compiled_and_eager_step_agree():
     # Short utterances: the eager step runs every time step of the RNN and CTC op by op.
-    config = tiny_settings(per_device_batch_size=4, **{"dataset.synthetic_min_duration_s": 0.3,
-                                                       "dataset.synthetic_max_duration_s": 0.4})
+    config = tiny_settings(
+        per_device_batch_size=4, **{"dataset.synthetic_min_duration_s": 0.3, "dataset.synthetic_max_duration_s": 0.4}
+    )
     source = make_source(config, Sharding(4))
     batch = source.train_batch(0)
     state = state_lib.initial_state(config, source, jax.random.PRNGKey(0))
@@ -114,11 +127,21 @@ def test_killed_and_resumed_run_matches_uninterrupted_in_every_field_and_counter
     their own masks; resumed from checkpoint 6 (2 skipped, the last 1 in a row), every step
     after it is skipped, so the consecutive count has to come from the checkpoint."""
     real_kill = os.kill
-    monkeypatch.setattr(os, "kill", lambda pid, sig: (_ for _ in ()).throw(Killed()) if pid == os.getpid()
-                        else real_kill(pid, sig))
-    common = {"num_train_steps": 9, "log_every_steps": 1, "eval_every_steps": 4, "checkpoint_every_steps": 3,
-              "eval.max_utterances": 8, "faults.nan_at_steps": "2,5-8", "features.freq_masks": 2,
-              "features.time_masks": 2, "features.time_mask_max_fraction": 0.2, **waveform_augmentation(tmp_path)}
+    monkeypatch.setattr(
+        os, "kill", lambda pid, sig: (_ for _ in ()).throw(Killed()) if pid == os.getpid() else real_kill(pid, sig)
+    )
+    common = {
+        "num_train_steps": 9,
+        "log_every_steps": 1,
+        "eval_every_steps": 4,
+        "checkpoint_every_steps": 3,
+        "eval.max_utterances": 8,
+        "faults.nan_at_steps": "2,5-8",
+        "features.freq_masks": 2,
+        "features.time_masks": 2,
+        "features.time_mask_max_fraction": 0.2,
+        **waveform_augmentation(tmp_path),
+    }
     full = train.train_and_evaluate(tiny_config(**common), str(tmp_path / "full"))
     for kill_at in ("step:5", "step:8"):  # each after a checkpoint (3, 6) and before the next
         with pytest.raises(Killed):
@@ -158,14 +181,22 @@ def test_inconsistent_config_fails_before_compiling(tmp_path):
     with pytest.raises(ValueError, match="num_devices"):
         train.train_and_evaluate(tiny_config(num_devices=64), str(tmp_path))
     with pytest.raises(ValueError, match="min_duration_s"):
-        train.train_and_evaluate(tiny_config(**{"dataset.min_duration_s": 9.0, "dataset.max_duration_s": 8.0}), str(tmp_path))
+        train.train_and_evaluate(
+            tiny_config(**{"dataset.min_duration_s": 9.0, "dataset.max_duration_s": 8.0}), str(tmp_path)
+        )
     with pytest.raises(ValueError, match="rnn_cell"):
         train.train_and_evaluate(tiny_config(**{"model.rnn_cell": "rnn"}), str(tmp_path))
 
 
 def test_jit_sharding_path_matches_pmap(tmp_path):
-    common = {"num_train_steps": 5, "log_every_steps": 1, "eval_every_steps": 5, "checkpoint_every_steps": 100,
-              "per_device_batch_size": 2, "eval.max_utterances": 8}
+    common = {
+        "num_train_steps": 5,
+        "log_every_steps": 1,
+        "eval_every_steps": 5,
+        "checkpoint_every_steps": 100,
+        "per_device_batch_size": 2,
+        "eval.max_utterances": 8,
+    }
     s_pmap = train.train_and_evaluate(tiny_config(**common), str(tmp_path / "pmap"))
     s_jit = train.train_and_evaluate(tiny_config(**common, parallelism="jit"), str(tmp_path / "jit"))
     l_pmap, l_jit = losses(tmp_path / "pmap"), losses(tmp_path / "jit")
@@ -178,6 +209,7 @@ def test_jit_sharding_path_matches_pmap(tmp_path):
 def test_pallas_kernels_train_like_the_references():
     """Two steps with the persistent RNN and CTC kernels (interpret mode off the GPU) give
     the losses and parameters of lax.scan + optax."""
+
     def run(rnn_impl, ctc_impl):
         config = tiny_settings(per_device_batch_size=4, **{"model.rnn_impl": rnn_impl, "loss.ctc_impl": ctc_impl})
         source = make_source(config, Sharding(4))

@@ -34,8 +34,10 @@ def leaves(tree):
 @pytest.fixture(scope="module")
 def setup():
     """(config, initial state, the 16-row batch)."""
-    config = tiny_settings(per_device_batch_size=2, **{"model.rnn_size": 16, "dataset.synthetic_min_duration_s": 0.4,
-                                                       "dataset.synthetic_max_duration_s": 0.6})
+    config = tiny_settings(
+        per_device_batch_size=2,
+        **{"model.rnn_size": 16, "dataset.synthetic_min_duration_s": 0.4, "dataset.synthetic_max_duration_s": 0.6},
+    )
     source = make_source(config, Sharding(16))
     batch = {k: v.copy() for k, v in source.train_batch(0).items()}
     for i in INFEASIBLE:  # 1600 samples: 9 frames, 3 output frames, fewer than the labels
@@ -67,8 +69,9 @@ _COMPILED: dict = {}
 def run_step(config, state, batch, num_devices, cache=True):
     """One train step through parallel.Parallel on `num_devices` (fake CPU) devices; the
     compiled step is kept for the next call on as many devices."""
-    config = settings.override(config, {"num_devices": num_devices,
-                                        "per_device_batch_size": batch["audio"].shape[0] // num_devices})
+    config = settings.override(
+        config, {"num_devices": num_devices, "per_device_batch_size": batch["audio"].shape[0] // num_devices}
+    )
     par = parallel.make(config)
     step = _COMPILED.get(num_devices) if cache else None
     if step is None:
@@ -82,17 +85,26 @@ def run_step(config, state, batch, num_devices, cache=True):
 def reference_loss_and_grads(config, state, batch):
     """Mean CTC loss over the FEASIBLE rows and its gradient, without train.train_step."""
     net = model.DeepSpeech2(model.ModelConfig.of(config.model))
-    feats, frames = features.featurize(jnp.asarray(batch["audio"]), jnp.asarray(batch["audio_lengths"]),
-                                       state.feature_mean, state.feature_std,
-                                       config.features.spectrogram)
+    feats, frames = features.featurize(
+        jnp.asarray(batch["audio"]),
+        jnp.asarray(batch["audio_lengths"]),
+        state.feature_mean,
+        state.feature_std,
+        config.features.spectrogram,
+    )
     rows = np.zeros(16, bool)
     rows[FEASIBLE] = True
 
     def loss(params):
-        (logits, out_len), _ = net.apply({"params": params, "batch_stats": state.batch_stats}, feats, frames,
-                                         train=True, mutable=["batch_stats"])
-        per = optax.ctc_loss(logits, ctc.paddings(out_len, logits.shape[1]), jnp.asarray(batch["labels"]),
-                             ctc.paddings(jnp.asarray(batch["label_lengths"]), batch["labels"].shape[1]))
+        (logits, out_len), _ = net.apply(
+            {"params": params, "batch_stats": state.batch_stats}, feats, frames, train=True, mutable=["batch_stats"]
+        )
+        per = optax.ctc_loss(
+            logits,
+            ctc.paddings(out_len, logits.shape[1]),
+            jnp.asarray(batch["labels"]),
+            ctc.paddings(jnp.asarray(batch["label_lengths"]), batch["labels"].shape[1]),
+        )
         return jnp.sum(jnp.where(rows, per, 0.0)) / len(FEASIBLE)
 
     return jax.jit(jax.value_and_grad(loss))(state.params)
@@ -147,8 +159,13 @@ def test_padding_length_changes_nothing_in_train_mode(setup):
     @jax.jit
     def forward(b):
         feats, frames = train.features_of(state, b, kw["feature_cfg"])
-        (logits, out_len), upd = net.apply({"params": state.params, "batch_stats": state.batch_stats}, feats,
-                                           frames, train=True, mutable=["batch_stats"])
+        (logits, out_len), upd = net.apply(
+            {"params": state.params, "batch_stats": state.batch_stats},
+            feats,
+            frames,
+            train=True,
+            mutable=["batch_stats"],
+        )
         return logits, out_len, upd["batch_stats"]
 
     outs = [jax.device_get(forward(b)) for b in (batch, longer)]
@@ -210,17 +227,21 @@ def test_step_with_finite_loss_but_nan_gradient_keeps_everything(setup, monkeypa
 
 def _poisoned_state() -> optax.GradientTransformation:
     """SGD whose own state turns NaN while its updates stay finite."""
+
     def update(updates, state, params=None):
         return jax.tree_util.tree_map(lambda g: -1e-3 * g, updates), jnp.full_like(state, jnp.nan)
 
     return optax.GradientTransformation(lambda params: jnp.zeros(()), update)
 
 
-@pytest.mark.parametrize("tx", [
-    pytest.param(lambda: optax.adam(float("nan")), id="nan_learning_rate"),
-    pytest.param(lambda: optax.adam(1e-3, b2=1.0), id="b2_of_1"),  # bias correction 1 - b2**t = 0
-    pytest.param(_poisoned_state, id="nan_optimizer_state"),
-])
+@pytest.mark.parametrize(
+    "tx",
+    [
+        pytest.param(lambda: optax.adam(float("nan")), id="nan_learning_rate"),
+        pytest.param(lambda: optax.adam(1e-3, b2=1.0), id="b2_of_1"),  # bias correction 1 - b2**t = 0
+        pytest.param(_poisoned_state, id="nan_optimizer_state"),
+    ],
+)
 def test_step_whose_new_parameters_or_optimizer_state_are_not_finite_keeps_the_old_state(setup, tx):
     """issue 40: loss and gradient finite, the update not (a bad rate, eps or b2 reaching the
     optimizer by any path, or its state): the step is skipped like a NaN loss, never applied."""
@@ -234,8 +255,15 @@ def test_step_whose_new_parameters_or_optimizer_state_are_not_finite_keeps_the_o
 
 
 def test_learning_rate_warms_up_linearly_from_zero_then_decays():
-    opt = tiny_settings(**{"optimizer.learning_rate": 1e-3, "optimizer.warmup_steps": 10, "optimizer.decay_steps": 100,
-                         "optimizer.schedule": "exponential", "optimizer.decay_rate": 0.5}).optimizer
+    opt = tiny_settings(
+        **{
+            "optimizer.learning_rate": 1e-3,
+            "optimizer.warmup_steps": 10,
+            "optimizer.decay_steps": 100,
+            "optimizer.schedule": "exponential",
+            "optimizer.decay_rate": 0.5,
+        }
+    ).optimizer
     lr = state_lib.learning_rate_schedule(opt)
     np.testing.assert_allclose([lr(0), lr(5), lr(10), lr(110), lr(210)], [0, 5e-4, 1e-3, 5e-4, 2.5e-4], rtol=1e-6)
     cosine = state_lib.learning_rate_schedule(dataclasses.replace(opt, schedule="cosine"))
@@ -245,13 +273,21 @@ def test_learning_rate_warms_up_linearly_from_zero_then_decays():
 def test_steps_past_a_cosine_schedule_are_announced_with_the_decay_steps_that_stretch_it():
     """The demo's schedule (warm-up 30, cosine over 400): its own run is quiet; resuming it to 430 or
     480 would train at a rate of (nearly) 0, and the advised decay_steps makes every step train."""
-    opt = tiny_settings(**{"optimizer.learning_rate": 2e-3, "optimizer.warmup_steps": 30, "optimizer.decay_steps": 400,
-                         "optimizer.schedule": "cosine"}).optimizer
+    opt = tiny_settings(
+        **{
+            "optimizer.learning_rate": 2e-3,
+            "optimizer.warmup_steps": 30,
+            "optimizer.decay_steps": 400,
+            "optimizer.schedule": "cosine",
+        }
+    ).optimizer
     lr = state_lib.learning_rate_schedule(opt)
     assert state_lib.idle_steps_warning(opt, 0, 400) is None and state_lib.idle_steps_warning(opt, 0, 430) is None
     for stop in (430, 480):
         message = state_lib.idle_steps_warning(opt, 400, stop)
-        assert message.startswith(f"steps 406-{stop} will train at under 1% of optimizer.learning_rate (0 from step 430)")
+        assert message.startswith(
+            f"steps 406-{stop} will train at under 1% of optimizer.learning_rate (0 from step 430)"
+        )
         assert float(lr(404)) >= 0.01 * 2e-3 > float(lr(405))  # step 406 is the first below 1%
         advised = int(message.split("--config.optimizer.decay_steps=")[1].split()[0])
         stretched = dataclasses.replace(opt, decay_steps=advised)
@@ -277,13 +313,15 @@ def test_spec_augment_draws_differ_by_step_and_by_device_and_repeat_for_the_same
     masked differently, so their loss is not twice one device's. (The loss depends on the
     step number through the masks only: the learning rate acts on the update, after it.)"""
     config, state, batch = setup
-    config = settings.override(config, {"features.freq_masks": 2, "features.time_masks": 2,
-                                        "features.time_mask_max_fraction": 0.2})
+    config = settings.override(
+        config, {"features.freq_masks": 2, "features.time_masks": 2, "features.time_mask_max_fraction": 0.2}
+    )
     rows = {k: v[:2] for k, v in batch.items()}  # two feasible rows
     step = jax.jit(functools.partial(train.train_step, **state_lib.step_kwargs(config), axis_name=None))
     rng = jax.random.PRNGKey(1)  # run_step's
-    losses = [float(step(state.replace(step=jnp.asarray(s, jnp.int32)), rows, rng)[1]["loss_sum"])
-              for s in (0, 1, 2, 0)]
+    losses = [
+        float(step(state.replace(step=jnp.asarray(s, jnp.int32)), rows, rng)[1]["loss_sum"]) for s in (0, 1, 2, 0)
+    ]
     assert losses[0] == losses[3]  # the same step: the same draws
     assert len(set(losses[:3])) == 3, losses  # each step its own
     _, two = run_step(config, state, {k: np.concatenate([v, v]) for k, v in rows.items()}, 2, cache=False)

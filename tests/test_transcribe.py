@@ -55,9 +55,15 @@ def test_transcribes_wav_flac_8k_44k_stereo_and_reports_a_bad_file(trained, tmp_
     soxr = pytest.importorskip("soxr")
     (flac, ref), (flac2, ref2) = _utterances(2)
     audio, rate = soundfile.read(flac, dtype="float32")
-    files = {"flac": flac, "wav": str(tmp_path / "a.wav"), "8k": str(tmp_path / "a_8k.wav"),
-             "44k_stereo": str(tmp_path / "b_44k_stereo.flac"), "bad": str(tmp_path / "bad.wav"),
-             "stereo": str(tmp_path / "a_stereo.flac"), "8k_as_16k": str(tmp_path / "a_8k_as_16k.wav")}
+    files = {
+        "flac": flac,
+        "wav": str(tmp_path / "a.wav"),
+        "8k": str(tmp_path / "a_8k.wav"),
+        "44k_stereo": str(tmp_path / "b_44k_stereo.flac"),
+        "bad": str(tmp_path / "bad.wav"),
+        "stereo": str(tmp_path / "a_stereo.flac"),
+        "8k_as_16k": str(tmp_path / "a_8k_as_16k.wav"),
+    }
     soundfile.write(files["wav"], audio, rate, subtype="PCM_16")
     soundfile.write(files["8k"], soxr.resample(audio, rate, 8_000), 8_000, subtype="PCM_16")
     soundfile.write(files["8k_as_16k"], transcribe.load_audio(files["8k"]), 16_000, subtype="PCM_16")
@@ -91,8 +97,9 @@ def test_transcribes_wav_flac_8k_44k_stereo_and_reports_a_bad_file(trained, tmp_
 
     lexicon = tmp_path / "words.txt"  # the first utterance's words only: the second must be spelled from them
     lexicon.write_text("\n".join(sorted(set(ref.split()))) + "\n")
-    code = transcribe.main(["--workdir", trained.workdir, "--lm", trained.lm, "--lexicon", str(lexicon),
-                            "--beam_width", "16", flac2])
+    code = transcribe.main(
+        ["--workdir", trained.workdir, "--lm", trained.lm, "--lexicon", str(lexicon), "--beam_width", "16", flac2]
+    )
     out, _ = capsys.readouterr()
     words = out.strip().split("\t")[1].split()
     assert code == 0 and words and set(words) <= set(ref.split()), (words, ref)
@@ -111,8 +118,12 @@ def test_missing_empty_and_undecodable_files_say_what_is_wrong(tmp_path):
     junk.write_bytes(b"not audio at all" * 10)
     no_frames = str(tmp_path / "no_frames.wav")
     soundfile.write(no_frames, np.zeros(0, np.int16), 16_000)
-    for path, reason in [(tmp_path / "missing.wav", "no such file"), (empty, "empty file (0 bytes)"),
-                         (junk, "not audio that libsndfile reads"), (no_frames, "no samples")]:
+    for path, reason in [
+        (tmp_path / "missing.wav", "no such file"),
+        (empty, "empty file (0 bytes)"),
+        (junk, "not audio that libsndfile reads"),
+        (no_frames, "no samples"),
+    ]:
         with pytest.raises(errors.AudioError, match=reason.replace("(", "\\(").replace(")", "\\)")):
             transcribe.load_audio(str(path))
 
@@ -161,8 +172,14 @@ def _transcribe_command(*args):
 
     from tests.helpers import ROOT
 
-    return subprocess.run([sys.executable, "-m", "ds2_jax.transcribe", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    return subprocess.run(
+        [sys.executable, "-m", "ds2_jax.transcribe", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+    )
 
 
 @pytest.mark.e2e
@@ -178,10 +195,12 @@ def test_its_messages_name_its_own_flags(tmp_path):
     proc = _transcribe_command(f"--workdir={tmp_path}", f"--lm={readme}", "a.wav")
     assert proc.returncode == 1 and proc.stderr.startswith(
         f"error: --lm={readme!r} is not a word LM: neither an ARPA file (it starts with \\data\\) nor a KenLM "
-        "binary (build one with python -m ds2_jax.tools.build_lm)"), proc.stderr
+        "binary (build one with python -m ds2_jax.tools.build_lm)"
+    ), proc.stderr
     proc = _transcribe_command(f"--workdir={tmp_path}", f"--lexicon={readme}", "a.wav")
     assert proc.returncode == 1 and proc.stderr.startswith(
-        f"error: --lexicon={readme!r} is used with an LM only: set --lm"), proc.stderr
+        f"error: --lexicon={readme!r} is used with an LM only: set --lm"
+    ), proc.stderr
 
 
 @pytest.mark.e2e
@@ -218,30 +237,41 @@ def untrained(tmp_path_factory) -> str:
     return w
 
 
-@pytest.mark.parametrize("flag", ["--alpha=nan", "--alpha=-1", "--beta=inf", "--batch_size=0", "--beam_width=-1",
-                                  "--step=-1"])
+@pytest.mark.parametrize(
+    "flag", ["--alpha=nan", "--alpha=-1", "--beta=inf", "--batch_size=0", "--beam_width=-1", "--step=-1"]
+)
 def test_flags_are_checked_before_the_model_loads_as_a_usage_error(tmp_path, capsys, flag):
     with pytest.raises(SystemExit) as exited:  # the workdir does not even exist: nothing was read
         transcribe.main(["--workdir", str(tmp_path / "none"), flag, "a.wav"])
     assert exited.value.code == 2
     name, value = flag.split("=")
     err = capsys.readouterr().err
-    assert err.startswith(f"error: {name}=") and ": must be " in err and float(err.split("=")[1].split(":")[0]) == \
-        float(value) or value == "nan" and f"error: {name}=nan: must be" in err
+    assert (
+        err.startswith(f"error: {name}=")
+        and ": must be " in err
+        and float(err.split("=")[1].split(":")[0]) == float(value)
+        or value == "nan"
+        and f"error: {name}=nan: must be" in err
+    )
 
 
 def test_a_short_clip_nan_samples_and_a_tab_in_a_path_each_get_their_own_line(untrained, tmp_path, capsys):
     """A 1 ms clip and a float WAV with NaN samples: one message each, the others transcribed; a path
     with a tab is escaped, so every output line splits at exactly one tab."""
     rate = 16_000
-    files = {"ok": str(tmp_path / "ok.wav"), "short": str(tmp_path / "short.wav"), "nan": str(tmp_path / "nan.wav"),
-             "tab": str(tmp_path / "a\tb.wav")}
+    files = {
+        "ok": str(tmp_path / "ok.wav"),
+        "short": str(tmp_path / "short.wav"),
+        "nan": str(tmp_path / "nan.wav"),
+        "tab": str(tmp_path / "a\tb.wav"),
+    }
     tone = np.sin(np.arange(rate) / 10).astype(np.float32) * 0.3
     soundfile.write(files["ok"], tone, rate, subtype="PCM_16")
     soundfile.write(files["tab"], tone, rate, subtype="PCM_16")
     soundfile.write(files["short"], tone[: rate // 1000], rate, subtype="PCM_16")
-    soundfile.write(files["nan"], np.where(np.arange(rate) % 100 == 0, np.nan, tone).astype(np.float32), rate,
-                    subtype="FLOAT")
+    soundfile.write(
+        files["nan"], np.where(np.arange(rate) % 100 == 0, np.nan, tone).astype(np.float32), rate, subtype="FLOAT"
+    )
     code = transcribe.main(["--workdir", untrained, "--batch_size=2", *files.values()])
     out, err = capsys.readouterr()
     assert code == 1
@@ -259,9 +289,14 @@ def _run_transcribe(workdir, files, *flags):
 
     from tests import helpers
 
-    return subprocess.Popen([sys.executable, "-m", "ds2_jax.transcribe", f"--workdir={workdir}", *flags, *files],
-                            cwd=helpers.ROOT, env=helpers.repo_env(JAX_PLATFORMS="cpu"), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "ds2_jax.transcribe", f"--workdir={workdir}", *flags, *files],
+        cwd=helpers.ROOT,
+        env=helpers.repo_env(JAX_PLATFORMS="cpu"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 @pytest.mark.timeout(300)
@@ -310,7 +345,9 @@ def test_every_numeric_flag_at_zero_is_used_or_refused_never_taken_for_unset(unt
     wav = str(tmp_path / "a.wav")
     soundfile.write(wav, np.zeros(16_000, np.float32), 16_000, subtype="PCM_16")
     capsys.readouterr()
-    assert transcribe.main([*fv_args, "--step=0", "--beam_width=0", "--alpha=0", "--beta=0", wav]) == 0  # step 0 is a step
+    assert (
+        transcribe.main([*fv_args, "--step=0", "--beam_width=0", "--alpha=0", "--beta=0", wav]) == 0
+    )  # step 0 is a step
     assert capsys.readouterr().out.startswith(wav + "\t")
 
 

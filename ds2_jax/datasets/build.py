@@ -51,9 +51,7 @@ def get_builder(data_dir: str = "", name: str = "librispeech_local", options: ma
 # files through tf.io.gfile (tensorflow_datasets/core/shuffle.py), which needs TensorFlow.
 # For local data dirs, plain files do the same job, so a build never needs TensorFlow.
 _LOCAL_TF = types.SimpleNamespace(
-    io=types.SimpleNamespace(
-        gfile=types.SimpleNamespace(GFile=open, exists=os.path.exists, remove=os.remove)
-    ),
+    io=types.SimpleNamespace(gfile=types.SimpleNamespace(GFile=open, exists=os.path.exists, remove=os.remove)),
     errors=types.SimpleNamespace(ResourceExhaustedError=type("ResourceExhaustedError", (OSError,), {})),
 )
 
@@ -123,9 +121,13 @@ def source_of(manual_dir: str) -> dict:
                     with open(full, "rb") as f:
                         texts.update(entries[-1][1].encode() + b"\0" + f.read() + b"\0")
     sizes = json.dumps(entries).encode()
-    return {"manual_dir": os.path.abspath(manual_dir) if manual_dir else "", "splits": sorted(found),
-            "files": len(entries), "fingerprint": hashlib.sha256(sizes).hexdigest()[:16],
-            "content_fingerprint": hashlib.sha256(sizes + texts.digest()).hexdigest()[:16]}
+    return {
+        "manual_dir": os.path.abspath(manual_dir) if manual_dir else "",
+        "splits": sorted(found),
+        "files": len(entries),
+        "fingerprint": hashlib.sha256(sizes).hexdigest()[:16],
+        "content_fingerprint": hashlib.sha256(sizes + texts.digest()).hexdigest()[:16],
+    }
 
 
 def _source_of(builder, manual_dir: str) -> dict:
@@ -149,12 +151,16 @@ def recorded_source(builder) -> dict | None:
     except FileNotFoundError:
         return None
     except OSError as e:
-        raise OSError(f"{path}, the record of the files this prepared dataset was built from, is unreadable "
-                      f"({e.strerror or e}), so the data cannot be checked against dataset.manual_dir: ask its owner "
-                      f"to make it readable (chmod a+r), {way_out}") from e
+        raise OSError(
+            f"{path}, the record of the files this prepared dataset was built from, is unreadable "
+            f"({e.strerror or e}), so the data cannot be checked against dataset.manual_dir: ask its owner "
+            f"to make it readable (chmod a+r), {way_out}"
+        ) from e
     except ValueError as e:
-        raise ValueError(f"{path}, the record of the files this prepared dataset was built from, is not JSON ({e}): "
-                         f"delete it to record dataset.manual_dir as it is now (unchecked), {way_out}") from e
+        raise ValueError(
+            f"{path}, the record of the files this prepared dataset was built from, is not JSON ({e}): "
+            f"delete it to record dataset.manual_dir as it is now (unchecked), {way_out}"
+        ) from e
 
 
 def record_source(builder, source: dict) -> None:
@@ -171,12 +177,18 @@ def check_source(builder, manual_dir: str) -> None:
     recorded = recorded_source(builder)
     if recorded is None:
         if manual_dir:
-            logging.warning("%s has no record of the manual dir it was built from (prepared before ds2_jax "
-                            "kept one); recording dataset.manual_dir=%r, unchecked", where, manual_dir)
+            logging.warning(
+                "%s has no record of the manual dir it was built from (prepared before ds2_jax "
+                "kept one); recording dataset.manual_dir=%r, unchecked",
+                where,
+                manual_dir,
+            )
             record_source(builder, _source_of(builder, manual_dir))
         return
-    built_from = (f"{recorded['manual_dir']} ({recorded['files']} files of {', '.join(recorded['splits'])}, "
-                  f"fingerprint {recorded['fingerprint']})")
+    built_from = (
+        f"{recorded['manual_dir']} ({recorded['files']} files of {', '.join(recorded['splits'])}, "
+        f"fingerprint {recorded['fingerprint']})"
+    )
     if not manual_dir:
         logging.info("%s in %s was built from %s", builder.name, where, built_from)
         return
@@ -184,24 +196,39 @@ def check_source(builder, manual_dir: str) -> None:
     key = "content_fingerprint" if "content_fingerprint" in recorded else "fingerprint"  # older records: sizes only
     if current.get("options") != recorded.get("options"):
         was, now = recorded.get("options") or {}, current["options"]
-        differ = {k: (was.get(k, "not recorded"), now.get(k, "not recorded")) for k in {**was, **now}
-                  if was.get(k) != now.get(k)}
+        differ = {
+            k: (was.get(k, "not recorded"), now.get(k, "not recorded"))
+            for k in {**was, **now}
+            if was.get(k) != now.get(k)
+        }
         raise errors.DatasetMismatch(
             f"the prepared {builder.name} in {where} was built with other settings: "
             + ", ".join(f"{k} {a!r} (built) vs {b!r} (now)" for k, (a, b) in differ.items())
             + f". Set dataset.data_dir to a fresh directory to build with these, set them back, or delete "
-            f"{os.path.dirname(where)} to rebuild it there")
+            f"{os.path.dirname(where)} to rebuild it there"
+        )
     if current[key] == recorded[key]:
-        logging.info("%s in %s was built from %s; dataset.manual_dir=%r holds the same files",
-                     builder.name, where, built_from, manual_dir)
+        logging.info(
+            "%s in %s was built from %s; dataset.manual_dir=%r holds the same files",
+            builder.name,
+            where,
+            built_from,
+            manual_dir,
+        )
         if key == "fingerprint":
-            logging.warning("%s recorded its manual dir's file sizes only (prepared before ds2_jax hashed the "
-                            "transcripts): recording them as they are now, unchecked", where)
+            logging.warning(
+                "%s recorded its manual dir's file sizes only (prepared before ds2_jax hashed the "
+                "transcripts): recording them as they are now, unchecked",
+                where,
+            )
             record_source(builder, {**recorded, "content_fingerprint": current["content_fingerprint"]})
         return
-    has = (f"{current['files']} files of {', '.join(current['splits'])}, fingerprint {current['fingerprint']}"
-           + (", the same sizes but other transcript text" if current["fingerprint"] == recorded["fingerprint"] else "")
-           if current["files"] else f"no {'manifest' if builder.name == 'manifest' else 'LibriSpeech split'}")
+    has = (
+        f"{current['files']} files of {', '.join(current['splits'])}, fingerprint {current['fingerprint']}"
+        + (", the same sizes but other transcript text" if current["fingerprint"] == recorded["fingerprint"] else "")
+        if current["files"]
+        else f"no {'manifest' if builder.name == 'manifest' else 'LibriSpeech split'}"
+    )
     raise errors.DatasetMismatch(
         f"the prepared {builder.name} in {where} was built from {built_from}, but dataset.manual_dir="
         f"{manual_dir!r} holds other files ({has}). Set dataset.data_dir to a fresh directory to build from "
@@ -226,8 +253,9 @@ def _one_build_at_a_time(builder):
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            logging.getLogger("ds2_jax").warning("another process is building %s in %s: waiting for it to "
-                                                 "finish (%s)", builder.name, root, f.name)
+            logging.getLogger("ds2_jax").warning(
+                "another process is building %s in %s: waiting for it to finish (%s)", builder.name, root, f.name
+            )
             fcntl.flock(f, fcntl.LOCK_EX)
         try:
             yield
@@ -235,8 +263,9 @@ def _one_build_at_a_time(builder):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def build(manual_dir: str, data_dir: str = "", name: str = "librispeech_local",
-          options: manifest.Options | None = None):
+def build(
+    manual_dir: str, data_dir: str = "", name: str = "librispeech_local", options: manifest.Options | None = None
+):
     """Prepares the dataset `name` (only checks check_source if already prepared); returns its builder."""
     with librispeech_local.quiet_tfds():
         builder = get_builder(data_dir, name, options)
@@ -245,10 +274,14 @@ def build(manual_dir: str, data_dir: str = "", name: str = "librispeech_local",
         check_source(builder, manual_dir)
         return builder
     if not manual_dir or not os.path.isdir(manual_dir) or not os.listdir(manual_dir):
-        holding = ("<split>.tsv/.csv/.jsonl/.json manifests" if name == "manifest" else
-                   "LibriSpeech/<split>/... or <split>.tar.gz archives")
-        raise FileNotFoundError(f"dataset.manual_dir={manual_dir!r} is missing or empty: point it at a directory "
-                                f"holding {holding}")
+        holding = (
+            "<split>.tsv/.csv/.jsonl/.json manifests"
+            if name == "manifest"
+            else "LibriSpeech/<split>/... or <split>.tar.gz archives"
+        )
+        raise FileNotFoundError(
+            f"dataset.manual_dir={manual_dir!r} is missing or empty: point it at a directory holding {holding}"
+        )
     with _one_build_at_a_time(builder):
         with librispeech_local.quiet_tfds():
             builder = get_builder(data_dir, name, options)  # afresh: the build this one waited for may have prepared it
@@ -264,8 +297,11 @@ def build(manual_dir: str, data_dir: str = "", name: str = "librispeech_local",
         except Exception as e:
             if errors.is_disk_full(e):  # tfds removed its unfinished folder: nothing half-built stays
                 root = os.path.dirname(os.path.dirname(os.fspath(builder.data_dir)))
-                raise errors.disk_full(f"building {name} in {root} from {manual_dir}", root,
-                                       "set dataset.data_dir (build: --data_dir) to a disk with room") from e
+                raise errors.disk_full(
+                    f"building {name} in {root} from {manual_dir}",
+                    root,
+                    "set dataset.data_dir (build: --data_dir) to a disk with room",
+                ) from e
             raise
         record_source(builder, _source_of(builder, manual_dir))
     logging.getLogger("ds2_jax").info("%s: built %s from %s", name, builder.data_dir, manual_dir)
@@ -280,9 +316,11 @@ def unknown_line(split_reports: dict[str, dict]) -> str:
     if not counts:
         return ""
     skipped = sum(r["skipped"].get("unknown_chars", 0) for r in split_reports.values())
-    return (f"characters outside the alphabet skipped {skipped} utterances: {manifest.unknown_summary(dict(counts))} "
-            "(build reports: unknown_chars; add them to dataset.vocabulary, or derive the alphabet from the train "
-            "splits)")
+    return (
+        f"characters outside the alphabet skipped {skipped} utterances: {manifest.unknown_summary(dict(counts))} "
+        "(build reports: unknown_chars; add them to dataset.vocabulary, or derive the alphabet from the train "
+        "splits)"
+    )
 
 
 def reports(builder) -> dict[str, dict]:
@@ -311,29 +349,54 @@ def summary(report: dict) -> str:
 def define_flags(fv) -> None:
     from absl import flags
 
-    flags.DEFINE_string("manual_dir", None, "LibriSpeech tree or *.tar.gz archives; with --name=manifest the "
-                        "manifests' folder.", required=True, flag_values=fv)
+    flags.DEFINE_string(
+        "manual_dir",
+        None,
+        "LibriSpeech tree or *.tar.gz archives; with --name=manifest the manifests' folder.",
+        required=True,
+        flag_values=fv,
+    )
     flags.DEFINE_string("data_dir", "", "tfds data dir ('' = tfds default).", flag_values=fv)
     flags.DEFINE_enum("name", "librispeech_local", list(NAMES), "The dataset (dataset.name).", flag_values=fv)
     # manifest builds: the dataset.* and features.sample_rate settings a training run passes.
-    flags.DEFINE_string("train_splits", "train", "manifest: the splits the alphabet is derived from, '+'-separated "
-                        "(dataset.train_splits).", flag_values=fv)
-    flags.DEFINE_string("vocabulary", "", "manifest: a vocabulary file, one symbol a line (dataset.vocabulary).",
-                        flag_values=fv)
-    flags.DEFINE_integer("sample_rate", 16_000, "manifest: audio resampled to this (features.sample_rate).",
-                         flag_values=fv)
-    flags.DEFINE_integer("workers", -1, "manifest: decoding processes; -1 = the cores, 0 = inline "
-                         "(dataset.build_workers).", flag_values=fv)
+    flags.DEFINE_string(
+        "train_splits",
+        "train",
+        "manifest: the splits the alphabet is derived from, '+'-separated (dataset.train_splits).",
+        flag_values=fv,
+    )
+    flags.DEFINE_string(
+        "vocabulary", "", "manifest: a vocabulary file, one symbol a line (dataset.vocabulary).", flag_values=fv
+    )
+    flags.DEFINE_integer(
+        "sample_rate", 16_000, "manifest: audio resampled to this (features.sample_rate).", flag_values=fv
+    )
+    flags.DEFINE_integer(
+        "workers",
+        -1,
+        "manifest: decoding processes; -1 = the cores, 0 = inline (dataset.build_workers).",
+        flag_values=fv,
+    )
     flags.DEFINE_bool("lower_case", True, "manifest: lower-case transcripts (dataset.lower_case).", flag_values=fv)
-    flags.DEFINE_bool("strip_punctuation", True, "manifest: remove punctuation (dataset.strip_punctuation).",
-                      flag_values=fv)
+    flags.DEFINE_bool(
+        "strip_punctuation", True, "manifest: remove punctuation (dataset.strip_punctuation).", flag_values=fv
+    )
     flags.DEFINE_string("path_column", "", "manifest: the audio path column (dataset.path_column).", flag_values=fv)
     flags.DEFINE_string("text_column", "", "manifest: the transcript column (dataset.text_column).", flag_values=fv)
     flags.DEFINE_string("stereo", "downmix", "manifest: 'downmix' or 'skip' (dataset.stereo).", flag_values=fv)
-    flags.DEFINE_integer("alphabet_min_count", 2, "manifest: a derived alphabet's characters are seen at least this "
-                         "often in the train splits (dataset.alphabet_min_count).", flag_values=fv)
-    flags.DEFINE_string("manifest_splits", "", "manifest: the manifests to build, '+'-separated; '' = all "
-                        "(dataset.manifest_splits).", flag_values=fv)
+    flags.DEFINE_integer(
+        "alphabet_min_count",
+        2,
+        "manifest: a derived alphabet's characters are seen at least this "
+        "often in the train splits (dataset.alphabet_min_count).",
+        flag_values=fv,
+    )
+    flags.DEFINE_string(
+        "manifest_splits",
+        "",
+        "manifest: the manifests to build, '+'-separated; '' = all (dataset.manifest_splits).",
+        flag_values=fv,
+    )
 
 
 def options_of_flags(args) -> manifest.Options:
@@ -341,13 +404,24 @@ def options_of_flags(args) -> manifest.Options:
     from ds2_jax import settings
     from ds2_jax.pipeline.source import DataSettings
 
-    config = settings.override(settings.Settings(), {
-        "dataset.name": "manifest", "dataset.manual_dir": args.manual_dir, "dataset.train_splits": args.train_splits,
-        "dataset.vocabulary": args.vocabulary, "features.sample_rate": args.sample_rate,
-        "dataset.build_workers": args.workers, "dataset.lower_case": args.lower_case,
-        "dataset.strip_punctuation": args.strip_punctuation, "dataset.path_column": args.path_column,
-        "dataset.text_column": args.text_column, "dataset.stereo": args.stereo,
-        "dataset.manifest_splits": args.manifest_splits, "dataset.alphabet_min_count": args.alphabet_min_count})
+    config = settings.override(
+        settings.Settings(),
+        {
+            "dataset.name": "manifest",
+            "dataset.manual_dir": args.manual_dir,
+            "dataset.train_splits": args.train_splits,
+            "dataset.vocabulary": args.vocabulary,
+            "features.sample_rate": args.sample_rate,
+            "dataset.build_workers": args.workers,
+            "dataset.lower_case": args.lower_case,
+            "dataset.strip_punctuation": args.strip_punctuation,
+            "dataset.path_column": args.path_column,
+            "dataset.text_column": args.text_column,
+            "dataset.stereo": args.stereo,
+            "dataset.manifest_splits": args.manifest_splits,
+            "dataset.alphabet_min_count": args.alphabet_min_count,
+        },
+    )
     return manifest.Options.of(DataSettings.of(config))
 
 
@@ -360,8 +434,10 @@ def main(argv=None) -> int:
     builder = build(args.manual_dir, args.data_dir, args.name, options)
     print(f"{args.name} prepared in {builder.data_dir}")
     if args.name == "manifest":
-        print(f"  alphabet: {manifest.read_alphabet(os.fspath(builder.data_dir)).describe()} "
-              f"({os.path.join(os.fspath(builder.data_dir), manifest.ALPHABET_FILE)})")
+        print(
+            f"  alphabet: {manifest.read_alphabet(os.fspath(builder.data_dir)).describe()} "
+            f"({os.path.join(os.fspath(builder.data_dir), manifest.ALPHABET_FILE)})"
+        )
     split_reports = reports(builder)
     for split, report in sorted(split_reports.items()):
         print(f"  {summary(report)}")

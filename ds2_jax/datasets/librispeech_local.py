@@ -74,8 +74,10 @@ def report_path(data_dir: str, split: str) -> str:
 def no_examples_message(report: "SplitReport", path: str) -> str:
     """Why a split has nothing to write, with a few of the skipped utterances."""
     examples = [e for reason in REASONS for e in report.examples.get(reason, [])][:REPORT_EXAMPLES]
-    return (f"{report.summary()}: every utterance of {path} was skipped, nothing to build "
-            f"(e.g. {'; '.join(examples) or 'no transcripts found'}). Fix or remove that split in dataset.manual_dir")
+    return (
+        f"{report.summary()}: every utterance of {path} was skipped, nothing to build "
+        f"(e.g. {'; '.join(examples) or 'no transcripts found'}). Fix or remove that split in dataset.manual_dir"
+    )
 
 
 @dataclasses.dataclass
@@ -176,23 +178,24 @@ def walk(top: str) -> Iterator[tuple[str, list[str], list[str]]]:
     another disk belongs to the split), each real folder read once: a link to a folder already
     read (a loop, or a second link) is named in a warning and not read again."""
     seen: set[str] = set()
-    for root, dirs, files in os.walk(top, followlinks=True):
+    for root, dirs, names in os.walk(top, followlinks=True):
         real = os.path.realpath(root)
         if real in seen:
-            logging.warning("%s links to %s, which is already read: not read again (a loop or a second link)",
-                            root, real)
+            logging.warning(
+                "%s links to %s, which is already read: not read again (a loop or a second link)", root, real
+            )
             dirs[:] = []
             continue
         seen.add(real)
         dirs.sort()
-        yield root, dirs, sorted(files)
+        yield root, dirs, sorted(names)
 
 
 def generate_from_tree(split_dir: str, report: SplitReport) -> Iterator:
     """Walks <split>/<speaker>/<chapter>/ in sorted order (`walk`); one chapter in memory at a time."""
-    for root, dirs, files in walk(split_dir):
-        flacs = sorted(f for f in files if f.endswith(".flac"))
-        trans_files = [f for f in files if f.endswith(".trans.txt")]
+    for root, dirs, names in walk(split_dir):
+        flacs = sorted(f for f in names if f.endswith(".flac"))
+        trans_files = [f for f in names if f.endswith(".trans.txt")]
         transcripts = {}
         for name in trans_files:
             with open(os.path.join(root, name), "rb") as f:
@@ -229,8 +232,10 @@ def generate_from_tar(path: str, report: SplitReport) -> Iterator:
 
 
 def damaged_archive(path: str, cause: BaseException) -> OSError:
-    return OSError(f"{path} is truncated or damaged ({type(cause).__name__}: {cause}): download it again (and check "
-                   "its size against openslr.org/12), or remove it from dataset.manual_dir to build the other splits")
+    return OSError(
+        f"{path} is truncated or damaged ({type(cause).__name__}: {cause}): download it again (and check "
+        "its size against openslr.org/12), or remove it from dataset.manual_dir to build the other splits"
+    )
 
 
 def check_archive(path: str, block: int = 1 << 20) -> None:
@@ -285,9 +290,7 @@ def _generate_from_tar(path: str, report: SplitReport) -> Iterator:
     for chapter, utts in sorted(pending.items()):  # chapters that never got a .trans.txt
         for utt_id, _ in utts:
             report.skip("missing_transcript", utt_id)
-    report.transcripts_without_audio += sum(
-        1 for lines in transcripts.values() for u in lines if u not in seen
-    )
+    report.transcripts_without_audio += sum(1 for lines in transcripts.values() for u in lines if u not in seen)
 
 
 def find_splits(manual_dir: str) -> dict[str, tuple[str, str]]:
@@ -350,9 +353,7 @@ class LibrispeechLocal(tfds.core.GeneratorBasedBuilder):
         return self.dataset_info_from_configs(
             features=tfds.features.FeaturesDict(
                 {
-                    "audio": tfds.features.Tensor(
-                        shape=(None,), dtype=np.int16, encoding=tfds.features.Encoding.BYTES
-                    ),
+                    "audio": tfds.features.Tensor(shape=(None,), dtype=np.int16, encoding=tfds.features.Encoding.BYTES),
                     "text": tfds.features.Text(),
                     "speaker_id": np.int64,
                     "chapter_id": np.int64,

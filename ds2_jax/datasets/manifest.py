@@ -52,8 +52,15 @@ PATH_COLUMNS = ("path", "audio_filepath", "audio_path", "wav_filename", "audio",
 TEXT_COLUMNS = ("sentence", "text", "transcript", "transcription", "normalized_text")
 SPEAKER_COLUMNS = ("client_id", "speaker", "speaker_id")
 # Common Voice files that are no split of their own (supersets of train/dev/test, or side lists).
-CV_SIDE_FILES = ("validated", "invalidated", "other", "reported", "clip_durations", "validated_sentences",
-                 "unvalidated_sentences")
+CV_SIDE_FILES = (
+    "validated",
+    "invalidated",
+    "other",
+    "reported",
+    "clip_durations",
+    "validated_sentences",
+    "unvalidated_sentences",
+)
 ALPHABET_FILE = "alphabet.txt"  # beside the prepared data: the labels' alphabet (text.read_vocabulary)
 # Why an utterance was skipped; the build report counts each one.
 REASONS = (
@@ -102,11 +109,21 @@ class Options:
     def of(cls, data) -> "Options":
         """From a pipeline.source.DataSettings."""
         d, spec = data.dataset, data.spectrogram
-        return cls(sample_rate=spec.sample_rate, window=spec.window, hop=spec.hop, vocabulary=d.vocabulary,
-                   lower_case=d.lower_case, strip_punctuation=d.strip_punctuation, path_column=d.path_column,
-                   text_column=d.text_column, stereo=d.stereo, train_splits=d.train_splits,
-                   manifest_splits=d.manifest_splits, workers=d.build_workers,
-                   alphabet_min_count=d.alphabet_min_count)
+        return cls(
+            sample_rate=spec.sample_rate,
+            window=spec.window,
+            hop=spec.hop,
+            vocabulary=d.vocabulary,
+            lower_case=d.lower_case,
+            strip_punctuation=d.strip_punctuation,
+            path_column=d.path_column,
+            text_column=d.text_column,
+            stereo=d.stereo,
+            train_splits=d.train_splits,
+            manifest_splits=d.manifest_splits,
+            workers=d.build_workers,
+            alphabet_min_count=d.alphabet_min_count,
+        )
 
     def normalize(self, transcript: str) -> str:
         return text.normalize(transcript, self.lower_case, self.strip_punctuation)
@@ -117,10 +134,16 @@ class Options:
         if self.vocabulary:
             with open(self.vocabulary, "rb") as f:
                 vocab = hashlib.sha256(f.read()).hexdigest()[:16]
-        return {"sample_rate": self.sample_rate, "vocabulary": vocab, "lower_case": self.lower_case,
-                "strip_punctuation": self.strip_punctuation, "path_column": self.path_column,
-                "text_column": self.text_column, "stereo": self.stereo,
-                "alphabet_min_count": 0 if self.vocabulary else self.alphabet_min_count}
+        return {
+            "sample_rate": self.sample_rate,
+            "vocabulary": vocab,
+            "lower_case": self.lower_case,
+            "strip_punctuation": self.strip_punctuation,
+            "path_column": self.path_column,
+            "text_column": self.text_column,
+            "stereo": self.stereo,
+            "alphabet_min_count": 0 if self.vocabulary else self.alphabet_min_count,
+        }
 
     def num_workers(self) -> int:
         return (os.cpu_count() or 1) if self.workers < 0 else self.workers
@@ -168,15 +191,19 @@ def find_manifests(manual_dir: str, wanted: str = "") -> dict[str, str]:
         if name.lower().endswith(SUFFIXES) and os.path.isfile(full):
             split = split_of(name)
             if split in found:
-                raise ValueError(f"{full}: split {split!r} has two manifests ({os.path.basename(found[split])} and "
-                                 f"{name}) in {manual_dir}: keep one")
+                raise ValueError(
+                    f"{full}: split {split!r} has two manifests ({os.path.basename(found[split])} and "
+                    f"{name}) in {manual_dir}: keep one"
+                )
             found[split] = full
     if wanted:
         names = [tfds_split(s.strip()) for s in wanted.split("+") if s.strip()]
         missing = [s for s in names if s not in found]
         if missing:
-            raise ValueError(f"dataset.manifest_splits={wanted!r}: no manifest for {missing} in {manual_dir} (it has "
-                             f"{sorted(found) or 'none'}: <split>.tsv, .csv, .jsonl or .json)")
+            raise ValueError(
+                f"dataset.manifest_splits={wanted!r}: no manifest for {missing} in {manual_dir} (it has "
+                f"{sorted(found) or 'none'}: <split>.tsv, .csv, .jsonl or .json)"
+            )
         return {s: found[s] for s in names}
     return {s: p for s, p in found.items() if s not in CV_SIDE_FILES}
 
@@ -190,10 +217,13 @@ def _column(columns: list[str], setting: str, known: tuple[str, ...]) -> str | N
 
 def _no_column(path: str, line: int, kind: str, setting: str, known, columns) -> ValueError:
     if setting:
-        return ValueError(f"{path}:{line}: no {kind} column {setting!r} (dataset.{kind}_column); its columns are "
-                          f"{columns}")
-    return ValueError(f"{path}:{line}: no {kind} column (none of {list(known)}; its columns are {columns}): set "
-                      f"dataset.{kind}_column to the column holding the {kind}")
+        return ValueError(
+            f"{path}:{line}: no {kind} column {setting!r} (dataset.{kind}_column); its columns are {columns}"
+        )
+    return ValueError(
+        f"{path}:{line}: no {kind} column (none of {list(known)}; its columns are {columns}): set "
+        f"dataset.{kind}_column to the column holding the {kind}"
+    )
 
 
 def _resolve(folder: str, audio_path: str) -> str:
@@ -319,17 +349,21 @@ def make_alphabet(manifests: dict[str, Manifest], options: Options) -> tuple[tex
     wanted = [tfds_split(s.strip()) for s in options.train_splits.split("+") if s.strip()]
     present = [s for s in wanted if s in manifests]
     if not present:
-        raise ValueError(f"dataset.train_splits={options.train_splits!r} names no manifest to derive the alphabet "
-                         f"from (the manifests are {sorted(manifests) or 'none'}): set dataset.train_splits to the "
-                         "training split(s), or give dataset.vocabulary")
+        raise ValueError(
+            f"dataset.train_splits={options.train_splits!r} names no manifest to derive the alphabet "
+            f"from (the manifests are {sorted(manifests) or 'none'}): set dataset.train_splits to the "
+            "training split(s), or give dataset.vocabulary"
+        )
     counts = collections.Counter()
     for s in present:
         for e in manifests[s].entries:
             counts.update(e.normalized)
     rare = {c: n for c, n in sorted(counts.items(), key=lambda kv: (kv[1], kv[0])) if n < options.alphabet_min_count}
     if len(rare) == len(counts):
-        raise ValueError(f"no character of the transcripts of {'+'.join(present)} is seen dataset.alphabet_min_count="
-                         f"{options.alphabet_min_count} times: lower it, or give dataset.vocabulary")
+        raise ValueError(
+            f"no character of the transcripts of {'+'.join(present)} is seen dataset.alphabet_min_count="
+            f"{options.alphabet_min_count} times: lower it, or give dataset.vocabulary"
+        )
     alphabet = text.derive([c for c in counts if c not in rare])
     source = f"the transcripts of {'+'.join(present)}"
     if options.alphabet_min_count > 1:
@@ -341,8 +375,10 @@ def read_alphabet(data_dir: str) -> text.Alphabet:
     """The alphabet stored with a prepared manifest dataset."""
     path = os.path.join(data_dir, ALPHABET_FILE)
     if not os.path.exists(path):
-        raise FileNotFoundError(f"{path} is missing: the prepared manifest data in {data_dir} is incomplete; delete "
-                                f"{os.path.dirname(data_dir)} to rebuild it")
+        raise FileNotFoundError(
+            f"{path} is missing: the prepared manifest data in {data_dir} is incomplete; delete "
+            f"{os.path.dirname(data_dir)} to rebuild it"
+        )
     return text.read_vocabulary(path)
 
 
@@ -389,14 +425,14 @@ class Report:
 
 
 def unknown_summary(counts: dict) -> str:
-    """"'ß' in 3 utterances, 'ø' in 1" of the most frequent characters outside the alphabet."""
+    """ "'ß' in 3 utterances, 'ø' in 1" of the most frequent characters outside the alphabet."""
     top = sorted(counts.items(), key=lambda kv: -kv[1])[:TOP_UNKNOWN]
     more = f" and {len(counts) - TOP_UNKNOWN} more" if len(counts) > TOP_UNKNOWN else ""
     return ", ".join(f"{c!r} in {n}" for c, n in top) + more
 
 
 def rare_summary(rare: dict) -> str:
-    """"'ø' 1 time, 'ß' 1 time" of the characters left out of a derived alphabet (dataset.alphabet_min_count)."""
+    """ "'ø' 1 time, 'ß' 1 time" of the characters left out of a derived alphabet (dataset.alphabet_min_count)."""
     more = f" and {len(rare) - TOP_UNKNOWN} more" if len(rare) > TOP_UNKNOWN else ""
     return ", ".join(f"{c!r} {n} time{'s' * (n != 1)}" for c, n in list(rare.items())[:TOP_UNKNOWN]) + more
 
@@ -405,8 +441,10 @@ def summary(report: dict) -> str:
     """One line: kept, skipped by reason, the characters outside the alphabet."""
     skipped = ", ".join(f"{r}={n}" for r, n in report["skipped"].items() if n) or "none"
     total = report["kept"] + report["skipped_total"]
-    line = (f"manifest/{report['split']}: kept {report['kept']} of {total} utterances ({report['kept_hours']:.2f} h)"
-            f"; skipped: {skipped}")
+    line = (
+        f"manifest/{report['split']}: kept {report['kept']} of {total} utterances ({report['kept_hours']:.2f} h)"
+        f"; skipped: {skipped}"
+    )
     if report.get("unknown_chars"):
         line += f"; outside the alphabet: {unknown_summary(report['unknown_chars'])}"
     if report.get("rare_chars"):
@@ -423,17 +461,20 @@ def report_path(data_dir: str, split: str) -> str:
 
 def features() -> tfds.features.FeaturesDict:
     """The examples' features (the builder's, and each build worker's encoder)."""
-    return tfds.features.FeaturesDict({
-        "audio": tfds.features.Tensor(shape=(None,), dtype=np.int16, encoding=tfds.features.Encoding.BYTES),
-        "text": tfds.features.Text(),
-        "id": tfds.features.Text(),
-        "speaker": tfds.features.Text(),
-        "num_samples": np.int64,
-    })
+    return tfds.features.FeaturesDict(
+        {
+            "audio": tfds.features.Tensor(shape=(None,), dtype=np.int16, encoding=tfds.features.Encoding.BYTES),
+            "text": tfds.features.Text(),
+            "id": tfds.features.Text(),
+            "speaker": tfds.features.Text(),
+            "num_samples": np.int64,
+        }
+    )
 
 
-def to_write(m: Manifest, alphabet: text.Alphabet, report: Report, fixed_alphabet: bool,
-             rare: dict[str, int] | None = None) -> list[tuple]:
+def to_write(
+    m: Manifest, alphabet: text.Alphabet, report: Report, fixed_alphabet: bool, rare: dict[str, int] | None = None
+) -> list[tuple]:
     """(position, id, audio path, normalized text, speaker) of the utterances of `m` whose audio is to be
     read, in manifest order; every line left out before that is a skip counted in `report`."""
     for number, why in m.bad_lines:
@@ -451,8 +492,13 @@ def to_write(m: Manifest, alphabet: text.Alphabet, report: Report, fixed_alphabe
         bad = alphabet.unknown_chars(e.normalized)
         if bad:
             report.unknown.update(bad)
-            why = ("" if fixed_alphabet else " (seen fewer than dataset.alphabet_min_count times in the train splits)"
-                   if rare and bad <= rare.keys() else " (not in the train splits)")
+            why = (
+                ""
+                if fixed_alphabet
+                else " (seen fewer than dataset.alphabet_min_count times in the train splits)"
+                if rare and bad <= rare.keys()
+                else " (not in the train splits)"
+            )
             report.skip("unknown_chars", where, "".join(sorted(bad)) + why)
             continue
         todo.append((len(todo), e.id, e.audio, e.normalized, e.speaker))
@@ -479,8 +525,10 @@ def finish_split(m: Manifest, report: Report, data_dir: str) -> None:
     logging.log(logging.WARNING if dropped else logging.INFO, "%s", report.summary())
     if not report.kept:
         examples = [e for r in REASONS for e in report.examples.get(r, [])][:REPORT_EXAMPLES]
-        raise ValueError(f"{report.summary()}: every utterance of {m.path} was skipped, nothing to build (e.g. "
-                         f"{'; '.join(examples)}). Fix that manifest or leave it out (dataset.manifest_splits)")
+        raise ValueError(
+            f"{report.summary()}: every utterance of {m.path} was skipped, nothing to build (e.g. "
+            f"{'; '.join(examples)}). Fix that manifest or leave it out (dataset.manifest_splits)"
+        )
 
 
 class ManifestDataset(tfds.core.GeneratorBasedBuilder):
@@ -520,13 +568,19 @@ class ManifestDataset(tfds.core.GeneratorBasedBuilder):
         manual_dir, data_dir = os.fspath(dl_manager.manual_dir), os.fspath(self.data_dir)  # the build's temp dir
         manifests = read_manifests(manual_dir, self.options)
         if not manifests:
-            raise FileNotFoundError(f"no manifest with utterances in {manual_dir} (<split>.tsv, .csv, .jsonl or .json "
-                                    "with an audio path and a text column)")
+            raise FileNotFoundError(
+                f"no manifest with utterances in {manual_dir} (<split>.tsv, .csv, .jsonl or .json "
+                "with an audio path and a text column)"
+            )
         alphabet, source, rare = make_alphabet(manifests, self.options)
         logging.info("manifest: alphabet of %s from %s", alphabet.describe(), source)
         if rare:
-            logging.warning("manifest: left out of the alphabet, seen fewer than dataset.alphabet_min_count=%d times "
-                            "in the train splits: %s", self.options.alphabet_min_count, rare_summary(rare))
+            logging.warning(
+                "manifest: left out of the alphabet, seen fewer than dataset.alphabet_min_count=%d times "
+                "in the train splits: %s",
+                self.options.alphabet_min_count,
+                rare_summary(rare),
+            )
         with open(os.path.join(data_dir, ALPHABET_FILE), "w", encoding="utf-8") as f:
             f.write(f"# the alphabet of these labels ({source})\n" + alphabet.to_lines())
         o, jobs, todos, reports = self.options, [], {}, {}
@@ -535,8 +589,16 @@ class ManifestDataset(tfds.core.GeneratorBasedBuilder):
             reports[split] = Report(m.split, m.path, o.sample_rate, rare=dict(rare) if split in trains else {})
             todos[split] = to_write(m, alphabet, reports[split], bool(o.vocabulary), rare)
             ordered = [todos[split][i] for i in shards.tfds_order([t[1] for t in todos[split]], split)]
-            jobs += shards.shard_jobs(split, ordered, data_dir, symbols=alphabet.symbols, sample_rate=o.sample_rate,
-                                      stereo=o.stereo, window=o.window, hop=o.hop)
+            jobs += shards.shard_jobs(
+                split,
+                ordered,
+                data_dir,
+                symbols=alphabet.symbols,
+                sample_rate=o.sample_rate,
+                stereo=o.stereo,
+                window=o.window,
+                hop=o.hop,
+            )
         outcomes = {split: {} for split in manifests}
         written = {split: [] for split in manifests}  # (temp path, records) of each shard, in order
         for job, got in shards.run(jobs, o.num_workers()):
@@ -558,9 +620,12 @@ class ManifestDataset(tfds.core.GeneratorBasedBuilder):
         template = self._get_filename_template(split_name=split)
         for (path, _), final in zip(kept, template.sharded_filepaths(len(kept))):
             os.replace(path, os.fspath(final))
-        return tfds.core.SplitInfo(name=split, shard_lengths=[n for _, n in kept], filename_template=template,
-                                   num_bytes=sum(os.path.getsize(os.fspath(p))
-                                                 for p in template.sharded_filepaths(len(kept))))
+        return tfds.core.SplitInfo(
+            name=split,
+            shard_lengths=[n for _, n in kept],
+            filename_template=template,
+            num_bytes=sum(os.path.getsize(os.fspath(p)) for p in template.sharded_filepaths(len(kept))),
+        )
 
 
 def source_of(manual_dir: str, options: Options) -> dict:
@@ -575,6 +640,11 @@ def source_of(manual_dir: str, options: Options) -> dict:
             texts.update(f.read() + b"\0")
     sizes = json.dumps(entries).encode()
     record = options.record()
-    return {"manual_dir": os.path.abspath(manual_dir) if manual_dir else "", "splits": sorted(found),
-            "files": len(entries), "fingerprint": hashlib.sha256(sizes).hexdigest()[:16],
-            "content_fingerprint": hashlib.sha256(sizes + texts.digest()).hexdigest()[:16], "options": record}
+    return {
+        "manual_dir": os.path.abspath(manual_dir) if manual_dir else "",
+        "splits": sorted(found),
+        "files": len(entries),
+        "fingerprint": hashlib.sha256(sizes).hexdigest()[:16],
+        "content_fingerprint": hashlib.sha256(sizes + texts.digest()).hexdigest()[:16],
+        "options": record,
+    }

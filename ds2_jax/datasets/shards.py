@@ -107,9 +107,13 @@ def example_bytes(wav, normalized: str, key: str, speaker: str) -> bytes:
     numpy conversion per feature, BytesList, SerializeToString) copies a 400 KB utterance four times,
     a sixth of a 16 kHz FLAC's decode, and would make every build worker import all of tfds."""
     audio = memoryview(np.ascontiguousarray(wav, "<i2")).cast("B")
-    entries = (_feature("audio", 1, audio) + _feature("id", 1, key.encode())
-               + _feature("num_samples", 3, _varint(len(wav))) + _feature("speaker", 1, speaker.encode())
-               + _feature("text", 1, normalized.encode()))
+    entries = (
+        _feature("audio", 1, audio)
+        + _feature("id", 1, key.encode())
+        + _feature("num_samples", 3, _varint(len(wav)))
+        + _feature("speaker", 1, speaker.encode())
+        + _feature("text", 1, normalized.encode())
+    )
     return b"".join(_field(1, entries))
 
 
@@ -152,12 +156,18 @@ def _died(processes: list, job: ShardJob) -> errors.BuildWorkerError:
     for p in processes:
         p.join(timeout=5)  # the pool is broken: its workers are ending, their exit codes come with the join
     codes = [p.exitcode for p in processes if p.exitcode]
-    how = ", ".join(f"killed by {signal.Signals(-c).name}" if c < 0 and -c in signal.valid_signals() else f"exit {c}"
-                    for c in codes) or "killed"
+    how = (
+        ", ".join(
+            f"killed by {signal.Signals(-c).name}" if c < 0 and -c in signal.valid_signals() else f"exit {c}"
+            for c in codes
+        )
+        or "killed"
+    )
     return errors.BuildWorkerError(
         f"a dataset build worker process died ({how}) while writing {job.describe()} or a shard beside it: "
         "nothing was prepared. A SIGKILL is most often the out-of-memory killer (lower dataset.build_workers); "
-        "otherwise rerun with dataset.build_workers=0 (--workers=0) to build in one process and see which file")
+        "otherwise rerun with dataset.build_workers=0 (--workers=0) to build in one process and see which file"
+    )
 
 
 def run(jobs: list[ShardJob], workers: int) -> Iterator[tuple[ShardJob, list]]:
@@ -189,6 +199,7 @@ def run(jobs: list[ShardJob], workers: int) -> Iterator[tuple[ShardJob, list]]:
 def shard_jobs(split: str, items: list, folder: str, **common) -> list[ShardJob]:
     """The ShardJobs of a split's `items` (in their written order), writing to `folder`."""
     size = shard_size(len(items))
-    return [ShardJob(split, i, os.path.join(folder, f"{split}.shard{i:05d}.tmp"), tuple(items[s : s + size]),
-                     **common)
-            for i, s in enumerate(range(0, len(items), size))]
+    return [
+        ShardJob(split, i, os.path.join(folder, f"{split}.shard{i:05d}.tmp"), tuple(items[s : s + size]), **common)
+        for i, s in enumerate(range(0, len(items), size))
+    ]

@@ -34,8 +34,9 @@ def _lse3(a, b, c):
     return m + jnp.log(jnp.exp(a - m) + jnp.exp(b - m) + jnp.exp(c - m))
 
 
-def _recursion_kernel(lp_ref, skip_ref, bounds_ref, out_ref, *, n_frames: int, width: int, reverse: bool,
-                      interpret: bool):
+def _recursion_kernel(
+    lp_ref, skip_ref, bounds_ref, out_ref, *, n_frames: int, width: int, reverse: bool, interpret: bool
+):
     """Alpha (forward) or beta (reverse) of one utterance over all frames.
 
     lp_ref: flat [B*T*S] log probs of the extended labels; skip_ref: [B, S] 1.0 where
@@ -132,8 +133,9 @@ def _nll_bwd(residuals, g):
 _nll.defvjp(_nll_fwd, _nll_bwd)
 
 
-def ctc_loss(log_probs: jax.Array, logit_lengths: jax.Array, labels: jax.Array, label_lengths: jax.Array,
-             blank_id: int = 0) -> jax.Array:
+def ctc_loss(
+    log_probs: jax.Array, logit_lengths: jax.Array, labels: jax.Array, label_lengths: jax.Array, blank_id: int = 0
+) -> jax.Array:
     """Per-utterance CTC negative log likelihood (about -LOG_ZERO where labels cannot fit).
 
     Args:

@@ -31,7 +31,6 @@ import jax.numpy as jnp
 from ds2_jax import settings
 from ds2_jax.kernels import common, mosaic_rnn, triton_rnn
 
-
 # Rows per device up to which 'auto' takes the Mosaic kernels (calls of 16 rows, one after
 # another): where the seed step measured faster than with scan_vjp (one H100, bf16, ms per step,
 # Mosaic vs scan_vjp: 32 rows 19.0 vs 24.5, 48 rows 26.9 vs 30.6, 64 rows 35.5 vs 33.9;
@@ -60,10 +59,14 @@ def mosaic_runs(rows: int, dtype, hidden: int, directions: int, machine: Machine
     hidden size they tile, a grid that is resident at once (`mosaic_rnn.unsupported`, with the
     SM count given instead of read), and at most MOSAIC_AUTO_ROWS rows (where measured)."""
     ctas = 2 * directions * (hidden // mosaic_rnn.COLS)
-    return (machine.capability == common.HOPPER and jnp.dtype(dtype) == jnp.bfloat16
-            and hidden % mosaic_rnn.HIDDEN_MULTIPLE == 0 and mosaic_rnn.max_rows(hidden) > 0
-            and rows <= MOSAIC_AUTO_ROWS
-            and (machine.sms is None or ctas <= machine.sms))
+    return (
+        machine.capability == common.HOPPER
+        and jnp.dtype(dtype) == jnp.bfloat16
+        and hidden % mosaic_rnn.HIDDEN_MULTIPLE == 0
+        and mosaic_rnn.max_rows(hidden) > 0
+        and rows <= MOSAIC_AUTO_ROWS
+        and (machine.sms is None or ctas <= machine.sms)
+    )
 
 
 def choose_rnn(asked: str, cell: str, rows: int, dtype, hidden: int, directions: int, machine: Machine) -> str:
@@ -83,11 +86,14 @@ def choose_rnn(asked: str, cell: str, rows: int, dtype, hidden: int, directions:
         return "scan_vjp" if asked == "auto" else "pallas"
     if asked == "auto" and mosaic_runs(rows, dtype, hidden, directions, machine):
         return "mosaic"
-    if not triton_rnn.fits(hidden, directions, jnp.dtype(dtype).itemsize, machine.sms or 1,
-                           common.shared_memory_bytes(machine.capability)):
+    if not triton_rnn.fits(
+        hidden, directions, jnp.dtype(dtype).itemsize, machine.sms or 1, common.shared_memory_bytes(machine.capability)
+    ):
         if asked == "pallas":
-            raise ValueError(f"rnn_impl='pallas': a {jnp.dtype(dtype).name} recurrence of width {hidden} does not fit "
-                             "the GPU's shared memory; use model.rnn_impl='auto' (falls back to scan_vjp) or bfloat16")
+            raise ValueError(
+                f"rnn_impl='pallas': a {jnp.dtype(dtype).name} recurrence of width {hidden} does not fit "
+                "the GPU's shared memory; use model.rnn_impl='auto' (falls back to scan_vjp) or bfloat16"
+            )
         return "scan_vjp"
     if asked == "auto" and rows > triton_rnn.ROWS:
         return "scan_vjp"

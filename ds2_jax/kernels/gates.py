@@ -34,5 +34,4 @@ def previous_states(ys: jax.Array, time_axis: int = 1) -> jax.Array:
     if ys.shape[dir_axis] == 1:
         return earlier
     later = jnp.concatenate([take(ys, 1, steps, time_axis), zero], axis=time_axis)
-    return jnp.concatenate([take(earlier, 0, 1, dir_axis), take(later, 1, ys.shape[dir_axis], dir_axis)],
-                           axis=dir_axis)
+    return jnp.concatenate([take(earlier, 0, 1, dir_axis), take(later, 1, ys.shape[dir_axis], dir_axis)], axis=dir_axis)

@@ -122,9 +122,29 @@ def _product(acc_ref, eye_smem, in_smem, in_bar, w_smem, h_smem, h_bar, load_pie
     return acc_ref[...]
 
 
-def _kernel(in_gmem, w_gmem, eye_gmem, out_gmem, w_smem, h_smem, in_smem, eye_smem, part_smem, w_bar, h_bar, in_bar,
-            eye_bar, pair_bar, *, cell: Callable, reverse: bool, n_steps: int, blocks: int, k_half: int,
-            directions: int):
+def _kernel(
+    in_gmem,
+    w_gmem,
+    eye_gmem,
+    out_gmem,
+    w_smem,
+    h_smem,
+    in_smem,
+    eye_smem,
+    part_smem,
+    w_bar,
+    h_bar,
+    in_bar,
+    eye_bar,
+    pair_bar,
+    *,
+    cell: Callable,
+    reverse: bool,
+    n_steps: int,
+    blocks: int,
+    k_half: int,
+    directions: int,
+):
     # Steps published per direction: a grid-global semaphore, zeroed by Pallas for every call.
     count = pl.get_global(plgpu.SemaphoreType.REGULAR((directions,)))
     g, r = jax.lax.axis_index("g"), jax.lax.axis_index("c")
@@ -153,12 +173,14 @@ def _kernel(in_gmem, w_gmem, eye_gmem, out_gmem, w_smem, h_smem, in_smem, eye_sm
         def load_piece(piece):
             buffer = piece % buffers
             plgpu.copy_gmem_to_smem(out_gmem.at[t, d, :, k_rows(piece)], h_smem.at[buffer], h_bar.at[buffer])
+
         return load_piece
 
     def product(with_state, load_piece=None):
         return pl.run_scoped(
             lambda acc: _product(acc, eye_smem, in_smem, in_bar, w_smem, h_smem, h_bar, load_piece, with_state),
-            plgpu.ACC((COLS, in_smem.shape[0]), jnp.float32))
+            plgpu.ACC((COLS, in_smem.shape[0]), jnp.float32),
+        )
 
     def publish(z, t):
         h = plgpu.layout_cast(cell(z).astype(out_gmem.dtype), plgpu.Layout.WGMMA_TRANSPOSED)
@@ -207,8 +229,9 @@ def _run(cell: Callable, xs: jax.Array, weights: jax.Array, *, reverse: bool, pi
     buffers = min(pieces, 2)
     eye = jnp.stack([jnp.eye(COLS, dtype=dtype), jnp.zeros((COLS, COLS), dtype)])  # rank 0 adds the input
     kernel = plgpu.kernel(
-        functools.partial(_kernel, cell=cell, reverse=reverse, n_steps=n_steps, blocks=blocks, k_half=k_half,
-                          directions=directions),
+        functools.partial(
+            _kernel, cell=cell, reverse=reverse, n_steps=n_steps, blocks=blocks, k_half=k_half, directions=directions
+        ),
         out_type=jax.ShapeDtypeStruct((n_steps, directions, batch, hidden), dtype),
         scratch_types=[
             plgpu.SMEM((pieces, COLS, k_half // pieces), dtype, transforms=_swizzled(dtype)),
@@ -261,13 +284,19 @@ def pieces_for(batch: int, hidden: int, shared_memory: int = common.SHARED_MEMOR
     return next((p for p in piece_options(hidden) if shared_memory_bytes(batch, hidden, p) <= shared_memory), 0)
 
 
-def max_rows(hidden: int, shared_memory: int = common.SHARED_MEMORY_BYTES[common.HOPPER], pieces: int | None = None) -> int:
+def max_rows(
+    hidden: int, shared_memory: int = common.SHARED_MEMORY_BYTES[common.HOPPER], pieces: int | None = None
+) -> int:
     """The most batch rows one call takes at this hidden size: the largest multiple of
     ROW_MULTIPLE (up to MAX_ROWS) whose state fits shared memory beside the weights, whole
     (pieces=1), in the given pieces, or (None) in any (0: not even ROW_MULTIPLE rows)."""
+
     def fits(rows):
-        return pieces_for(rows, hidden, shared_memory) > 0 if pieces is None else (
-            pieces in piece_options(hidden) and shared_memory_bytes(rows, hidden, pieces) <= shared_memory)
+        return (
+            pieces_for(rows, hidden, shared_memory) > 0
+            if pieces is None
+            else (pieces in piece_options(hidden) and shared_memory_bytes(rows, hidden, pieces) <= shared_memory)
+        )
 
     rows = 0
     while rows + ROW_MULTIPLE <= MAX_ROWS and fits(rows + ROW_MULTIPLE):
@@ -292,11 +321,15 @@ def unsupported(dtype, batch: int, directions: int, hidden: int) -> str | None:
     that is a multiple of 128, and a grid (2 CTAs per 64 columns per direction) that fits on
     the GPU at once: the grid barrier would otherwise wait for CTAs that can never start."""
     if dtype != jnp.bfloat16 or hidden % HIDDEN_MULTIPLE:
-        return (f"the Mosaic kernels take bfloat16 and a hidden size that is a multiple of {HIDDEN_MULTIPLE}; "
-                f"got {jnp.dtype(dtype).name}, hidden {hidden}")
+        return (
+            f"the Mosaic kernels take bfloat16 and a hidden size that is a multiple of {HIDDEN_MULTIPLE}; "
+            f"got {jnp.dtype(dtype).name}, hidden {hidden}"
+        )
     if batch % ROW_MULTIPLE or not ROW_MULTIPLE <= batch <= max_rows(hidden):  # any pieces
-        return (f"the Mosaic kernels take a batch that is a multiple of {ROW_MULTIPLE}, at most "
-                f"{max_rows(hidden)} at hidden {hidden} (shared memory); got batch {batch}")
+        return (
+            f"the Mosaic kernels take a batch that is a multiple of {ROW_MULTIPLE}, at most "
+            f"{max_rows(hidden)} at hidden {hidden} (shared memory); got batch {batch}"
+        )
     ctas, sms = 2 * directions * (hidden // COLS), getattr(jax.devices()[0], "core_count", None)
     if supported() and sms is not None and ctas > sms:
         return f"the Mosaic kernels need {ctas} CTAs resident at once for hidden {hidden}; this GPU has {sms} SMs"
@@ -324,8 +357,10 @@ def mosaic_simple_rnn(xs: jax.Array, recurrent: jax.Array, pieces: int | None = 
     check_shapes(xs, recurrent)
     hidden = recurrent.shape[1]
     pieces = pieces or pieces_for(xs.shape[0], hidden)
-    if pieces not in piece_options(hidden) or shared_memory_bytes(xs.shape[0], hidden, pieces) > \
-            common.SHARED_MEMORY_BYTES[common.HOPPER]:
+    if (
+        pieces not in piece_options(hidden)
+        or shared_memory_bytes(xs.shape[0], hidden, pieces) > common.SHARED_MEMORY_BYTES[common.HOPPER]
+    ):
         raise ValueError(f"{xs.shape[0]} rows at hidden {hidden} do not fit shared memory in {pieces} state pieces")
     return _model_layout(_mosaic(xs, recurrent, xs.shape[2] < recurrent.shape[0], pieces))
 
@@ -357,8 +392,9 @@ def _bwd(shared_input, pieces, residuals, dys):
     # out wrong at hidden 2048 in batch entries 8-15; cause not found): the gate rides in it.
     gated = jnp.where(passes_gradient(ys), dys.astype(ys.dtype), SHUT)
     dzs = _run(_gated, gated, recurrent.astype(ys.dtype), reverse=True, pieces=pieces)
-    d_recurrent = jnp.einsum("tdbh,tdbw->dhw", previous_states(ys, time_axis=0), dzs,
-                             preferred_element_type=jnp.float32)
+    d_recurrent = jnp.einsum(
+        "tdbh,tdbw->dhw", previous_states(ys, time_axis=0), dzs, preferred_element_type=jnp.float32
+    )
     return input_gradient(_model_layout(dzs), shared_input), d_recurrent.astype(recurrent.dtype)
 
 

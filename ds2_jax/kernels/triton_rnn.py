@@ -31,8 +31,8 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plt
 
 from ds2_jax.activation import clipped_relu
-from ds2_jax.kernels.gates import input_gradient, passes_gradient, previous_states
 from ds2_jax.kernels.common import MIN_BLOCK, block_size, interpret_mode, sync_threads
+from ds2_jax.kernels.gates import input_gradient, passes_gradient, previous_states
 
 ROWS = MIN_BLOCK  # batch rows per matmul: the MMA tile height
 
@@ -53,8 +53,17 @@ def backward_cell(dy, y, rec):
     return jnp.where(passes_gradient(y), dy + rec, 0.0)
 
 
-def _recurrence_kernel(*refs, cell: Callable, n_inputs: int, reverse: bool, transposed: bool,
-                       cols: int, blocks_per_dir: int, precision, interpret: bool):
+def _recurrence_kernel(
+    *refs,
+    cell: Callable,
+    n_inputs: int,
+    reverse: bool,
+    transposed: bool,
+    cols: int,
+    blocks_per_dir: int,
+    precision,
+    interpret: bool,
+):
     """One program: columns [c0, c0 + cols) of direction d, all time steps.
 
     Rows go through the matmul ROWS at a time, so shared memory holds the weight slice
@@ -102,8 +111,13 @@ def _recurrence_kernel(*refs, cell: Callable, n_inputs: int, reverse: bool, tran
 
     def chunk_step(step, t, rows, x):
         prev = plt.load(out_ref.at[state(rows, time_of(step - 1), every)], volatile=True)
-        rec = jax.lax.dot_general(prev, w, (((1,), (1 if transposed else 0,)), ((), ())),
-                                  precision=precision, preferred_element_type=jnp.float32)
+        rec = jax.lax.dot_general(
+            prev,
+            w,
+            (((1,), (1 if transposed else 0,)), ((), ())),
+            precision=precision,
+            preferred_element_type=jnp.float32,
+        )
         out_ref[state(rows, t, col)] = cell(*x, rec).astype(out_ref.dtype)
 
     def step_fn(step, carry):
@@ -127,7 +141,9 @@ def _recurrence_kernel(*refs, cell: Callable, n_inputs: int, reverse: bool, tran
 
     t0 = time_of(0)
     for rows in chunks:
-        out_ref[state(rows, t0, col)] = cell(*load_inputs(t0, rows), jnp.zeros((ROWS, cols), jnp.float32)).astype(out_ref.dtype)
+        out_ref[state(rows, t0, col)] = cell(*load_inputs(t0, rows), jnp.zeros((ROWS, cols), jnp.float32)).astype(
+            out_ref.dtype
+        )
     publish()
     jax.lax.fori_loop(1, n_steps, step_fn, 0)
 
@@ -160,8 +176,16 @@ def _run(cell, inputs, weights, *, reverse: bool, transposed: bool, options: Ker
     out_dtype = inputs[0].dtype
     precision = jax.lax.Precision.HIGHEST if out_dtype == jnp.float32 else None
     kernel = functools.partial(
-        _recurrence_kernel, cell=cell, n_inputs=len(inputs), reverse=reverse, transposed=transposed,
-        cols=cols, blocks_per_dir=blocks_per_dir, precision=precision, interpret=interpret)
+        _recurrence_kernel,
+        cell=cell,
+        n_inputs=len(inputs),
+        reverse=reverse,
+        transposed=transposed,
+        cols=cols,
+        blocks_per_dir=blocks_per_dir,
+        precision=precision,
+        interpret=interpret,
+    )
     batch, n_steps = inputs[0].shape[:2]
     out_shape = (n_steps, directions, batch, hidden)  # time-major inside the kernel
     counts = jnp.zeros((directions,), jnp.int32)
@@ -215,8 +239,14 @@ def _fwd(xs, recurrent, options, shared_input):
 
 def _bwd(options, shared_input, residuals, dys):
     ys, recurrent = residuals
-    dzs = _run(backward_cell, [dys.astype(ys.dtype), ys], recurrent.astype(ys.dtype), reverse=True,
-               transposed=True, options=options)
+    dzs = _run(
+        backward_cell,
+        [dys.astype(ys.dtype), ys],
+        recurrent.astype(ys.dtype),
+        reverse=True,
+        transposed=True,
+        options=options,
+    )
     d_recurrent = jnp.einsum("btdh,btdw->dhw", previous_states(ys), dzs, preferred_element_type=jnp.float32)
     return input_gradient(dzs, shared_input), d_recurrent.astype(recurrent.dtype)
 

@@ -41,8 +41,12 @@ def recordings(spec: str, key: str) -> tuple[Recording, ...]:
     import soundfile
 
     if os.path.isdir(spec):
-        paths = sorted(os.path.join(root, f) for root, _, names in os.walk(spec) for f in names
-                       if f.lower().endswith(AUDIO_SUFFIXES))
+        paths = sorted(
+            os.path.join(root, f)
+            for root, _, names in os.walk(spec)
+            for f in names
+            if f.lower().endswith(AUDIO_SUFFIXES)
+        )
     elif os.path.isfile(spec):
         with open(spec) as f:
             lines = [line.strip() for line in f if line.strip() and not line.startswith("#")]
@@ -62,8 +66,9 @@ def recordings(spec: str, key: str) -> tuple[Recording, ...]:
             bad.append(f"{path} (no samples)")
     if not found:
         tried = f"{len(paths)} file(s) tried" + (f", e.g. {bad[0]}" if bad else "")
-        raise ValueError(f"waveform.{key}={spec!r} holds no readable audio ({tried}; formats: "
-                         f"{' '.join(AUDIO_SUFFIXES)})")
+        raise ValueError(
+            f"waveform.{key}={spec!r} holds no readable audio ({tried}; formats: {' '.join(AUDIO_SUFFIXES)})"
+        )
     return tuple(found)
 
 

@@ -37,7 +37,9 @@ class Sharding:
         return self.process_index * self.local_batch
 
 
-def pad_batch(utts: list[dict], samples: int, label_len: int, batch: int, audio_zeros=np.zeros) -> dict[str, np.ndarray]:
+def pad_batch(
+    utts: list[dict], samples: int, label_len: int, batch: int, audio_zeros=np.zeros
+) -> dict[str, np.ndarray]:
     """Packs utterances ({'audio': int16[n], 'labels': int32[m]}) into one padded batch.
 
     `audio_zeros(shape, dtype)` allocates the (large) audio array, zero-filled.
@@ -63,6 +65,7 @@ def pad_batch(utts: list[dict], samples: int, label_len: int, batch: int, audio_
 
 def shard_for_devices(batch: dict[str, np.ndarray], num_devices: int) -> dict[str, np.ndarray]:
     """[B, ...] -> [num_devices, B / num_devices, ...]."""
+
     def split(x):
         if x.shape[0] % num_devices:
             raise ValueError(f"local batch {x.shape[0]} is not divisible by {num_devices} devices")

@@ -36,9 +36,16 @@ class Filter:
         logging.info(
             "%s: %d of %d utterances kept (%.2f h); filtered: shorter than %.1f s: %d, "
             "longer than %s s: %d, bad text: %d, CTC-infeasible for %d conv layers: %d",
-            name, keep.sum(), len(n), n[keep].sum() / self.sample_rate / 3600,
-            self.min_samples / self.sample_rate, short.sum(),
+            name,
+            keep.sum(),
+            len(n),
+            n[keep].sum() / self.sample_rate / 3600,
+            self.min_samples / self.sample_rate,
+            short.sum(),
             "inf" if self.max_samples is None else f"{self.max_samples / self.sample_rate:.1f}",
-            long.sum(), (idx.bad_text & ~short & ~long).sum(), self.num_conv_layers, infeasible.sum(),
+            long.sum(),
+            (idx.bad_text & ~short & ~long).sum(),
+            self.num_conv_layers,
+            infeasible.sum(),
         )
         return np.flatnonzero(keep)

@@ -118,8 +118,9 @@ def _quiet():
         logger.setLevel(level)
 
 
-def train_batches(config: settings.Settings, sharding: Sharding, source, start: int,
-                  stop: int) -> Iterator[dict[str, np.ndarray]]:
+def train_batches(
+    config: settings.Settings, sharding: Sharding, source, start: int, stop: int
+) -> Iterator[dict[str, np.ndarray]]:
     """Host batches of steps [start, stop) of a run's Settings in order, inline or from grain workers."""
     data = DataSettings.of(config)
     workers = resolve_num_workers(data.dataset)
@@ -137,8 +138,9 @@ def train_batches(config: settings.Settings, sharding: Sharding, source, start: 
         grain.MapDataset.range(start, stop)
         .map(make)
         .to_iter_dataset(grain.ReadOptions(num_threads=0, prefetch_buffer_size=0))
-        .mp_prefetch(grain.MultiprocessingOptions(num_workers=workers,
-                                                  per_worker_buffer_size=data.dataset.worker_buffer_size))
+        .mp_prefetch(
+            grain.MultiprocessingOptions(num_workers=workers, per_worker_buffer_size=data.dataset.worker_buffer_size)
+        )
     )
     iterator = iter(dataset)
     try:
@@ -200,6 +202,7 @@ class InputWait:
             log.warning(
                 "input is the bottleneck: the devices sat idle waiting for batches %.0f%% of the last log interval; "
                 "raise dataset.num_workers (now %d) or prefetch_batches",
-                100 * wait / interval_s, self.num_workers,
+                100 * wait / interval_s,
+                self.num_workers,
             )
         return wait

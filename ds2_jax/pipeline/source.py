@@ -43,9 +43,14 @@ class DataSettings:
     @classmethod
     def of(cls, config: settings.Settings) -> DataSettings:
         """The data side's part of a run's Settings."""
-        return cls(dataset=config.dataset, spectrogram=config.features.spectrogram,
-                   num_conv_layers=config.model.num_conv_layers, seed=config.seed, faults=config.faults,
-                   waveform=config.waveform)
+        return cls(
+            dataset=config.dataset,
+            spectrogram=config.features.spectrogram,
+            num_conv_layers=config.model.num_conv_layers,
+            seed=config.seed,
+            faults=config.faults,
+            waveform=config.waveform,
+        )
 
 
 class Source(Protocol):
@@ -85,9 +90,11 @@ def with_data_alphabet(config: settings.Settings, source: Source) -> settings.Se
     ValueError naming both."""
     given = text.Alphabet.of_setting(config.model.alphabet)
     if config.model.alphabet and given != source.alphabet:
-        raise ValueError(f"model.alphabet={config.model.alphabet!r} ({given.describe()}) is not the alphabet of the "
-                         f"prepared {config.dataset.name} data ({source.alphabet.describe()}): leave model.alphabet "
-                         "unset (training takes the data's), or prepare the data with dataset.vocabulary")
+        raise ValueError(
+            f"model.alphabet={config.model.alphabet!r} ({given.describe()}) is not the alphabet of the "
+            f"prepared {config.dataset.name} data ({source.alphabet.describe()}): leave model.alphabet "
+            "unset (training takes the data's), or prepare the data with dataset.vocabulary"
+        )
     if source.alphabet.setting == config.model.alphabet:
         return config
     return settings.override(config, {"model.alphabet": source.alphabet.setting})

@@ -57,9 +57,12 @@ def min_frames_of(flat: np.ndarray, offsets: np.ndarray) -> np.ndarray:
 FlatIndex = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
-def flat_index(examples: Iterable[tuple[int, str | bytes]], n: int, alphabet: text.Alphabet = text.LIBRISPEECH,
-               normalize: Callable[[str], str] = functools.partial(text.normalize, strip_punctuation=False)
-               ) -> FlatIndex:
+def flat_index(
+    examples: Iterable[tuple[int, str | bytes]],
+    n: int,
+    alphabet: text.Alphabet = text.LIBRISPEECH,
+    normalize: Callable[[str], str] = functools.partial(text.normalize, strip_punctuation=False),
+) -> FlatIndex:
     """The flat index of `n` (num_samples, transcript) pairs, in record order: each
     transcript `normalize`d and spelled in `alphabet`."""
     num_samples = np.zeros(n, np.int64)
@@ -88,8 +91,9 @@ def cached(path: str, n: int, build: Callable[[], FlatIndex], name: str = "") ->
                 if len(z["num_samples"]) == n:
                     return SplitIndex.from_flat(z["num_samples"], z["labels"], z["label_offsets"], z["bad_text"])
         except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
-            logging.warning("the cached index of %s at %s is torn (%s: %s): rebuilding it", name, path,
-                            type(e).__name__, e)
+            logging.warning(
+                "the cached index of %s at %s is torn (%s: %s): rebuilding it", name, path, type(e).__name__, e
+            )
     num_samples, flat, offsets, bad_text = build()
     index = SplitIndex.from_flat(num_samples, flat, offsets, bad_text)
     try:

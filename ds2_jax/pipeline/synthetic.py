@@ -82,8 +82,10 @@ class SyntheticSource:
         first = step * s.global_batch + s.start
         key = first % self.pool_size
         if self.augment is not None:  # each step's own draws: nothing to keep
-            utts = [dict(u, audio=self.augment(u["audio"], step, s.start + i))
-                    for i, u in enumerate(self.utterance(j) for j in range(first, first + s.local_batch))]
+            utts = [
+                dict(u, audio=self.augment(u["audio"], step, s.start + i))
+                for i, u in enumerate(self.utterance(j) for j in range(first, first + s.local_batch))
+            ]
             return pad_batch(utts, self.pad_samples, self.max_label_len, len(utts), audio_zeros)
         if audio_zeros is np.zeros and key in self._batches:
             return self._batches[key]

@@ -69,11 +69,19 @@ class TfdsSource:
             )
         label_lengths = np.array([len(x) for x in self._train_labels], np.int64)
         self.augment = augment.make(data.waveform, data.seed, self.sample_rate)  # None: off
-        self.buckets = plan_lib.make_buckets(self._train_samples, label_lengths, min(d.num_buckets, n // batch),
-                                             self.spectrogram.hop, data.waveform.stretch)
+        self.buckets = plan_lib.make_buckets(
+            self._train_samples,
+            label_lengths,
+            min(d.num_buckets, n // batch),
+            self.spectrogram.hop,
+            data.waveform.stretch,
+        )
         self.steps_per_epoch = self.buckets.steps_per_epoch(batch)
-        logging.info("training buckets (%d steps per epoch):\n%s", self.steps_per_epoch,
-                     self.buckets.describe(batch, self.sample_rate))
+        logging.info(
+            "training buckets (%d steps per epoch):\n%s",
+            self.steps_per_epoch,
+            self.buckets.describe(batch, self.sample_rate),
+        )
         self._plans: collections.OrderedDict = collections.OrderedDict()
 
     # --- Splits and their index ----------------------------------------------------------
@@ -89,8 +97,11 @@ class TfdsSource:
         """A ValueError naming dataset.eval_split when `spec` is not prepared (training checks it
         before the first step, not at the first eval thousands of steps in)."""
         for split in split_names(spec):
-            self._check_split(self._resolve(split), f"dataset.eval_split={spec!r}: ",
-                              " (or --config.eval_every_steps=0 to train without evals)")
+            self._check_split(
+                self._resolve(split),
+                f"dataset.eval_split={spec!r}: ",
+                " (or --config.eval_every_steps=0 to train without evals)",
+            )
 
     def _check_split(self, split: str, setting: str = "", alternative: str = "") -> None:
         if split not in self.builder.info.splits:
@@ -141,8 +152,9 @@ class TfdsSource:
     def _plan(self, epoch: int) -> list[tuple[int, np.ndarray]]:
         """plan.epoch_plan of `epoch`; the last two epochs' plans are kept."""
         if epoch not in self._plans:
-            self._plans[epoch] = plan_lib.epoch_plan(self.seed, epoch, self.buckets, self.sharding.global_batch,
-                                                     self.sortagrad)
+            self._plans[epoch] = plan_lib.epoch_plan(
+                self.seed, epoch, self.buckets, self.sharding.global_batch, self.sortagrad
+            )
             while len(self._plans) > 2:
                 self._plans.popitem(last=False)
         self._plans.move_to_end(epoch)
@@ -163,6 +175,7 @@ class TfdsSource:
 
     def _read(self, split_ids: np.ndarray, records: np.ndarray) -> list[np.ndarray]:
         """int16 waveforms of (train split id, record) pairs, in order."""
+
         def one(pair):
             split_id, record = pair
             ex = self._source(self.train_splits[split_id])[int(record)]
@@ -184,11 +197,16 @@ class TfdsSource:
         if max_utterances:
             records = records[:max_utterances]
         label_lens = np.array([len(idx.labels[r]) for r in records], np.int64)
-        shapes, bucket = plan_lib.eval_shapes(idx.num_samples[records], label_lens, self.buckets.shapes,
-                                              self.spectrogram.hop)
+        shapes, bucket = plan_lib.eval_shapes(
+            idx.num_samples[records], label_lens, self.buckets.shapes, self.spectrogram.hop
+        )
         if len(shapes) > len(self.buckets.shapes):
-            logging.info("%s: %d utterances exceed the training buckets; extra eval shape %s",
-                         name, (bucket == len(shapes) - 1).sum(), shapes[-1])
+            logging.info(
+                "%s: %d utterances exceed the training buckets; extra eval shape %s",
+                name,
+                (bucket == len(shapes) - 1).sum(),
+                shapes[-1],
+            )
         s = self.sharding
         source = self._source(name)
         for b, (num_samples, label_len) in enumerate(shapes):
@@ -196,8 +214,10 @@ class TfdsSource:
             for first in range(0, len(members), s.global_batch):
                 rows = members[first : first + s.global_batch][s.start : s.start + s.local_batch]
                 utts = [
-                    {"audio": np.asarray(source[int(r)][self.audio_key]).astype(np.int16, copy=False),
-                     "labels": idx.labels[r]}
+                    {
+                        "audio": np.asarray(source[int(r)][self.audio_key]).astype(np.int16, copy=False),
+                        "labels": idx.labels[r],
+                    }
                     for r in rows
                 ]
                 yield pad_batch(utts, num_samples, label_len, s.local_batch)

@@ -35,8 +35,14 @@ def pallas_recurrence(xs: jax.Array, recurrent: jax.Array, cell: str, unroll: in
     return triton_rnn.persistent_simple_rnn(xs, recurrent)
 
 
-def mosaic_recurrence(xs: jax.Array, recurrent: jax.Array, cell: str, unroll: int = 1,
-                      rows_per_call: int | None = None, pieces: int | None = None) -> jax.Array:
+def mosaic_recurrence(
+    xs: jax.Array,
+    recurrent: jax.Array,
+    cell: str,
+    unroll: int = 1,
+    rows_per_call: int | None = None,
+    pieces: int | None = None,
+) -> jax.Array:
     """Simple recurrence as Mosaic GPU kernels (Hopper, bfloat16); the batch runs in the
     fewest calls of at most `rows_per_call` rows (`mosaic_rnn.row_chunks`), each padded to a
     multiple of 16 rows (zero rows stay zero), its state in `pieces` (None: the kernel's choice)."""
@@ -48,12 +54,16 @@ def mosaic_recurrence(xs: jax.Array, recurrent: jax.Array, cell: str, unroll: in
     batch = xs.shape[0]
     chunks, rows = mosaic_rnn.row_chunks(batch, recurrent.shape[1], rows_per_call)
     padded = jnp.pad(xs, [(0, chunks * rows - batch)] + [(0, 0)] * (xs.ndim - 1))
-    ys = [mosaic_rnn.mosaic_simple_rnn(padded[i:i + rows], recurrent, pieces) for i in range(0, chunks * rows, rows)]
+    ys = [mosaic_rnn.mosaic_simple_rnn(padded[i : i + rows], recurrent, pieces) for i in range(0, chunks * rows, rows)]
     return jnp.concatenate(ys, axis=0)[:batch]
 
 
 IMPLS: dict[str, Callable] = {
-    "scan": scan_recurrence, "scan_vjp": scan_vjp_recurrence, "pallas": pallas_recurrence, "mosaic": mosaic_recurrence}
+    "scan": scan_recurrence,
+    "scan_vjp": scan_vjp_recurrence,
+    "pallas": pallas_recurrence,
+    "mosaic": mosaic_recurrence,
+}
 
 
 def bidirectional(

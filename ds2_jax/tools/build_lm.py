@@ -107,15 +107,22 @@ def manifest_transcripts(manual_dir: str, splits: list[str], dataset=None) -> li
 
     if not os.path.isdir(manual_dir) or manifest.tfds_split(splits[0]) not in manifest.find_manifests(manual_dir):
         return None
-    options = manifest.Options(path_column=dataset.path_column if dataset else "",
-                               text_column=dataset.text_column if dataset else "", manifest_splits="+".join(splits))
+    options = manifest.Options(
+        path_column=dataset.path_column if dataset else "",
+        text_column=dataset.text_column if dataset else "",
+        manifest_splits="+".join(splits),
+    )
     found = manifest.find_manifests(manual_dir, options.manifest_splits)
-    return [e.text for path in found.values() for e in (manifest.read_manifest(path, options) or
-                                                        manifest.Manifest("", path, [], [])).entries]
+    return [
+        e.text
+        for path in found.values()
+        for e in (manifest.read_manifest(path, options) or manifest.Manifest("", path, [], [])).entries
+    ]
 
 
-def sentences(lines: Iterable[str], normalize=text.normalize, alphabet: text.Alphabet | None = None,
-              dropped: list | None = None) -> Iterator[list[str]]:
+def sentences(
+    lines: Iterable[str], normalize=text.normalize, alphabet: text.Alphabet | None = None, dropped: list | None = None
+) -> Iterator[list[str]]:
     """Normalized, non-empty word lists; with `alphabet`, a sentence holding a character
     outside it is left out (appended to `dropped`)."""
     for line in lines:
@@ -244,14 +251,32 @@ MAX_ORDER = 6  # the highest order flashlight-text's KenLM is compiled for (KENL
 def define_flags(fv) -> None:
     from absl import flags
 
-    flags.DEFINE_list("transcripts", [], "Comma-separated text files (one sentence a line), *.trans.txt files, "
-                      "directories (every *.trans.txt below) or LibriSpeech .tar.gz archives.", flag_values=fv)
-    flags.DEFINE_string("manual_dir", "", "A LibriSpeech-layout directory or a folder of manifests (as "
-                        "dataset.manual_dir).", flag_values=fv)
-    flags.DEFINE_string("splits", "", "With --manual_dir: comma or '+' separated splits, e.g. "
-                        "train-clean-100+train-clean-360.", flag_values=fv)
-    flags.DEFINE_string("workdir", "", "A training workdir: its alphabet (model.alphabet) and normalization "
-                        "(dataset.lower_case, dataset.strip_punctuation).", flag_values=fv)
+    flags.DEFINE_list(
+        "transcripts",
+        [],
+        "Comma-separated text files (one sentence a line), *.trans.txt files, "
+        "directories (every *.trans.txt below) or LibriSpeech .tar.gz archives.",
+        flag_values=fv,
+    )
+    flags.DEFINE_string(
+        "manual_dir",
+        "",
+        "A LibriSpeech-layout directory or a folder of manifests (as dataset.manual_dir).",
+        flag_values=fv,
+    )
+    flags.DEFINE_string(
+        "splits",
+        "",
+        "With --manual_dir: comma or '+' separated splits, e.g. train-clean-100+train-clean-360.",
+        flag_values=fv,
+    )
+    flags.DEFINE_string(
+        "workdir",
+        "",
+        "A training workdir: its alphabet (model.alphabet) and normalization "
+        "(dataset.lower_case, dataset.strip_punctuation).",
+        flag_values=fv,
+    )
     flags.DEFINE_integer("order", 3, "n-gram order.", flag_values=fv)
     flags.DEFINE_string("out", None, "Output ARPA file.", required=True, flag_values=fv)
 
@@ -261,8 +286,9 @@ def main(argv: list[str] | None = None) -> int:
 
     args, _ = cli.parse_args(argv, define_flags, __doc__)
     if not 1 <= args.order <= MAX_ORDER:  # before reading any text: a model the decoder cannot load is no use
-        cli.usage_error(f"--order={args.order}: must be 1..{MAX_ORDER} (the decoder's KenLM loads models up to order "
-                        f"{MAX_ORDER})")
+        cli.usage_error(
+            f"--order={args.order}: must be 1..{MAX_ORDER} (the decoder's KenLM loads models up to order {MAX_ORDER})"
+        )
     config = None
     if args.workdir:
         from ds2_jax import workdir_config
@@ -288,13 +314,19 @@ def main(argv: list[str] | None = None) -> int:
     sents = list(sentences(itertools.chain(lines, read_paths(paths)), normalize, alphabet, dropped))
     if dropped:
         bad = collections.Counter(c for t in dropped for c in alphabet.unknown_chars(t))
-        print(f"left out {len(dropped)} sentences with characters outside the alphabet of {args.workdir}: "
-              + ", ".join(f"{c!r} in {n}" for c, n in bad.most_common(10)), file=sys.stderr)
+        print(
+            f"left out {len(dropped)} sentences with characters outside the alphabet of {args.workdir}: "
+            + ", ".join(f"{c!r} in {n}" for c, n in bad.most_common(10)),
+            file=sys.stderr,
+        )
     probs, backoffs = estimate(sents, args.order)
     sizes = write_arpa(probs, backoffs, args.out)
     words = sum(len(s) for s in sents)
-    print(f"{args.out}: order {args.order}, {len(sents)} sentences, {words} words, "
-          + ", ".join(f"{k}-grams: {n}" for k, n in sizes.items()), file=sys.stderr)
+    print(
+        f"{args.out}: order {args.order}, {len(sents)} sentences, {words} words, "
+        + ", ".join(f"{k}-grams: {n}" for k, n in sizes.items()),
+        file=sys.stderr,
+    )
     return 0
 
 

@@ -76,8 +76,7 @@ def require_espeak() -> str:
     exe = shutil.which("espeak-ng")
     if exe is None:
         raise FileNotFoundError(
-            "make_corpus needs the espeak-ng program: apt-get install -y espeak-ng "
-            "(or brew install espeak-ng)"
+            "make_corpus needs the espeak-ng program: apt-get install -y espeak-ng (or brew install espeak-ng)"
         )
     return exe
 
@@ -88,7 +87,8 @@ def speak(exe: str, words: str, voice: str, rate: int, pitch: int, peak: float) 
 
     wav = subprocess.run(
         [exe, "-v", voice, "-s", str(rate), "-p", str(pitch), "--stdout", words],
-        check=True, capture_output=True,
+        check=True,
+        capture_output=True,
     ).stdout
     audio, rate_in = soundfile.read(io.BytesIO(wav), dtype="float32")
     audio = resample_poly(audio, SAMPLE_RATE, rate_in) if rate_in != SAMPLE_RATE else audio
@@ -99,8 +99,9 @@ def speak(exe: str, words: str, voice: str, rate: int, pitch: int, peak: float) 
     return np.round(audio / np.abs(audio).max() * peak).astype(np.int16)
 
 
-def make_split(out: str, split: str, spk: list, first_id: int, utts: int, rng, exe: str,
-               max_seconds: float, workers: int) -> list[tuple[int, str, float]]:
+def make_split(
+    out: str, split: str, spk: list, first_id: int, utts: int, rng, exe: str, max_seconds: float, workers: int
+) -> list[tuple[int, str, float]]:
     """Writes one split; returns a (speaker id, seconds) row per utterance."""
     jobs = []
     for k, (voice, rate, pitch) in enumerate(spk):
@@ -122,8 +123,9 @@ def make_split(out: str, split: str, spk: list, first_id: int, utts: int, rng, e
             d = os.path.join(out, "LibriSpeech", split, str(speaker), str(chapter))
             os.makedirs(d, exist_ok=True)
             utt_id = f"{speaker}-{chapter}-{u:04d}"
-            soundfile.write(os.path.join(d, utt_id + ".flac"), audio, SAMPLE_RATE, subtype="PCM_16",
-                            compression_level=1.0)
+            soundfile.write(
+                os.path.join(d, utt_id + ".flac"), audio, SAMPLE_RATE, subtype="PCM_16", compression_level=1.0
+            )
             lines.setdefault((speaker, chapter, d), []).append(f"{utt_id} {words.upper()}")
             rows.append((speaker, len(audio) / SAMPLE_RATE))
     for (speaker, chapter, d), text in lines.items():
@@ -151,8 +153,7 @@ def main(argv=None) -> int:
     args, _ = cli.parse_args(argv, define_flags, __doc__)
     exe = require_espeak()
     rng = np.random.default_rng(args.seed)
-    counts = {"train-clean-100": args.train_speakers, "dev-clean": args.dev_speakers,
-              "test-clean": args.test_speakers}
+    counts = {"train-clean-100": args.train_speakers, "dev-clean": args.dev_speakers, "test-clean": args.test_speakers}
     spk = speakers(rng, sum(counts.values()))
     root = os.path.join(args.out, "LibriSpeech")
     if os.path.exists(root):
@@ -162,14 +163,17 @@ def main(argv=None) -> int:
         if n == 0:
             continue
         group, spk = spk[:n], spk[n:]
-        rows = make_split(args.out, split, group, first, args.utts_per_speaker, rng, exe,
-                          args.max_seconds, args.workers)
+        rows = make_split(
+            args.out, split, group, first, args.utts_per_speaker, rng, exe, args.max_seconds, args.workers
+        )
         secs = {}
         for speaker, s in rows:
             secs[speaker] = secs.get(speaker, 0.0) + s
         for k, (voice, rate, pitch) in enumerate(group):
-            table.append(f"{first + k:<5}| {'F' if '+f' in voice else 'M'} | {split:<16}| "
-                         f"{secs[first + k] / 60:6.2f} | espeak-ng -v {voice} -s {rate} -p {pitch}")
+            table.append(
+                f"{first + k:<5}| {'F' if '+f' in voice else 'M'} | {split:<16}| "
+                f"{secs[first + k] / 60:6.2f} | espeak-ng -v {voice} -s {rate} -p {pitch}"
+            )
         total = sum(s for _, s in rows)
         print(f"{split}: {n} speakers, {len(rows)} utterances, {total / 60:.1f} min")
         first += n

@@ -27,13 +27,16 @@ import soundfile
 def define_flags(fv) -> None:
     from absl import flags
 
-    flags.DEFINE_string("manual_dir", None, "LibriSpeech-layout corpus (extracted, not .tar.gz).", flag_values=fv,
-                        required=True)
+    flags.DEFINE_string(
+        "manual_dir", None, "LibriSpeech-layout corpus (extracted, not .tar.gz).", flag_values=fv, required=True
+    )
     flags.DEFINE_string("split", "test-clean", "The split to copy with noise.", flag_values=fv)
-    flags.DEFINE_string("noise_dir", None, "Noise recordings: a folder (recursive) or a list file.", flag_values=fv,
-                        required=True)
-    flags.DEFINE_string("out", None, "The noisy corpus (created; must not hold the split yet).", flag_values=fv,
-                        required=True)
+    flags.DEFINE_string(
+        "noise_dir", None, "Noise recordings: a folder (recursive) or a list file.", flag_values=fv, required=True
+    )
+    flags.DEFINE_string(
+        "out", None, "The noisy corpus (created; must not hold the split yet).", flag_values=fv, required=True
+    )
     flags.DEFINE_float("snr_db_min", 0.0, "Lowest SNR (dB).", flag_values=fv)
     flags.DEFINE_float("snr_db_max", 10.0, "Highest SNR (dB).", flag_values=fv)
     flags.DEFINE_integer("seed", 0, "Seeds every draw.", flag_values=fv)
@@ -44,8 +47,9 @@ def _root(manual_dir: str) -> str:
     return nested if os.path.isdir(nested) else manual_dir
 
 
-def make_noisy(manual_dir: str, split: str, noise_dir: str, out: str, snr_db: tuple[float, float],
-               seed: int = 0) -> dict:
+def make_noisy(
+    manual_dir: str, split: str, noise_dir: str, out: str, snr_db: tuple[float, float], seed: int = 0
+) -> dict:
     """Writes the noisy corpus; returns {'utterances', 'mean_snr_db', 'linked'}."""
     from ds2_jax import settings
     from ds2_jax.pipeline import augment
@@ -75,8 +79,9 @@ def make_noisy(manual_dir: str, split: str, noise_dir: str, out: str, snr_db: tu
         x = audio.astype(np.float32) / 32768.0
         y = augment.add_noise(x, mixer.noise_segment(len(x), float(rng.random()), rng), snr)
         os.makedirs(os.path.dirname(os.path.join(dst, rel)), exist_ok=True)
-        soundfile.write(os.path.join(dst, rel), np.clip(np.round(y * 32768), -32768, 32767).astype(np.int16), rate,
-                        subtype="PCM_16")
+        soundfile.write(
+            os.path.join(dst, rel), np.clip(np.round(y * 32768), -32768, 32767).astype(np.int16), rate, subtype="PCM_16"
+        )
         snrs.append(snr)
     for rel in files:  # transcripts and anything else as they are
         if not rel.endswith(".flac"):
@@ -94,11 +99,15 @@ def main(argv: list[str] | None = None) -> int:
     from ds2_jax import cli
 
     args, _ = cli.parse_args(argv, define_flags, __doc__)
-    done = make_noisy(args.manual_dir, args.split, args.noise_dir, args.out, (args.snr_db_min, args.snr_db_max),
-                      args.seed)
-    print(f"{os.path.join(args.out, 'LibriSpeech', args.split)}: {done['utterances']} utterances with noise at "
-          f"{args.snr_db_min:g}-{args.snr_db_max:g} dB SNR (mean {done['mean_snr_db'] or 0:.1f}); linked unchanged: "
-          f"{', '.join(done['linked']) or 'none'}", file=sys.stderr)
+    done = make_noisy(
+        args.manual_dir, args.split, args.noise_dir, args.out, (args.snr_db_min, args.snr_db_max), args.seed
+    )
+    print(
+        f"{os.path.join(args.out, 'LibriSpeech', args.split)}: {done['utterances']} utterances with noise at "
+        f"{args.snr_db_min:g}-{args.snr_db_max:g} dB SNR (mean {done['mean_snr_db'] or 0:.1f}); linked unchanged: "
+        f"{', '.join(done['linked']) or 'none'}",
+        file=sys.stderr,
+    )
     return 0
 
 

@@ -39,8 +39,21 @@ from ds2_jax.tools.make_corpus import require_espeak
 
 CV_RATE = 48_000
 MP3_COMPRESSION = 0.99  # libsndfile's VBR quality knob: ~40 kbit/s, keeps the bundled corpus small
-CV_COLUMNS = ("client_id", "path", "sentence_id", "sentence", "sentence_domain", "up_votes", "down_votes", "age",
-              "gender", "accents", "variant", "locale", "segment")
+CV_COLUMNS = (
+    "client_id",
+    "path",
+    "sentence_id",
+    "sentence",
+    "sentence_domain",
+    "up_votes",
+    "down_votes",
+    "age",
+    "gender",
+    "accents",
+    "variant",
+    "locale",
+    "segment",
+)
 
 # --- Text: a small Spanish grammar ---------------------------------------------------
 NOUNS = ["gato", "perro", "niño", "caballo", "pájaro", "señor", "campesino", "árbol", "ratón", "león"]
@@ -90,8 +103,9 @@ def speakers(rng: np.random.Generator, count: int) -> list[tuple[str, int, int]]
 
 def speak(exe: str, words: str, voice: str, rate: int, pitch: int) -> tuple[np.ndarray, int]:
     """espeak-ng -> (<float32>[n] in [-0.5, 0.5], its rate), silence trimmed to 0.05 s each side."""
-    wav = subprocess.run([exe, "-v", voice, "-s", str(rate), "-p", str(pitch), "--stdout", words],
-                         check=True, capture_output=True).stdout
+    wav = subprocess.run(
+        [exe, "-v", voice, "-s", str(rate), "-p", str(pitch), "--stdout", words], check=True, capture_output=True
+    ).stdout
     audio, rate_in = soundfile.read(io.BytesIO(wav), dtype="float32")
     loud = np.flatnonzero(np.abs(audio) > 0.02 * np.abs(audio).max())
     margin = rate_in // 20
@@ -141,16 +155,41 @@ def main(argv=None) -> int:
     nemo_rows = {s: [] for s in counts}
     with futures.ThreadPoolExecutor(args.workers) as pool:
         for (split, name, client, words, voice, _, _), (audio, rate) in pool.map(run, jobs):
-            soundfile.write(os.path.join(cv, "clips", name + ".mp3"), soxr.resample(audio, rate, CV_RATE), CV_RATE,
-                            format="MP3", bitrate_mode="VARIABLE", compression_level=MP3_COMPRESSION)
+            soundfile.write(
+                os.path.join(cv, "clips", name + ".mp3"),
+                soxr.resample(audio, rate, CV_RATE),
+                CV_RATE,
+                format="MP3",
+                bitrate_mode="VARIABLE",
+                compression_level=MP3_COMPRESSION,
+            )
             low = soxr.resample(audio, rate, args.nemo_rate)
             soundfile.write(os.path.join(nemo, "clips", name + ".wav"), low, args.nemo_rate, subtype="ULAW")
             gender = "female_feminine" if "+f" in voice else "male_masculine"
-            cv_rows[split].append([client, name + ".mp3", hashlib.sha256(words.encode()).hexdigest(), words, "", "2",
-                                   "0", "", gender, "", "", "es", ""])
-            nemo_rows[split].append({"audio_filepath": f"clips/{name}.wav",
-                                     "duration": round(len(low) / args.nemo_rate, 3),
-                                     "text": text.normalize(words)})
+            cv_rows[split].append(
+                [
+                    client,
+                    name + ".mp3",
+                    hashlib.sha256(words.encode()).hexdigest(),
+                    words,
+                    "",
+                    "2",
+                    "0",
+                    "",
+                    gender,
+                    "",
+                    "",
+                    "es",
+                    "",
+                ]
+            )
+            nemo_rows[split].append(
+                {
+                    "audio_filepath": f"clips/{name}.wav",
+                    "duration": round(len(low) / args.nemo_rate, 3),
+                    "text": text.normalize(words),
+                }
+            )
     for split in counts:
         with open(os.path.join(cv, f"{split}.tsv"), "w", encoding="utf-8") as f:
             f.write("\t".join(CV_COLUMNS) + "\n" + "".join("\t".join(r) + "\n" for r in cv_rows[split]))

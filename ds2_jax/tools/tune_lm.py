@@ -26,7 +26,9 @@ FLAGS = flags.FLAGS
 
 def define_flags() -> None:
     """The command line; defined only when run, so that tests can import this module."""
-    config_flags.DEFINE_config_file("config", None, "Config file; default: the workdir's config.json.", lock_config=True)
+    config_flags.DEFINE_config_file(
+        "config", None, "Config file; default: the workdir's config.json.", lock_config=True
+    )
     flags.DEFINE_string("workdir", None, "Training workdir (checkpoints/).")
     flags.DEFINE_string("lm", None, "ARPA or KenLM binary word LM (ds2_jax.tools.build_lm).")
     flags.DEFINE_string("split", "", "Split to tune on (default: eval.split or dataset.eval_split).")
@@ -34,8 +36,11 @@ def define_flags() -> None:
     flags.DEFINE_list("betas", ["0", "0.5", "1", "2", "3"], "Word bonuses to try.")
     flags.DEFINE_integer("beam_width", settings.LM_BEAM_WIDTH, "Beam width during the search (decoding.beam_width).")
     flags.DEFINE_integer("max_utterances", 0, "Utterances of the split used; 0 = all.")
-    flags.DEFINE_string("step", None, "Checkpoint step, or 'best' (the lowest in-training eval WER; "
-                        "keep_best_checkpoints); default: the latest.")
+    flags.DEFINE_string(
+        "step",
+        None,
+        "Checkpoint step, or 'best' (the lowest in-training eval WER; keep_best_checkpoints); default: the latest.",
+    )
     flags.mark_flags_as_required(["workdir", "lm"])
 
 
@@ -56,16 +61,24 @@ def grid_search(outputs, beam, alphas: list[float], betas: list[float]) -> list[
     return rows
 
 
-def tune(config: settings.Settings, workdir: str, lm: str, split: str, alphas, betas, beam_width: int,
-         max_utterances: int = 0, step: int | str | None = None) -> dict:
+def tune(
+    config: settings.Settings,
+    workdir: str,
+    lm: str,
+    split: str,
+    alphas,
+    betas,
+    beam_width: int,
+    max_utterances: int = 0,
+    step: int | str | None = None,
+) -> dict:
     """Runs the grid on checkpoint `step` (None: the latest; 'best': the lowest in-training eval WER);
     returns {'best': {...}, 'greedy': {...}, 'grid': [...], 'step': the step tuned, ...} and writes the json."""
-    from ds2_jax import decoding, evaluation, files, metrics
+    from ds2_jax import decoding, evaluation, files, metrics, text
 
-    from ds2_jax import text
-
-    beam = decoding.BeamSearchDecoder(settings.Decoding(beam_width=beam_width, lm_path=lm),
-                                      text.Alphabet.of_setting(config.model.alphabet))
+    beam = decoding.BeamSearchDecoder(
+        settings.Decoding(beam_width=beam_width, lm_path=lm), text.Alphabet.of_setting(config.model.alphabet)
+    )
     run = evaluation.prepare(config, workdir, step, log_probs=True)
     step = run.step
     split = split or config.eval.split or config.dataset.eval_split
@@ -73,16 +86,30 @@ def tune(config: settings.Settings, workdir: str, lm: str, split: str, alphas, b
     grid = grid_search(out, beam, [float(a) for a in alphas], [float(b) for b in betas])
     best = min(grid, key=lambda r: (r["wer"], r["cer"]))
     result = {
-        "split": split, "step": step, "lm": lm, "beam_width": beam_width, "utterances": len(out.references),
-        "greedy": metrics.error_rates(out.references, out.greedy), "best": best, "grid": grid,
+        "split": split,
+        "step": step,
+        "lm": lm,
+        "beam_width": beam_width,
+        "utterances": len(out.references),
+        "greedy": metrics.error_rates(out.references, out.greedy),
+        "best": best,
+        "grid": grid,
     }
     # One file per (split, step, beam, LM, subset): tuning against another LM, or on a subset, never replaces this one.
     subset = f"-max{max_utterances}" if max_utterances else ""
     path = os.path.join(workdir, f"tune_lm-{split}-{step}-beam{beam_width}-lm-{evaluation.lm_name(lm)}{subset}.json")
     files.write_text(path, json.dumps(result, indent=2))
     result["path"] = path
-    log.info("greedy WER %.4f CER %.4f; best alpha %.3g beta %.3g: WER %.4f CER %.4f -> %s",
-             result["greedy"]["wer"], result["greedy"]["cer"], best["alpha"], best["beta"], best["wer"], best["cer"], path)
+    log.info(
+        "greedy WER %.4f CER %.4f; best alpha %.3g beta %.3g: WER %.4f CER %.4f -> %s",
+        result["greedy"]["wer"],
+        result["greedy"]["cer"],
+        best["alpha"],
+        best["beta"],
+        best["wer"],
+        best["cer"],
+        path,
+    )
     return result
 
 
@@ -124,21 +151,38 @@ def main(argv):
 def _tune_and_print(step: int | str | None) -> None:
     from ds2_jax import cli, workdir_config
 
-    config = settings.from_config_dict(FLAGS.config) if FLAGS.config is not None else workdir_config.load_config(FLAGS.workdir)
+    config = (
+        settings.from_config_dict(FLAGS.config)
+        if FLAGS.config is not None
+        else workdir_config.load_config(FLAGS.workdir)
+    )
     try:
         with cli.quiet_console():  # each grid point's line goes to WORKDIR/log.txt; the table below is printed once
-            result = tune(config, FLAGS.workdir, FLAGS.lm, FLAGS.split, FLAGS.alphas, FLAGS.betas, FLAGS.beam_width,
-                          FLAGS.max_utterances, step)
+            result = tune(
+                config,
+                FLAGS.workdir,
+                FLAGS.lm,
+                FLAGS.split,
+                FLAGS.alphas,
+                FLAGS.betas,
+                FLAGS.beam_width,
+                FLAGS.max_utterances,
+                step,
+            )
     except ValueError as e:  # names decoding.* settings: say which flag
-        raise ValueError(cli.in_flag_names(str(e), {"decoding.lm_path": "--lm", "decoding.beam_width": "--beam_width"})) from e
+        raise ValueError(
+            cli.in_flag_names(str(e), {"decoding.lm_path": "--lm", "decoding.beam_width": "--beam_width"})
+        ) from e
     best = result["best"]
     print(f"{'alpha':>6} {'beta':>6} {'WER':>7} {'CER':>7}")
     for r in result["grid"]:
         print(f"{r['alpha']:6.3g} {r['beta']:6.3g} {r['wer']:7.4f} {r['cer']:7.4f}")
     print(f"greedy: WER {result['greedy']['wer']:.4f} CER {result['greedy']['cer']:.4f}")
-    print(f"best: --config.decoding.alpha={best['alpha']:g} --config.decoding.beta={best['beta']:g} "
-          f"(WER {best['wer']:.4f} CER {best['cer']:.4f} on {result['split']}, beam {result['beam_width']}; "
-          f"all in {result['path']})")
+    print(
+        f"best: --config.decoding.alpha={best['alpha']:g} --config.decoding.beta={best['beta']:g} "
+        f"(WER {best['wer']:.4f} CER {best['cer']:.4f} on {result['split']}, beam {result['beam_width']}; "
+        f"all in {result['path']})"
+    )
 
 
 if __name__ == "__main__":

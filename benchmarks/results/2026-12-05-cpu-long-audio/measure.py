@@ -50,9 +50,11 @@ def main() -> None:
     long = joined(short, per_file, model.sample_rate)
     seconds = [len(wav) / model.sample_rate for wav, _ in long]
     windows = [len(model.windows(len(wav))) for wav, _ in long]
-    print(f"{len(short)} utterances; {len(long)} long files of {', '.join(f'{s:.1f}' for s in seconds)} s "
-          f"({', '.join(map(str, windows))} windows of {transcribe.WINDOW_SECONDS:g} s, "
-          f"{transcribe.CONTEXT_SECONDS:g} s context each side)")
+    print(
+        f"{len(short)} utterances; {len(long)} long files of {', '.join(f'{s:.1f}' for s in seconds)} s "
+        f"({', '.join(map(str, windows))} windows of {transcribe.WINDOW_SECONDS:g} s, "
+        f"{transcribe.CONTEXT_SECONDS:g} s context each side)"
+    )
     print(f"each utterance alone:   {scores(model, short)}")
     print(f"long files in windows:  {scores(model, long)}")
     transcribe.WINDOW_SECONDS = 10 * max(seconds)
