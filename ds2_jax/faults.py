@@ -3,8 +3,8 @@ the points where the tests kill or hang a run, to prove that it resumes, stops a
 
 `Hooks(config.faults)`'s methods do nothing unless config.faults names their point; the
 loop and the input workers call them unconditionally, so each point shows where it is.
-(A non-finite loss, faults.nan_at_steps, is injected inside the train step: a static
-argument, state.step_kwargs.)
+A non-finite step (faults.nan_at_steps) wraps the train step instead (`with_nan_features`,
+applied by train.compile_train_step): the pure loss knows nothing of it.
 """
 
 from __future__ import annotations
@@ -63,3 +63,18 @@ def parse_steps(spec: str) -> tuple[int, ...]:
             raise ValueError(f"empty step range {part!r}")
         steps.extend(range(first, last + 1))
     return tuple(steps)
+
+
+def with_nan_features(step_fn, steps: tuple[int, ...]):
+    """step_fn(state, batch, ...) whose features are NaN at `steps` (config.faults.nan_at_steps): the
+    loss, gradients and batch-norm statistics turn NaN through the real model, so what the drill tests
+    is the step's own refusal of a non-finite update. The state it returns keeps the real per-bin
+    feature mean (the one input poisoned)."""
+    import jax.numpy as jnp
+
+    def step(state, batch, *rest, **kwargs):
+        poisoned = jnp.where(jnp.isin(state.step, jnp.asarray(steps)), jnp.nan, state.feature_mean)
+        new_state, metrics = step_fn(state.replace(feature_mean=poisoned), batch, *rest, **kwargs)
+        return new_state.replace(feature_mean=state.feature_mean), metrics
+
+    return step

@@ -18,7 +18,7 @@ import numpy as np
 import optax
 from flax.training import train_state
 
-from ds2_jax import checkpoint, errors, faults, features, model, settings
+from ds2_jax import checkpoint, errors, features, model, settings
 from ds2_jax.kernels import dispatch
 
 log = logging.getLogger("ds2_jax")
@@ -187,7 +187,6 @@ def step_kwargs(config: settings.Settings) -> dict:
         norm_by_times=config.loss.norm_by_times,
         ctc_impl=config.loss.ctc_impl,  # 'auto': kernels.dispatch.ctc_impl, where the loss runs
         learning_rate_fn=learning_rate_schedule(run_optimizer(config)),
-        nan_steps=faults.parse_steps(config.faults.nan_at_steps),
     )
 
 

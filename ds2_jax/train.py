@@ -65,7 +65,6 @@ def loss_function(
     augment: settings.SpecAugment,
     norm_by_times: bool,
     ctc_impl: str,
-    nan_steps: tuple[int, ...] = (),
     axis_name: str | None = AXIS,
 ) -> Callable:
     """params -> (this device's share of the global batch's mean loss, (new batch-norm
@@ -93,8 +92,6 @@ def loss_function(
         used = ok.astype(jnp.float32) * weights
         count = psum(jnp.sum(used), axis_name)
         local_sum = jnp.sum(loss * used)
-        if nan_steps:  # fault injection (config.faults.nan_at_steps)
-            local_sum = local_sum * jnp.where(jnp.isin(state.step, jnp.asarray(nan_steps)), jnp.nan, 1.0)
         return local_sum / jnp.maximum(count, 1.0), (updates["batch_stats"], local_sum, count, used)
 
     return loss_fn
@@ -164,7 +161,14 @@ def all_finite(tree) -> jax.Array:
 
 def compile_train_step(config: settings.Settings) -> Callable:
     """The train step compiled for config.parallelism, or eager with config.compile=False."""
-    return parallel.make(config).compile(train_step, step_kwargs(config))
+    return parallel.make(config).compile(step_function(config), step_kwargs(config))
+
+
+def step_function(config: settings.Settings) -> Callable:
+    """train_step, or with config.faults.nan_at_steps the step whose features are NaN at those
+    steps (faults.with_nan_features): the pure loss knows nothing of fault injection."""
+    nan_steps = faults.parse_steps(config.faults.nan_at_steps)
+    return faults.with_nan_features(train_step, nan_steps) if nan_steps else train_step
 
 
 # ----------------------------------------------------------------------------- loop
@@ -237,7 +241,7 @@ def _train(config: settings.Settings, workdir: str, mgr, preemption: resilience.
     changes = _resume_notes(config, workdir, start)
     kw = step_kwargs(config)  # computed once: the eval step takes its model, features and loss from it
     est = _check_device_memory(config, par, state, source, kw)
-    p_train, p_eval = par.compile(train_step, kw), eval_step.compile_eval_step(par, kw)  # eval: the placed state, as is
+    p_train, p_eval = par.compile(step_function(config), kw), eval_step.compile_eval_step(par, kw)  # eval: as placed
     state, step_rng = par.put_replicated(state), par.put_replicated(step_rng)
     on_one_cpu_host = par.devices[0].platform == "cpu" and jax.process_count() == 1
     if on_one_cpu_host and par.kind != "eager" and hasattr(p_train, "lower"):  # else: the estimate alone

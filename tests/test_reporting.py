@@ -71,7 +71,9 @@ def step_records():
     )
     source = make_source(config, Sharding(2))
     state = state_lib.initial_state(config, source, jax.random.PRNGKey(0))
-    step = jax.jit(lambda s, b, r: train.train_step(s, b, r, axis_name=None, **state_lib.step_kwargs(config)))
+    step = jax.jit(
+        lambda s, b, r: train.step_function(config)(s, b, r, axis_name=None, **state_lib.step_kwargs(config))
+    )
     records = []
     for i in range(6):
         state, m = step(state, {k: jnp.asarray(v) for k, v in source.train_batch(i).items()}, jax.random.PRNGKey(1))
