@@ -31,8 +31,9 @@ def conv_specs(num_conv_layers: int) -> list[ConvSpec]:
 
 def _floor_div(a, b: int):
     """a // b; on a jax array jnp.floor_divide, which converts to ONNX with a symbolic batch (the
-    `//` operator's integer remainder does not: jax2onnx 0.17). jax is imported only when given one."""
-    if isinstance(a, (np.ndarray, np.generic)) or not hasattr(a, "shape"):  # ints, numpy, symbolic dimensions
+    `//` operator's integer remainder does not: jax2onnx 0.17); anything else (ints, numpy, torch
+    tensors of the PyTorch twin, symbolic dimensions) divides with `//`. jax is imported only for one."""
+    if not hasattr(a, "shape") or type(a).__module__.split(".")[0] not in ("jax", "jaxlib"):
         return a // b
     import jax.numpy as jnp
 
