@@ -227,7 +227,7 @@ def test_every_dataset_name_has_a_source():
 
 
 # Modules no test file imports or runs: each is tested through the module that uses it, in
-# the test file named (BUILD_NOTES.md, Testing: tests are grouped by behaviour, not one per module).
+# the test file named (docs/develop.md, Tests: tests are grouped by behaviour, not one per module).
 REACHED_THROUGH = {
     "ds2_jax.faults": "test_faults.py",  # every fault point: the kill, hang and dead-worker drills
     "ds2_jax.kernels.ctc": "test_ctc.py",  # ctc.ctc_loss with impl 'pallas' against optax and PyTorch
