@@ -51,7 +51,7 @@ USAGE_MISTAKES = [
         ("-m", "ds2_jax.demo", "--workdir={w}", "--config.model.rnn_sise=8"),
         "error: unknown config key 'model.rnn_sise'",
     ),
-    (("-m", "ds2_jax.transcribe", "a.wav"), "error: --workdir is required"),
+    (("-m", "ds2_jax.transcribe", "a.wav"), "error: give one of --workdir (a training workdir) or --model"),
     (
         ("-m", "ds2_jax.transcribe", "--workdir={w}", "--beam_width=wide", "a.wav"),
         "error: --beam_width=wide: expected an integer",
