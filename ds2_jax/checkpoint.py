@@ -191,13 +191,18 @@ def unfinished(mgr: ocp.CheckpointManager, step: int) -> str | None:
     items = [n for n in os.listdir(folder) if os.path.isdir(os.path.join(folder, n))]
     if not items:
         return "item folder (e.g. default/): an empty or partial folder"
-    others = [os.path.join(directory, str(s)) for s in mgr.all_steps() if s != step]
     for marker in COMMIT_MARKERS:
-        if not os.path.isfile(os.path.join(folder, marker)) and any(
-            os.path.isfile(os.path.join(o, marker)) for o in others
-        ):
+        if not os.path.isfile(os.path.join(folder, marker)) and _writes(mgr, marker, step):
             return marker
     return None
+
+
+def _writes(mgr: ocp.CheckpointManager, marker: str, step: int, alone: bool = False) -> bool:
+    """Whether this orbax writes `marker` into a finished save: a step other than `step` has it
+    (`alone`: the answer where there is no other step to tell)."""
+    directory = os.fspath(mgr.directory)
+    others = [s for s in mgr.all_steps() if s != step]
+    return any(os.path.isfile(os.path.join(directory, str(s), marker)) for s in others) or (alone and not others)
 
 
 def being_written(mgr: ocp.CheckpointManager) -> list[int]:
@@ -276,7 +281,10 @@ def restore_latest(mgr: ocp.CheckpointManager, target, move_damaged: bool = Fals
             state = mgr.restore(step, args=ocp.args.StandardRestore(target))
         except Exception as e:  # orbax raises many types for damaged files
             folder = os.path.join(os.fspath(mgr.directory), str(step))
-            if not os.path.isfile(os.path.join(folder, COMMIT_MARKER)):  # a save written in place, under way
+            if not os.path.isfile(os.path.join(folder, COMMIT_MARKER)) and _writes(
+                mgr, COMMIT_MARKER, step, alone=True
+            ):
+                # a save written in place, under way (an orbax that writes no commit marker never does that)
                 failures.append(
                     (
                         step,
