@@ -65,6 +65,10 @@ def ranked_steps(directory: str) -> list[int]:
     by a run with keep_best_checkpoints)."""
     if not os.path.isdir(directory):
         return []
+    # No step folder holds orbax's metrics item: nothing to ask orbax (whose read-only manager also
+    # syncs all processes at construction, which a multi-process run must not do here).
+    if not any(os.path.isdir(os.path.join(directory, n, "metrics")) for n in os.listdir(directory) if n.isdigit()):
+        return []
     absl_log = logging.getLogger("absl")
     absl_log.addFilter(_drop_read_only_notes)  # orbax says at construction what read_only implies
     try:
