@@ -73,13 +73,7 @@ def inference_function(config: settings.Settings, state):
 
     from ds2_jax import features, model
 
-    cfg = dataclasses.replace(
-        model.ModelConfig.of(config.model, num_bins=config.features.num_bins),
-        rnn_impl="scan",
-        conv_impl="direct",
-        dtype="float32",
-        sync_batch_norm=False,
-    )
+    cfg = inference_model_config(config)
     net = model.DeepSpeech2(cfg)
     variables = {"params": state.params, "batch_stats": state.batch_stats}
 
@@ -89,6 +83,20 @@ def inference_function(config: settings.Settings, state):
         return jax.nn.log_softmax(logits, axis=-1), lengths
 
     return log_probs
+
+
+def inference_model_config(config: settings.Settings):
+    """The model as exported: float32, the reference recurrence and convs (the kernels are not
+    portable), batch norm per device (inference reads its running statistics)."""
+    from ds2_jax import model
+
+    return dataclasses.replace(
+        model.ModelConfig.of(config.model, num_bins=config.features.num_bins),
+        rnn_impl="scan",
+        conv_impl="direct",
+        dtype="float32",
+        sync_batch_norm=False,
+    )
 
 
 def stablehlo_path(out: str) -> str:
@@ -101,16 +109,10 @@ def export_stablehlo(config: settings.Settings, state, out: str) -> None:
     import jax
     import jax.numpy as jnp
 
-    from ds2_jax import eval_step, files, model
+    from ds2_jax import eval_step, files
 
     fc = config.features.spectrogram
-    cfg = dataclasses.replace(
-        model.ModelConfig.of(config.model, num_bins=config.features.num_bins),
-        rnn_impl="scan",
-        conv_impl="direct",
-        dtype="float32",
-        sync_batch_norm=False,
-    )
+    cfg = inference_model_config(config)
 
     def log_probs(audio, audio_lengths):
         logits, lengths = eval_step.forward(state, audio, audio_lengths, model_cfg=cfg, feature_cfg=fc)
