@@ -6,7 +6,8 @@
 #      device: 200 steps, median of the 20-step intervals after the first, and utterances per second;
 #   3. 16 s utterances at 16 per device, jax against torch_cudnn_graphs, bf16.
 # Run from the repository root with OUT set and .whl carried (fetch-wheels.sh, with tensorboardX==2.6.4);
-# BUDGET_S (default 560); PARTS (default 'scaling launch long') picks the parts.
+# BUDGET_S (default 560); PARTS (default 'scaling launch long') picks the parts, SCALING_BATCHES (default
+# '32 48') and LAUNCH_BATCHES (default '16 32 48 64') the per-device batches of parts 1 and 2.
 set -u
 START=$SECONDS
 left() { echo $(( ${BUDGET_S:-560} - (SECONDS - START) )); }
@@ -32,9 +33,9 @@ m = statistics.median(t)
 print(f'| {b} | {1e3 * m:.2f} | {b / m:,.0f} | {len(t)} |')" /tmp/w/b$1/metrics.jsonl $1 | tee -a $OUT/launch.md
 }
 has() { [[ " ${PARTS:-scaling launch long} " == *" $1 "* ]]; }
-has scaling && for b in 32 48; do scaling b$b --variants=jax,torch_cudnn_graphs --dtype=bfloat16,float32 --config.per_device_batch_size=$b; done
+has scaling && for b in ${SCALING_BATCHES:-32 48}; do scaling b$b --variants=jax,torch_cudnn_graphs --dtype=bfloat16,float32 --config.per_device_batch_size=$b; done
 has launch && echo "| per device | launch.py ms/step | utt/s | intervals |" > $OUT/launch.md
-has launch && for b in 16 32 48 64; do launch $b; done
+has launch && for b in ${LAUNCH_BATCHES:-16 32 48 64}; do launch $b; done
 has long && scaling b16-16s --variants=jax,torch_cudnn_graphs --dtype=bfloat16 --config.per_device_batch_size=16 \
     --config.dataset.synthetic_min_duration_s=16 --config.dataset.synthetic_max_duration_s=16
 grep -h "recurrence:\|ctc:\|error:" $OUT/launch-*.log | sort | uniq -c
