@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 
-from ds2_jax.datasets import build, librispeech_local
+from ds2_jax.datasets import build, kept_splits, librispeech_local
 from tests import librispeech_testdata as td
 
 
@@ -178,36 +178,86 @@ def test_a_linked_speaker_folder_is_read_loops_once_and_a_broken_link_is_counted
     assert build.source_of(str(tmp_path / "manual"))["content_fingerprint"] != before["content_fingerprint"]
 
 
-def test_a_truncated_archive_names_itself_and_says_to_download_it_again(tmp_path, monkeypatch):
-    """issue 40: a .tar.gz cut short mid-download was an EOFError traceback from inside tfds, after
-    the splits before it were built (and then discarded with the failed build)."""
+def _counting_generators(monkeypatch) -> list[str]:
+    """Records the LibriSpeech split of each tree or archive the build reads (the builder's generators)."""
+    built: list[str] = []
+    for name in ("generate_from_tree", "generate_from_tar"):
+        real = getattr(librispeech_local, name)
+        monkeypatch.setattr(
+            librispeech_local, name, lambda path, report, real=real: built.append(report.split) or real(path, report)
+        )
+    return built
+
+
+def _split_sizes(builder) -> dict[str, int]:
+    return {name: info.num_examples for name, info in builder.info.splits.items()}
+
+
+def test_a_truncated_archive_names_itself_and_costs_only_its_own_split(tmp_path, monkeypatch):
+    """issue 40: a .tar.gz cut short mid-download was an EOFError traceback from inside tfds, and the
+    splits built before it were discarded with the failed build. Now its error names it and says to
+    download it again, the splits before and after it are built and kept, and the next build, once
+    the archive is whole, builds only that split."""
+    manual, data_dir = tmp_path / "manual", str(tmp_path / "tfds")
     staging = tmp_path / "staging" / "dev-other"
     td.write_bad_inputs(str(staging))
-    (tmp_path / "manual").mkdir()
-    archive = tmp_path / "manual" / "dev-other.tar.gz"
+    manual.mkdir()
+    archive = manual / "dev-other.tar.gz"
     td.tar_split(str(staging), str(archive))
-    data = archive.read_bytes()
-    archive.write_bytes(data[: len(data) * 2 // 3])  # cut mid-file
-    report = librispeech_local.SplitReport("dev-other")
+    whole = archive.read_bytes()
+    archive.write_bytes(whole[: len(whole) * 2 // 3])  # cut mid-file
     with pytest.raises(OSError, match=rf"{archive} is truncated or damaged .*: download it again"):
-        list(librispeech_local.generate_from_tar(str(archive), report))
-    td.write_bad_inputs(str(tmp_path / "manual" / "LibriSpeech" / "dev-clean"))  # a good split beside it
-    trees = []
-    monkeypatch.setattr(
-        librispeech_local,
-        "generate_from_tree",
-        lambda *a, real=librispeech_local.generate_from_tree: trees.append(a) or real(*a),
-    )
-    with pytest.raises(Exception) as built:  # through tfds's build too: the cause names the archive
-        build.build(str(tmp_path / "manual"), str(tmp_path / "tfds"))
-    assert not trees  # found before any split was built: tfds discards a failed build whole
-    chain, err = [], built.value
-    while err is not None:
-        chain.append(str(err))
-        err = err.__cause__ or err.__context__
-    assert any("download it again" in text for text in chain), chain
-    assert isinstance(built.value, OSError), type(built.value)  # one `error:` line, not a traceback
-    assert "disk full" not in str(built.value)  # an OSError, but not the disk's
+        list(librispeech_local.generate_from_tar(str(archive), librispeech_local.SplitReport("dev-other")))
+    for split in ("dev-clean", "test-clean"):  # good splits before and after it
+        td.write_bad_inputs(str(manual / "LibriSpeech" / split))
+    built = _counting_generators(monkeypatch)
+    with pytest.raises(OSError, match=rf"{archive} is truncated or damaged .*: download it again") as failed:
+        build.build(str(manual), data_dir)
+    assert type(failed.value) is librispeech_local.DamagedArchive  # one `error:` line, not tfds's wrapper
+    assert "disk full" not in str(failed.value)  # an OSError, but not the disk's
+    assert built == ["dev-clean", "dev-other", "test-clean"]  # the one after it built too
+    kept = tmp_path / "tfds" / "librispeech_local" / kept_splits.FOLDER
+    assert sorted(os.listdir(kept)) == ["dev_clean", "test_clean"]
+    archive.write_bytes(whole)  # downloaded again
+    built.clear()
+    builder = build.build(str(manual), data_dir)
+    assert built == ["dev-other"]  # only the split that failed
+    assert not kept.exists()  # a build that succeeds keeps nothing
+    sizes = _split_sizes(builder)
+    assert sorted(sizes) == ["dev_clean", "dev_other", "test_clean"] and len(set(sizes.values())) == 1
+    assert set(build.reports(builder)) == set(sizes)  # the kept splits' build reports came back with them
+    for split in sizes:  # every split reads back whole
+        assert len(builder.as_data_source(split)) == sizes[split]
+
+
+def test_a_kept_split_is_built_again_when_its_files_change_and_any_failure_keeps_the_finished_ones(
+    tmp_path, monkeypatch
+):
+    """Not only archives: any failure mid-build (here a bug raising in the second split) keeps the
+    splits finished before it; a kept split whose files changed since (a transcript edited) is built
+    again, not taken."""
+    manual, data_dir = tmp_path / "manual", str(tmp_path / "tfds")
+    for split in ("dev-clean", "dev-other", "test-clean"):
+        td.write_bad_inputs(str(manual / "LibriSpeech" / split))
+    built = _counting_generators(monkeypatch)
+    real = librispeech_local.make_example
+
+    def fails_in_dev_other(utt_id, flac, transcript, report):
+        if report.split == "dev-other":
+            raise RuntimeError("a bug in the second split")
+        return real(utt_id, flac, transcript, report)
+
+    monkeypatch.setattr(librispeech_local, "make_example", fails_in_dev_other)
+    with pytest.raises(RuntimeError, match="a bug in the second split"):
+        build.build(str(manual), data_dir)
+    assert built == ["dev-clean", "dev-other"]  # stopped at the failure: nothing after it is built
+    monkeypatch.setattr(librispeech_local, "make_example", real)
+    with open(manual / "LibriSpeech" / "dev-clean" / "1" / "10" / "1-10.trans.txt", "ab") as f:
+        f.write(b"1-10-0099 AN EDIT\n")
+    built.clear()
+    builder = build.build(str(manual), data_dir)
+    assert built == ["dev-clean", "dev-other", "test-clean"]  # dev-clean's kept copy no longer matched
+    assert build.reports(builder)["dev_clean"]["transcripts_without_audio"] >= 1  # built from the edit
 
 
 def test_a_full_disk_during_the_build_is_the_projects_disk_full_line(tmp_path, monkeypatch):

@@ -7,7 +7,8 @@
 DIR holds LibriSpeech/<split>/... or <split>.tar.gz (see librispeech_local.py), or, with
 --name=manifest, <split>.tsv/.csv/.jsonl/.json manifests (see manifest.py); D is the tfds
 data dir ('' = tfds default, ~/tensorflow_datasets). Splits already built are kept:
-delete D/<name> to rebuild.
+delete D/<name> to rebuild. A librispeech_local build that fails (a damaged archive, a full
+disk, Ctrl-C) keeps the splits it finished for the next build (datasets.kept_splits).
 
 The prepared dataset records the manual dir it was built from and a fingerprint of its
 file list (names and sizes; `SOURCE_RECORD`). Opening it with a manual dir whose files

@@ -34,6 +34,7 @@ import soundfile
 import tensorflow_datasets as tfds
 
 from ds2_jax import files, geometry, text
+from ds2_jax.datasets import kept_splits
 
 SAMPLE_RATE = 16_000
 # The conv stack the CTC feasibility check assumes (the default model's).
@@ -231,30 +232,25 @@ def generate_from_tar(path: str, report: SplitReport) -> Iterator:
         raise damaged_archive(path, e) from e
 
 
-def damaged_archive(path: str, cause: BaseException) -> OSError:
-    return OSError(
+class DamagedArchive(OSError):
+    """A .tar.gz cut short or damaged: its split is not built; the others are, and are kept."""
+
+
+def damaged_archive(path: str, cause: BaseException) -> DamagedArchive:
+    return DamagedArchive(
         f"{path} is truncated or damaged ({type(cause).__name__}: {cause}): download it again (and check "
-        "its size against openslr.org/12), or remove it from dataset.manual_dir to build the other splits"
+        "its size against openslr.org/12); the other splits were built and are kept (datasets.kept_splits), "
+        "so the next build makes only this one"
     )
 
 
-def check_archive(path: str, block: int = 1 << 20) -> None:
-    """Reads a .tar.gz's whole gzip stream (nothing kept): damaged_archive when it is cut short
-    or damaged. Run on every archive before any split is written, since tfds discards a failed
-    build whole: a bad archive then costs no split built before it, only this read."""
-    stream = zlib.decompressobj(wbits=31)
-    try:
-        with open(path, "rb") as f:
-            while data := f.read(block):
-                while data:
-                    stream.decompress(data)
-                    data = stream.unused_data if stream.eof else b""
-                    if data:  # a second gzip member
-                        stream = zlib.decompressobj(wbits=31)
-    except (zlib.error, OSError) as e:
-        raise damaged_archive(path, e) from e
-    if not stream.eof:
-        raise damaged_archive(path, EOFError("the gzip stream ends before its end"))
+def damaged_in(error: BaseException) -> DamagedArchive | None:
+    """The DamagedArchive that `error` is or was raised from (tfds's writer may wrap it), if any."""
+    while error is not None:
+        if isinstance(error, DamagedArchive):
+            return error
+        error = error.__cause__ or error.__context__
+    return None
 
 
 def _generate_from_tar(path: str, report: SplitReport) -> Iterator:
@@ -344,6 +340,7 @@ class LibrispeechLocal(tfds.core.GeneratorBasedBuilder):
     def __init__(self, **kwargs):
         kwargs.setdefault("file_format", "array_record")  # random access without TF
         super().__init__(**kwargs)
+        self._building: dict[str, tuple[str, str]] = {}  # the split being built: LibriSpeech name -> (kind, path)
 
     def is_prepared(self) -> bool:
         with quiet_tfds():
@@ -366,6 +363,13 @@ class LibrispeechLocal(tfds.core.GeneratorBasedBuilder):
         )
 
     def _split_generators(self, dl_manager):
+        """The one split _download_and_prepare is building now."""
+        return {tfds_split(s): self._generate_examples(s, kind, path) for s, (kind, path) in self._building.items()}
+
+    def _download_and_prepare(self, dl_manager, download_config=None) -> None:
+        """Builds the manual dir's splits one at a time, keeping each as it is finished
+        (datasets.kept_splits) and taking back those a failed build of the same files kept. A damaged
+        archive skips its split and the others still build; then it is raised."""
         manual_dir = os.fspath(dl_manager.manual_dir)
         found = find_splits(manual_dir)
         if not found:
@@ -373,11 +377,32 @@ class LibrispeechLocal(tfds.core.GeneratorBasedBuilder):
                 f"no LibriSpeech split (LibriSpeech/<split>/ or <split>.tar.gz for <split> in "
                 f"{', '.join(LIBRISPEECH_SPLITS)}) in manual dir {manual_dir!r}"
             )
-        for kind, path in found.values():
-            if kind == "tar":
-                check_archive(path)  # before the first split is built: a failed build keeps none
         logging.info("librispeech_local: building %s", {s: p for s, (_, p) in found.items()})
-        return {tfds_split(s): self._generate_examples(s, kind, path) for s, (kind, path) in found.items()}
+        data_dir = os.fspath(self.data_dir)  # the build's temporary folder
+        dataset_root = os.path.dirname(os.path.normpath(data_dir))  # <data_dir>/librispeech_local
+        infos, damaged = [], []
+        for split, (kind, path) in found.items():
+            name = tfds_split(split)
+            split_key = kept_splits.key(str(self.VERSION), split, kind, path, walk)
+            info = kept_splits.take(dataset_root, name, split_key, self._get_filename_template(split_name=name))
+            if info is None:
+                self._building = {split: (kind, path)}
+                try:
+                    super()._download_and_prepare(dl_manager, download_config or tfds.download.DownloadConfig())
+                except Exception as e:
+                    if damaged_in(e) is None:
+                        raise
+                    logging.error("%s", damaged_in(e))
+                    damaged.append(damaged_in(e))
+                    continue
+                info = self.info.splits[name]
+                extra = [os.path.basename(report_path(data_dir, split))]
+                kept_splits.save(dataset_root, info, split_key, data_dir, extra)
+            infos.append(info)
+        if damaged:
+            raise damaged[0]
+        self.info.set_splits(tfds.core.SplitDict(infos))
+        kept_splits.clear(dataset_root)
 
     def _generate_examples(self, split: str, kind: str, path: str):
         report = SplitReport(split)
