@@ -60,11 +60,14 @@ class TimedWord:
     end: float  # the end of the last such frame
 
 
-def word_timings(path: np.ndarray, length: int, alphabet: text.Alphabet, frame_seconds: float) -> list[TimedWord]:
+def word_timings(
+    path: np.ndarray, length: int, alphabet: text.Alphabet, frame_seconds: float, delay: float = 0.0
+) -> list[TimedWord]:
     """The words of one argmax path (greedy_texts' words, in order) with their times: a word
     spans the frames from its first character's first emission to its last character's last
     (repeats included); output frame t covers [t, t + 1) * frame_seconds (hop x the first conv's
-    time stride: ds2_jax.transcribe.Transcriber.frame_seconds)."""
+    time stride: ds2_jax.transcribe.Transcriber.frame_seconds), moved `delay` seconds earlier (the
+    model's emission delay, ds2_jax.timing), never before 0."""
     words: list[TimedWord] = []
     chars: list[str] = []
     first = last = 0
@@ -78,12 +81,16 @@ def word_timings(path: np.ndarray, length: int, alphabet: text.Alphabet, frame_s
                 chars.append(char)
             last = t
         elif char == " " and chars:
-            words.append(TimedWord("".join(chars), first * frame_seconds, (last + 1) * frame_seconds))
+            words.append(_timed("".join(chars), first, last, frame_seconds, delay))
             chars = []
         previous = label
     if chars:
-        words.append(TimedWord("".join(chars), first * frame_seconds, (last + 1) * frame_seconds))
+        words.append(_timed("".join(chars), first, last, frame_seconds, delay))
     return words
+
+
+def _timed(word: str, first: int, last: int, frame_seconds: float, delay: float) -> TimedWord:
+    return TimedWord(word, max(first * frame_seconds - delay, 0.0), max((last + 1) * frame_seconds - delay, 0.0))
 
 
 def silence_id(alphabet: text.Alphabet) -> int:

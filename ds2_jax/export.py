@@ -33,8 +33,9 @@ from ds2_jax import errors, geometry, onnx_model, settings
 OPSET = 21  # onnxruntime >= 1.20 runs it; jax2onnx's default (23) needs a newer runtime than many have
 
 
-def metadata(config: settings.Settings, step: int) -> dict[str, str]:
-    """The ds2_jax keys of the ONNX file's metadata (onnx_model.MetaData reads them back)."""
+def metadata(config: settings.Settings, step: int, emission_delay_s: float = 0.0) -> dict[str, str]:
+    """The ds2_jax keys of the ONNX file's metadata (onnx_model.MetaData reads them back);
+    `emission_delay_s`: the model's, for word timings (ds2_jax.timing)."""
     fc, mc = config.features.spectrogram, config.model
     stride = geometry.FIRST_CONV.strides[0]
     return {
@@ -49,6 +50,7 @@ def metadata(config: settings.Settings, step: int) -> dict[str, str]:
         "ds2_jax.bidirectional": str(mc.bidirectional).lower(),
         "ds2_jax.lookahead_seconds": repr(lookahead_seconds(config)),
         "ds2_jax.step": str(step),
+        "ds2_jax.emission_delay_s": repr(float(emission_delay_s)),
     }
 
 
@@ -126,7 +128,7 @@ def export_stablehlo(config: settings.Settings, state, out: str) -> None:
         f.write(exported.serialize())
 
 
-def export_onnx(config: settings.Settings, state, step: int, out: str) -> None:
+def export_onnx(config: settings.Settings, state, step: int, out: str, emission_delay_s: float = 0.0) -> None:
     """Writes the ONNX model of `state` to `out` (atomically: a reader never sees half a file)."""
     import logging
 
@@ -148,12 +150,23 @@ def export_onnx(config: settings.Settings, state, step: int, out: str) -> None:
         input_names=list(onnx_model.INPUTS),
         output_names=list(onnx_model.OUTPUTS),
     )
-    for key, value in metadata(config, step).items():
+    for key, value in metadata(config, step, emission_delay_s).items():
         entry = proto.metadata_props.add()
         entry.key, entry.value = key, value
     with files.replacing(out, "wb") as f:
         f.write(proto.SerializeToString())
     onnx.checker.check_model(out)
+
+
+def emission_delay(workdir: str, config: settings.Settings, step: int) -> float:
+    """The checkpoint's emission delay for word timings: recorded, or measured now (ds2_jax.timing)."""
+    from ds2_jax import timing, transcribe
+
+    known = timing.recorded(workdir, step)
+    if known is not None:
+        return known
+    greedy = transcribe.Transcriber(workdir, settings.Decoding(beam_width=0), step=step, config=config)
+    return timing.delay_of_workdir(workdir, greedy)
 
 
 def define_flags(fv) -> None:
@@ -187,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     absl_logging.set_verbosity(absl_logging.WARNING)  # orbax's restore chatter
     config = workdir_config.load_config(args.workdir)
     restored, step = state.restore_state(config, args.workdir, step)
-    export_onnx(config, restored, step, args.out)
+    export_onnx(config, restored, step, args.out, emission_delay(args.workdir, config, step))
     export_stablehlo(config, restored, stablehlo_path(args.out))
     print(
         f"wrote {args.out}: step {step} of {os.path.abspath(args.workdir)}, "

@@ -39,6 +39,7 @@ class MetaData:
     bidirectional: bool
     lookahead_seconds: float
     step: int
+    emission_delay_s: float = 0.0  # subtracted from word times (ds2_jax.timing); 0 in exports before it
 
     @classmethod
     def of(cls, props: dict[str, str], path: str) -> "MetaData":
@@ -63,6 +64,7 @@ class MetaData:
                 bidirectional=props["ds2_jax.bidirectional"] == "true",
                 lookahead_seconds=float(props["ds2_jax.lookahead_seconds"]),
                 step=int(props["ds2_jax.step"]),
+                emission_delay_s=float(props.get("ds2_jax.emission_delay_s", "0")),
             )
         except (KeyError, ValueError) as e:
             raise ValueError(

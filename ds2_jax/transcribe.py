@@ -131,6 +131,8 @@ def load_audio(path: str, sample_rate: int = 16_000) -> np.ndarray:
 class Transcriber:
     """A restored model plus a decoder; `transcribe` maps int16 waveforms at the model's rate to texts."""
 
+    emission_delay = 0.0  # seconds taken off every word time: the model's (ds2_jax.timing); main sets it
+
     def __init__(
         self,
         workdir: str,
@@ -204,7 +206,7 @@ class Transcriber:
             if isinstance(ids, BaseException):
                 out.append(ids)
                 continue
-            words = decoding.word_timings(ids, len(ids), self.alphabet, self.frame_seconds)
+            words = decoding.word_timings(ids, len(ids), self.alphabet, self.frame_seconds, self.emission_delay)
             out.append((decoding.greedy_texts(ids[None], np.array([len(ids)]), self.alphabet)[0], words))
         return out
 
@@ -290,6 +292,7 @@ class OnnxTranscriber(Transcriber):
             meta.num_conv_layers,
         )
         self.batch_size = batch_size
+        self.emission_delay = meta.emission_delay_s
         self._forward = self.model.decoder_inputs
 
 
@@ -332,7 +335,8 @@ def define_flags(fv) -> None:
     flags.DEFINE_boolean(
         "timestamps",
         False,
-        "Each word's start and end (seconds, from the greedy path's frames): a "
+        "Each word's start and end (seconds, from the greedy path's frames less the model's emission "
+        "delay, measured once on the workdir's eval split into timing.json: ds2_jax.timing): a "
         "line '<TAB>start<TAB>end<TAB>word' per word after its file's line.",
         flag_values=fv,
     )
@@ -440,6 +444,10 @@ def main(argv: list[str] | None = None) -> int:
             f"--{'stream' if args.stream else 'timestamps'}: greedy decoding only (beam search's words "
             "have no frames here): drop --lm and use --beam_width=0"
         )
+    if args.timestamps and args.workdir is not None:
+        from ds2_jax import timing
+
+        transcriber.emission_delay = timing.delay_of_workdir(args.workdir, transcriber)
     failed, done = 0, [0]  # done: files reported so far, counted line by line (a Ctrl-C may come between two)
     try:
         for first in range(0, len(files), args.batch_size):  # printed batch by batch: a pipe sees results as they come
@@ -512,7 +520,11 @@ def _stream_file(transcriber: Transcriber, path: str, chunk_ms: int, timestamps:
         if last:
             break
     words = (
-        decoding.word_timings(ids, len(ids), transcriber.alphabet, transcriber.frame_seconds) if timestamps else None
+        decoding.word_timings(
+            ids, len(ids), transcriber.alphabet, transcriber.frame_seconds, transcriber.emission_delay
+        )
+        if timestamps
+        else None
     )
     print(result_lines(path, text, words, as_json), flush=True)
     return 0

@@ -1398,6 +1398,22 @@ MUTATIONS = [
         "a split kept from a failed build is taken back after its files changed",
     ),
     Mutation(
+        "timestamps_without_the_delay",
+        "ds2_jax/transcribe.py",
+        "        transcriber.emission_delay = timing.delay_of_workdir(args.workdir, transcriber)",
+        "        timing.delay_of_workdir(args.workdir, transcriber)",
+        ("tests/test_word_timings.py::test_every_words_start_is_within_one_output_frame_of_the_truth",),
+        "transcribe --timestamps measures the model's emission delay but prints the uncorrected times",
+    ),
+    Mutation(
+        "delay_from_every_word",
+        "ds2_jax/timing.py",
+        "        if words:\n            lags.append(words[0].start - onset)",
+        "        for word in words:\n            lags.append(word.start - onset)",
+        ("tests/test_timing.py::test_delay_is_the_median_lag_of_first_words_after_a_lead_in_of_silence",),
+        "the delay taken over every word's start against the speech onset, not the first word's",
+    ),
+    Mutation(
         "stream_forgets_rnn_state",
         "ds2_jax/streaming.py",
         "self.carry, ys = _rnn_layer(",

@@ -197,3 +197,31 @@ def test_the_demo_model_exported_gives_its_texts_on_the_held_out_speakers(traine
     ref, got, jax_texts, onnx_texts = _both_paths(trained.workdir, out, _flacs())
     assert np.abs(ref - got).max() < LOG_PROB_TOLERANCE
     assert onnx_texts == jax_texts
+
+
+def test_the_readmes_python_runs_without_jax_and_prints_what_transcribe_prints(smoke):
+    """README's "Use a trained model" code block, with this export and a corpus file put in, run with
+    `import jax` failing: its text and word times are `transcribe --model --timestamps`'s."""
+    _, model = smoke
+    (flac,) = _flacs(1)
+    with open(os.path.join(ROOT, "README.md")) as f:
+        readme = f.read()
+    block = readme.split("```python\n", 1)[1].split("```", 1)[0]
+    assert '"model.onnx"' in block and '"a.flac"' in block
+    code = "import sys; sys.modules['jax'] = None\n" + block.replace('"model.onnx"', repr(model)).replace(
+        '"a.flac"', repr(flac)
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=repo_env(), capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr
+    cli = subprocess.run(
+        [sys.executable, "-m", "ds2_jax.transcribe", f"--model={model}", "--timestamps", flac],
+        cwd=ROOT,
+        env=repo_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    head, *words = cli.stdout.splitlines()
+    assert proc.stdout.splitlines() == [head.split("\t", 1)[1], *(" ".join(w.split("\t")[1:]) for w in words)]

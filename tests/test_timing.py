@@ -1,0 +1,89 @@
+"""ds2_jax.timing: the emission delay measured from speech onsets, and word times moved by it.
+
+The end to end check, a trained model against audio of known word boundaries, is
+tests/test_word_timings.py; here the measurement's rules, on hand-made argmax paths."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ds2_jax import decoding, export, onnx_model, settings, text, timing
+
+RATE = 16_000
+FRAME = 0.03
+
+
+def _wave(lead_in_s: float, seconds: float = 0.5) -> np.ndarray:
+    """Silence for lead_in_s, then a tone."""
+    tone = (3000 * np.sin(2 * np.pi * 440 * np.arange(int(seconds * RATE)) / RATE)).astype(np.int16)
+    return np.concatenate([np.zeros(int(lead_in_s * RATE), np.int16), tone])
+
+
+def _path(spelled: str) -> np.ndarray:
+    """'_' is the blank, any other character its LibriSpeech label."""
+    return np.array([text.BLANK if c == "_" else text.LIBRISPEECH.symbols.index(c) + 1 for c in spelled], np.int32)
+
+
+class _Paths:
+    """What emission_delay reads of a Transcriber, with given argmax paths (or errors) as its outputs."""
+
+    sample_rate, alphabet, frame_seconds = RATE, text.LIBRISPEECH, FRAME
+
+    def __init__(self, outputs):
+        self.outputs = outputs
+
+    def frame_outputs(self, waveforms):
+        assert len(waveforms) == len(self.outputs)
+        return self.outputs
+
+
+def test_speech_onset_is_the_first_sample_above_two_percent_of_the_peak():
+    assert timing.speech_onset(_wave(0.25), RATE) == pytest.approx(0.25, abs=2 / RATE)
+    quiet = _wave(0.1)
+    quiet[800] = 50  # under 2% of the 3000 peak: not speech
+    assert timing.speech_onset(quiet, RATE) == pytest.approx(0.1, abs=2 / RATE)
+    assert timing.speech_onset(np.zeros(RATE, np.int16), RATE) is None
+
+
+def test_delay_is_the_median_lag_of_first_words_after_a_lead_in_of_silence():
+    """Counted: utterances with a lead-in and a word. Left out: speech from the first sample (no
+    silence to measure from), silence, no word, a failed file. Later words never count."""
+    waves = [_wave(0.2), _wave(0.1), _wave(0.15), _wave(0.0), np.zeros(RATE, np.int16), _wave(0.2), _wave(0.2)]
+    outputs = [
+        _path("_" * 10 + "ab_" + "_" * 20 + "c"),  # first word at frame 10: 0.30 - 0.20 = 0.10 s late
+        _path("_" * 8 + "a"),  # 0.24 - 0.10 = 0.14
+        _path("_" * 9 + "a _" + "b"),  # 0.27 - 0.15 = 0.12 (the second word does not count)
+        _path("__a"),  # no lead-in: left out
+        _path("__a"),  # silence: left out
+        _path("_" * 12),  # no word: left out
+        RuntimeError("a failed batch"),
+    ]
+    delay, count = timing.emission_delay(_Paths(outputs), waves)
+    assert count == 3 and delay == pytest.approx(0.12, abs=2 / RATE)  # onsets: to a sample
+    assert timing.emission_delay(_Paths([_path("__")]), [_wave(0.2)]) == (0.0, 0)
+
+
+def test_word_times_move_earlier_by_the_delay_and_never_before_zero():
+    path = _path("__ab__ _c_")
+    plain = decoding.word_timings(path, len(path), text.LIBRISPEECH, FRAME)
+    moved = decoding.word_timings(path, len(path), text.LIBRISPEECH, FRAME, delay=0.07)
+    assert [w.word for w in moved] == [w.word for w in plain] == ["ab", "c"]
+    for p, m in zip(plain, moved):
+        assert m.start == pytest.approx(max(p.start - 0.07, 0.0)) and m.end == pytest.approx(max(p.end - 0.07, 0.0))
+    early = decoding.word_timings(path, len(path), text.LIBRISPEECH, FRAME, delay=1.0)
+    assert all(w.start == 0.0 and w.end == 0.0 for w in early)
+
+
+def test_the_export_carries_the_delay_and_an_older_export_reads_as_none():
+    props = export.metadata(settings.Settings(), 7, emission_delay_s=0.0625)
+    assert onnx_model.MetaData.of(props, "x.onnx").emission_delay_s == 0.0625
+    older = {k: v for k, v in props.items() if k != "ds2_jax.emission_delay_s"}
+    assert onnx_model.MetaData.of(older, "x.onnx").emission_delay_s == 0.0
+
+
+def test_a_recorded_delay_is_per_checkpoint_step(tmp_path):
+    (tmp_path / timing.TIMING_FILE).write_text('{"120": {"emission_delay_s": 0.09, "utterances": 5, "split": "dev"}}')
+    assert timing.recorded(str(tmp_path), 120) == 0.09
+    assert timing.recorded(str(tmp_path), 160) is None  # another checkpoint: measured again
+    assert timing.recorded(str(tmp_path / "elsewhere"), 120) is None
