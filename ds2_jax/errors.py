@@ -14,6 +14,7 @@ file and the way out; its traceback goes to <workdir>/error.log, and to stderr w
 | `DatasetMismatch` | prepared data came from other files than dataset.manual_dir | datasets.build |
 | `InputWorkerError` | a batch worker process died or failed | loader |
 | `BuildWorkerError` | a dataset build worker process died | datasets.shards |
+| `DamagedArchive` | a .tar.gz is cut short or damaged (its split alone is not built) | datasets.librispeech_local |
 | `AudioError` | a file gives no audio (missing, empty, undecodable) | transcribe, one line per file |
 | `PeerLost` | a multi-process step failed and `is_peer_lost` (a collective's words: a peer gone); exit 3 | train |
 
@@ -75,6 +76,11 @@ class InputWorkerError(Ds2Error, RuntimeError):
 
 class BuildWorkerError(Ds2Error, RuntimeError):
     """A dataset build worker process died; the message names its shard, how it died, what to change."""
+
+
+class DamagedArchive(Ds2Error, OSError):
+    """A .tar.gz cut short or damaged: its split is not built; the others are, and are kept
+    (datasets.kept_splits). The message names the archive and says to download it again."""
 
 
 class AudioError(Ds2Error, ValueError):

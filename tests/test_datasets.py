@@ -6,6 +6,7 @@ import os
 import numpy as np
 import pytest
 
+from ds2_jax import errors
 from ds2_jax.datasets import build, kept_splits, librispeech_local
 from tests import librispeech_testdata as td
 
@@ -213,7 +214,7 @@ def test_a_truncated_archive_names_itself_and_costs_only_its_own_split(tmp_path,
     built = _counting_generators(monkeypatch)
     with pytest.raises(OSError, match=rf"{archive} is truncated or damaged .*: download it again") as failed:
         build.build(str(manual), data_dir)
-    assert type(failed.value) is librispeech_local.DamagedArchive  # one `error:` line, not tfds's wrapper
+    assert type(failed.value) is errors.DamagedArchive  # one `error:` line, not tfds's wrapper
     assert "disk full" not in str(failed.value)  # an OSError, but not the disk's
     assert built == ["dev-clean", "dev-other", "test-clean"]  # the one after it built too
     kept = tmp_path / "tfds" / "librispeech_local" / kept_splits.FOLDER

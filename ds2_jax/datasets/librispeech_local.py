@@ -33,7 +33,7 @@ import numpy as np
 import soundfile
 import tensorflow_datasets as tfds
 
-from ds2_jax import files, geometry, text
+from ds2_jax import errors, files, geometry, text
 from ds2_jax.datasets import kept_splits
 
 SAMPLE_RATE = 16_000
@@ -232,22 +232,18 @@ def generate_from_tar(path: str, report: SplitReport) -> Iterator:
         raise damaged_archive(path, e) from e
 
 
-class DamagedArchive(OSError):
-    """A .tar.gz cut short or damaged: its split is not built; the others are, and are kept."""
-
-
-def damaged_archive(path: str, cause: BaseException) -> DamagedArchive:
-    return DamagedArchive(
+def damaged_archive(path: str, cause: BaseException) -> errors.DamagedArchive:
+    return errors.DamagedArchive(
         f"{path} is truncated or damaged ({type(cause).__name__}: {cause}): download it again (and check "
         "its size against openslr.org/12); the other splits were built and are kept (datasets.kept_splits), "
         "so the next build makes only this one"
     )
 
 
-def damaged_in(error: BaseException) -> DamagedArchive | None:
+def damaged_in(error: BaseException) -> errors.DamagedArchive | None:
     """The DamagedArchive that `error` is or was raised from (tfds's writer may wrap it), if any."""
     while error is not None:
-        if isinstance(error, DamagedArchive):
+        if isinstance(error, errors.DamagedArchive):
             return error
         error = error.__cause__ or error.__context__
     return None
