@@ -1433,7 +1433,8 @@ MUTATIONS = [
         "word_start_one_frame_late",
         "ds2_jax/decoding.py",
         '            words.append(_timed("".join(chars), first, last, frame_seconds, delay))\n            chars = []',
-        '            words.append(_timed("".join(chars), first + 1, last, frame_seconds, delay))\n            chars = []',
+        '            words.append(_timed("".join(chars), first + 1, last, frame_seconds, delay))\n'
+        "            chars = []",
         ("tests/test_decoding.py::test_word_timings_span_each_words_frames_and_spell_greedys_words",),
         "a word closed by a space starts one frame late",
     ),
