@@ -146,3 +146,24 @@ def test_every_words_start_is_within_one_output_frame_of_the_truth(tone_model, t
     assert [(w["word"], w["start"], w["end"]) for w in printed] == [
         (w.word, round(w.start, 3), round(w.end, 3)) for w in timed
     ]
+
+
+@pytest.mark.slow
+def test_the_export_carries_the_delay_and_its_runner_times_words_alike(tone_model, tmp_path, capsys):
+    """export writes the checkpoint's emission delay into the ONNX metadata (measured there if
+    transcribe never ran), and `transcribe --model --timestamps` prints the JAX path's word times."""
+    pytest.importorskip("jax2onnx")
+    from ds2_jax import export, onnx_model
+
+    out = str(tmp_path / "tones.onnx")
+    assert export.main(["--workdir", tone_model, "--out", out]) == 0
+    recorded = timing.recorded(tone_model, transcribe.Transcriber(tone_model, settings.Decoding(beam_width=0)).step)
+    assert recorded is not None and onnx_model.OnnxModel(out).meta.emission_delay_s == recorded > 0
+    rows = _write_manifest(str(tmp_path), "test", 2, seed=3)
+    paths = [os.path.join(tmp_path, r["audio_filepath"]) for r in rows]
+    capsys.readouterr()
+    assert transcribe.main(["--model", out, "--timestamps", "--json", *paths]) == 0
+    onnx_words = [json.loads(line)["words"] for line in capsys.readouterr().out.splitlines()]
+    assert transcribe.main(["--workdir", tone_model, "--timestamps", "--json", *paths]) == 0
+    jax_words = [json.loads(line)["words"] for line in capsys.readouterr().out.splitlines()]
+    assert onnx_words == jax_words and all(onnx_words)
