@@ -325,3 +325,50 @@ def test_a_second_build_into_one_fresh_data_dir_waits_for_the_first_and_uses_its
         fcntl.flock(held, fcntl.LOCK_UN)
     second.join(120)
     assert built and built[0].is_prepared()
+
+
+def test_a_kept_splits_key_changes_with_any_input_of_the_split(tmp_path):
+    """kept_splits.key is the split's identity: the builder version, the split, where it is, and each
+    file's name, size and mtime (a same-size edit too). Any one changed gives another key."""
+    tree = tmp_path / "LibriSpeech" / "dev-clean"
+    td.write_bad_inputs(str(tree))
+
+    def key(version="1.1.0", split="dev-clean", kind="tree", path=str(tree)):
+        return kept_splits.key(version, split, kind, path, librispeech_local.walk)
+
+    transcript = tree / "1" / "10" / "1-10.trans.txt"
+    seen = {key()}
+    assert key() in seen  # the same files: the same key
+
+    def changed(label: str) -> None:
+        new = key()
+        assert new not in seen, label
+        seen.add(new)
+
+    data = transcript.read_bytes()
+    transcript.write_bytes(data.replace(b"1-10-0000", b"1-10-0009", 1))  # same size, new content
+    os.utime(transcript, ns=(1, 10**18))  # and a new mtime
+    changed("a same-size edit")
+    os.utime(transcript, ns=(1, 2 * 10**18))
+    changed("only the mtime")
+    (tree / "1" / "10" / "1-10-0000.flac").rename(tree / "1" / "10" / "1-10-0020.flac")
+    changed("a renamed file")
+    (tree / "1" / "10" / "extra.flac").write_bytes(b"x")
+    changed("an added file")
+    before = os.stat(tree / "1" / "10" / "extra.flac")
+    with open(tree / "1" / "10" / "extra.flac", "ab") as f:
+        f.write(b"y")
+    os.utime(tree / "1" / "10" / "extra.flac", ns=(before.st_atime_ns, before.st_mtime_ns))
+    changed("only the size")
+    for other in (key(version="1.2.0"), key(split="test-clean")):
+        assert other not in seen
+    archive = tmp_path / "dev-clean.tar.gz"
+    td.tar_split(str(tree), str(archive))
+    first = key(kind="tar", path=str(archive))
+    before = os.stat(archive)
+    with open(archive, "ab") as f:  # a longer download, its mtime kept
+        f.write(b"\0")
+    os.utime(archive, ns=(before.st_atime_ns, before.st_mtime_ns))
+    grown = key(kind="tar", path=str(archive))
+    os.utime(archive, ns=(before.st_atime_ns, before.st_mtime_ns + 10**9))  # touched
+    assert len({first, grown, key(kind="tar", path=str(archive))}) == 3
