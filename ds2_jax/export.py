@@ -158,14 +158,15 @@ def export_onnx(config: settings.Settings, state, step: int, out: str, emission_
     onnx.checker.check_model(out)
 
 
-def emission_delay(workdir: str, config: settings.Settings, step: int) -> float:
-    """The checkpoint's emission delay for word timings: recorded, or measured now (ds2_jax.timing)."""
+def emission_delay(workdir: str, config: settings.Settings, restored, step: int) -> float:
+    """The checkpoint's emission delay for word timings: recorded, or measured now with the state
+    already restored (ds2_jax.timing)."""
     from ds2_jax import timing, transcribe
 
     known = timing.recorded(workdir, step)
     if known is not None:
         return known
-    greedy = transcribe.Transcriber(workdir, settings.Decoding(beam_width=0), step=step, config=config)
+    greedy = transcribe.Transcriber(workdir, settings.Decoding(beam_width=0), config=config, restored=(restored, step))
     return timing.delay_of_workdir(workdir, greedy)
 
 
@@ -200,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     absl_logging.set_verbosity(absl_logging.WARNING)  # orbax's restore chatter
     config = workdir_config.load_config(args.workdir)
     restored, step = state.restore_state(config, args.workdir, step)
-    export_onnx(config, restored, step, args.out, emission_delay(args.workdir, config, step))
+    export_onnx(config, restored, step, args.out, emission_delay(args.workdir, config, restored, step))
     export_stablehlo(config, restored, stablehlo_path(args.out))
     print(
         f"wrote {args.out}: step {step} of {os.path.abspath(args.workdir)}, "

@@ -30,8 +30,9 @@ log = logging.getLogger("ds2_jax")
 
 def speech_onset(waveform: np.ndarray, sample_rate: int) -> float | None:
     """Seconds to the first sample above ONSET_FRACTION of the peak; None for silence."""
-    loud = np.flatnonzero(np.abs(waveform.astype(np.float32)) > ONSET_FRACTION * np.abs(waveform).max())
-    return float(loud[0]) / sample_rate if len(loud) and np.abs(waveform).max() > 0 else None
+    magnitude = np.abs(waveform.astype(np.float32))
+    peak = magnitude.max(initial=0.0)
+    return float(np.argmax(magnitude > ONSET_FRACTION * peak)) / sample_rate if peak > 0 else None
 
 
 def emission_delay(transcriber, waveforms: list[np.ndarray]) -> tuple[float, int]:

@@ -140,8 +140,10 @@ class Transcriber:
         step: int | str | None = None,
         batch_size: int = 8,
         config: settings.Settings | None = None,
+        restored: tuple | None = None,
     ):
-        """`config`: the workdir's (workdir_config.load_config), when the caller has read it already."""
+        """`config`: the workdir's (workdir_config.load_config), when the caller has read it already;
+        `restored`: (state, step) of state.restore_state, when the caller has restored it already."""
         import jax
 
         from ds2_jax import eval_step, state, workdir_config
@@ -151,7 +153,7 @@ class Transcriber:
 
         self.alphabet = text.Alphabet.of_setting(self.config.model.alphabet)  # the model's outputs
         self.beam = decoding.make_beam_decoder(decoder_cfg or settings.Decoding(), self.alphabet)
-        self.state, self.step = state.restore_state(self.config, workdir, step)
+        self.state, self.step = restored or state.restore_state(self.config, workdir, step)
         fc = self.config.features
         self.sample_rate, self.hop, self.window = fc.sample_rate, fc.hop, fc.window
         self.num_conv_layers = self.config.model.num_conv_layers

@@ -1382,7 +1382,7 @@ MUTATIONS = [
     Mutation(
         "damaged_archive_stops_the_build",
         "ds2_jax/datasets/librispeech_local.py",
-        "                    if damaged_in(e) is None:\n                        raise",
+        "                    if archive_error is None:\n                        raise",
         "                    if True:\n                        raise",
         ("tests/test_datasets.py::test_a_truncated_archive_names_itself_and_costs_only_its_own_split",),
         "a damaged archive stops the build: the splits after it are not built",

@@ -40,15 +40,15 @@ def _utterance(rng: np.random.Generator) -> tuple[np.ndarray, str, list[tuple[fl
         for _ in range(rng.integers(1, 4)):
             word += rng.choice([c for c in LETTERS if not word or c != word[-1]])
         words.append(word)
+    tone = int(TONE_S * RATE)
     parts = [np.zeros(int(rng.uniform(0.05, 0.3) * RATE))]
-    at, spans = len(parts[0]), []
+    spans = []
     for word in words:
-        parts += [_tone(c) for c in word]
-        spans.append((at / RATE, (at + len(parts[-len(word)])) / RATE, (at + len(word) * len(parts[-1])) / RATE))
-        at += len(word) * len(parts[-1])
-        parts.append(np.zeros(int(rng.uniform(0.1, 0.4) * RATE)))
-        at += len(parts[-1])
-    audio = 0.3 * np.concatenate(parts) + rng.normal(0.0, 1e-3, at)
+        at = sum(map(len, parts))
+        spans.append((at / RATE, (at + tone) / RATE, (at + len(word) * tone) / RATE))
+        parts += [_tone(c) for c in word] + [np.zeros(int(rng.uniform(0.1, 0.4) * RATE))]
+    audio = 0.3 * np.concatenate(parts)
+    audio += rng.normal(0.0, 1e-3, len(audio))
     return (audio * 32767).astype(np.int16), " ".join(words), spans
 
 

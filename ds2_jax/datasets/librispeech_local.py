@@ -386,10 +386,11 @@ class LibrispeechLocal(tfds.core.GeneratorBasedBuilder):
                 try:
                     super()._download_and_prepare(dl_manager, download_config or tfds.download.DownloadConfig())
                 except Exception as e:
-                    if damaged_in(e) is None:
+                    archive_error = damaged_in(e)
+                    if archive_error is None:
                         raise
-                    logging.error("%s", damaged_in(e))
-                    damaged.append(damaged_in(e))
+                    logging.error("%s", archive_error)
+                    damaged.append(archive_error)
                     continue
                 info = self.info.splits[name]
                 extra = [os.path.basename(report_path(data_dir, split))]
