@@ -56,12 +56,10 @@ def _swizzled(dtype) -> tuple:
 
 
 def _partial_transforms(batch: int) -> tuple:
-    """The partner's fp32 partial [64, B]: swizzled where its rows are a power-of-two multiple
-    of 128 bytes (32 or 64 rows), which no plain layout reads bank-conflict free in the WGMMA
-    layout; other batches (16, 48) keep the plain layout, which has such a plan."""
-    if (batch * 4) % 128 or (batch & (batch - 1)):
-        return ()
-    return (plgpu.TilingTransform((8, 32)), plgpu.SwizzleTransform(128))
+    """The partner's fp32 partial [64, B], tiled and swizzled as `async_store_smem` requires:
+    128-byte swizzle where B fp32 fill whole 128-byte rows (32, 64), 64-byte at 16 and 48."""
+    swizzle = 128 if batch % 32 == 0 else 64
+    return (plgpu.TilingTransform((8, swizzle // 4)), plgpu.SwizzleTransform(swizzle))
 
 
 def _gated(z):
@@ -202,16 +200,17 @@ def _kernel(
             load_piece(piece)
         z = product(True, load_piece)
 
+        # Rank 1's partial goes to rank 0 with st.async, whose bytes complete on rank 0's barrier:
+        # the wait then sees every byte (plain DSMEM stores and a cluster-barrier arrive did not
+        # order them at cluster scope, and rows came out with the previous step's partial). Rank
+        # 1 writes again only after its partner has published this step (the semaphore).
         @pl.when(r == 1)
         def _():
-            plgpu.cluster_ref(part_smem, {"c": 0})[...] = z
-            plgpu.commit_smem()  # every thread's store lands before the (single-thread) arrive
-
-        plgpu.barrier_arrive(pair_bar)
-        plgpu.barrier_wait(pair_bar)
+            plgpu.async_store_smem(z, part_smem, pair_bar, cluster_idx=0, cluster_dim="c")
 
         @pl.when(r == 0)
         def _():
+            plgpu.barrier_wait(pair_bar)
             publish(z + plgpu.load(part_smem, (), layout=plgpu.Layout.WGMMA), t)
 
         return carry
@@ -243,7 +242,7 @@ def _run(cell: Callable, xs: jax.Array, weights: jax.Array, *, reverse: bool, pi
             plgpu.Barrier(num_barriers=buffers),
             plgpu.Barrier(),
             plgpu.Barrier(),
-            plgpu.ClusterBarrier(collective_axes=("c",)),
+            plgpu.Barrier(),  # rank 0's: the partner's partial, 128 remote arrivals and its bytes
         ],
         grid=(directions * blocks,),
         grid_names=("g",),
