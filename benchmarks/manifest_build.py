@@ -148,7 +148,6 @@ def per_file(jobs: list, sample_rate: int, root: str, reps: int = 5) -> dict:
 def measure(args) -> dict:
     from ds2_jax import settings
     from ds2_jax.datasets import audio, build, manifest
-    from ds2_jax.pipeline.source import DataSettings
 
     root = tempfile.mkdtemp(prefix="manifest_build_")
     try:
@@ -177,7 +176,7 @@ def measure(args) -> dict:
                     "features.sample_rate": args.sample_rate,
                 },
             )
-            options = manifest.Options.of(DataSettings.of(config))
+            options = manifest.Options.of(config.dataset, config.features.spectrogram)
             data_dir = os.path.join(root, f"tfds-{processes}")
             profiler = None
             if args.profile and processes == 1:

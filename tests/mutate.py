@@ -1446,6 +1446,15 @@ MUTATIONS = [
         ("tests/test_export.py::test_onnx_log_probs_and_greedy_texts_match_the_jax_path",),
         "the exported graph leaves out the checkpoint's feature normalization",
     ),
+    # ---- issue 52's house fixes: each keeps a structure rule from coming back
+    Mutation(
+        "datasets_import_up",
+        "ds2_jax/datasets/build.py",
+        "from ds2_jax import errors, files\n",
+        "from ds2_jax import errors, files\nfrom ds2_jax.pipeline.source import DataSettings  # noqa: F401\n",
+        ("tests/test_architecture.py::test_the_dataset_builders_never_reach_up_into_pipeline_model_or_training",),
+        "the dataset builder imports the input pipeline again (an import upward)",
+    ),
 ]
 
 

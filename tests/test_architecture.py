@@ -178,6 +178,47 @@ DATA_MAY_IMPORT = {
 }  # files: the atomic writes of the index and statistics caches (no jax)
 
 
+def reached(graph: dict[str, set[str]], start: str) -> set[str]:
+    """Every module `start` imports, directly or through the modules it imports."""
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        for dep in graph[todo.pop()] - seen:
+            seen.add(dep)
+            todo.append(dep)
+    return seen
+
+
+def reached_outside(graph: dict[str, set[str]], package: str, allowed: set[str]) -> dict[str, set[str]]:
+    """module of `package` -> the modules outside `package` and `allowed` it reaches (none: {})."""
+    out = {}
+    for mod in (m for m in graph if m == package or m.startswith(package + ".")):
+        far = {d for d in reached(graph, mod) if not d.startswith(package + ".") and d != package} - allowed
+        if far:
+            out[mod] = far
+    return out
+
+
+# What the dataset builders (ds2_jax.datasets: tfds builders and the ds2-build command) may reach:
+# the host modules the data side shares, and the command line's shared handling (cli, and the
+# resilience it reports through). Never the input pipeline, the model or training, which build on them.
+DATASETS_MAY_REACH = DATA_MAY_IMPORT | {"ds2_jax.cli", "ds2_jax.resilience"}
+
+
+def test_the_import_direction_finder_finds_a_planted_upward_import():
+    graph = {"p.a": {"p.b"}, "p.b": {"q"}, "q": {"r"}, "r": set(), "ok": set()}
+    assert reached_outside(graph, "p", {"ok"}) == {"p.a": {"q", "r"}, "p.b": {"q", "r"}}
+    assert reached_outside(graph, "p", {"q", "r"}) == {}
+
+
+def test_the_dataset_builders_never_reach_up_into_pipeline_model_or_training():
+    """datasets -> (settings, text, files, ...) only: the pipeline opens datasets, never the reverse,
+    so the builders and ds2-build import none of pipeline, train, model, state, ... even indirectly."""
+    graph = module_imports()
+    assert "ds2_jax.datasets.manifest" in graph["ds2_jax.datasets.build"]  # the walk sees the package
+    assert reached_outside(graph, "ds2_jax.datasets", DATASETS_MAY_REACH) == {}
+
+
 def test_the_data_package_imports_no_jax_and_leans_on_host_modules_only():
     """ds2_jax.pipeline (sources, split index, filters, plan, batch format, loader) is host code:
     no module of it imports jax, flax or optax, or a ds2_jax module outside data, datasets and

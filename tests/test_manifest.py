@@ -18,7 +18,6 @@ import soundfile
 
 from ds2_jax import settings, text
 from ds2_jax.datasets import audio, build, manifest, shards
-from ds2_jax.pipeline.source import DataSettings
 from tests.helpers import ROOT, launch, repo_env
 
 CV = os.path.join(ROOT, "corpora", "tiny_es", "common_voice")
@@ -36,7 +35,8 @@ def options(**dataset) -> manifest.Options:
     }
     if "sample_rate" in dataset:
         changes["features.sample_rate"] = dataset["sample_rate"]
-    return manifest.Options.of(DataSettings.of(settings.override(settings.Settings(), changes)))
+    config = settings.override(settings.Settings(), changes)
+    return manifest.Options.of(config.dataset, config.features.spectrogram)
 
 
 def examples(builder, split: str) -> dict[str, dict]:

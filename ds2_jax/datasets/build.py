@@ -403,7 +403,6 @@ def define_flags(fv) -> None:
 def options_of_flags(args) -> manifest.Options:
     """The manifest build options of the command line, checked as the settings they mirror."""
     from ds2_jax import settings
-    from ds2_jax.pipeline.source import DataSettings
 
     config = settings.override(
         settings.Settings(),
@@ -423,7 +422,7 @@ def options_of_flags(args) -> manifest.Options:
             "dataset.alphabet_min_count": args.alphabet_min_count,
         },
     )
-    return manifest.Options.of(DataSettings.of(config))
+    return manifest.Options.of(config.dataset, config.features.spectrogram)
 
 
 def main(argv=None) -> int:

@@ -44,7 +44,7 @@ import re
 import numpy as np
 import tensorflow_datasets as tfds
 
-from ds2_jax import text
+from ds2_jax import settings, text
 from ds2_jax.datasets import shards
 
 SUFFIXES = (".tsv", ".csv", ".jsonl", ".json")
@@ -106,9 +106,8 @@ class Options:
     alphabet_min_count: int = 2
 
     @classmethod
-    def of(cls, data) -> "Options":
-        """From a pipeline.source.DataSettings."""
-        d, spec = data.dataset, data.spectrogram
+    def of(cls, d: settings.Dataset, spec: settings.Spectrogram) -> Options:
+        """From a run's dataset.* settings and its spectrogram (features.*)."""
         return cls(
             sample_rate=spec.sample_rate,
             window=spec.window,

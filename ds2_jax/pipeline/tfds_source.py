@@ -265,7 +265,7 @@ def _open_builder(data: DataSettings, sharding: Sharding):
     if d.name in ("librispeech_local", "manifest"):
         from ds2_jax.datasets import build, manifest
 
-        options = manifest.Options.of(data) if d.name == "manifest" else None
+        options = manifest.Options.of(d, data.spectrogram) if d.name == "manifest" else None
         builder = build.get_builder(d.data_dir, d.name, options)
         if not builder.is_prepared():
             if sharding.process_count > 1:
