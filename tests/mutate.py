@@ -69,6 +69,8 @@ FT = "tests/test_finetune.py::"
 AUG_SHARES = "tests/test_augment.py::test_process_shares_and_input_workers_give_the_one_process_batches"
 LIVE = "tests/test_faults.py::test_a_checkpoint_a_live_run_is_writing_is_waited_for_then_named_never_called_damaged"
 EVAL_LIMIT = SRC + "test_eval_keeps_utterances_longer_than_the_largest_bucket_each_in_the_smallest_shape"
+EPOCH_ORDER = SRC + "test_each_epoch_covers_every_utterance_once_in_a_new_order_a_function_of_seed_and_epoch"
+OWN_SPLIT = "tests/test_evaluation.py::test_one_run_scores_two_splits_of_other_contents_each_over_its_own_utterances"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -1454,6 +1456,55 @@ MUTATIONS = [
         "from ds2_jax import errors, files\nfrom ds2_jax.pipeline.source import DataSettings  # noqa: F401\n",
         ("tests/test_architecture.py::test_the_dataset_builders_never_reach_up_into_pipeline_model_or_training",),
         "the dataset builder imports the input pipeline again (an import upward)",
+    ),
+    # ---- issue 52: the two classes that survived two audits (the order of an epoch, per-split results)
+    Mutation(
+        "epoch_order_repeats_after_the_second",
+        "ds2_jax/pipeline/tfds_source.py",
+        "bucket, members = self._plan(epoch)[pos]",
+        "bucket, members = self._plan(min(epoch, 1))[pos]",
+        (EPOCH_ORDER,),
+        "every epoch after the second repeats the second's order",
+    ),
+    Mutation(
+        "epoch_order_depends_on_history",
+        "ds2_jax/pipeline/tfds_source.py",
+        "self.seed, epoch, self.buckets, self.sharding.global_batch, self.sortagrad",
+        "self.seed + len(self._plans), epoch, self.buckets, self.sharding.global_batch, self.sortagrad",
+        (EPOCH_ORDER,),
+        "an epoch's order depends on the epochs planned before it: a resumed run reads another order",
+    ),
+    Mutation(
+        "epoch_same_batches_reshuffled",
+        "ds2_jax/pipeline/plan.py",
+        "members = np.random.default_rng([seed, epoch, b]).permutation(members)",
+        "members = np.random.default_rng([seed, b]).permutation(members)",
+        (EPOCH_ORDER,),
+        "every epoch cuts the same batches (only their order changes)",
+    ),
+    Mutation(
+        "epoch_draws_with_replacement",
+        "ds2_jax/pipeline/plan.py",
+        "members = np.random.default_rng([seed, epoch, b]).permutation(members)",
+        "members = np.random.default_rng([seed, epoch, b]).choice(members, len(members))",
+        (EPOCH_ORDER,),
+        "an epoch draws utterances with replacement: some twice, some never",
+    ),
+    Mutation(
+        "eval_reads_the_training_eval_split",
+        "ds2_jax/pipeline/tfds_source.py",
+        "(name,) = [self._resolve(s) for s in split_names(split or self.eval_split)]",
+        "(name,) = [self._resolve(s) for s in split_names(self.eval_split or split)]",
+        (OWN_SPLIT,),
+        "every split named to --mode=eval is scored on dataset.eval_split's utterances",
+    ),
+    Mutation(
+        "eval_labels_of_the_training_eval_split",
+        "ds2_jax/pipeline/tfds_source.py",
+        '"labels": idx.labels[r],',
+        '"labels": self._index(self._resolve(split_names(self.eval_split)[0])).labels[r],',
+        (OWN_SPLIT,),
+        "an eval split's audio scored against dataset.eval_split's transcripts of the same record numbers",
     ),
 ]
 

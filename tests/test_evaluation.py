@@ -136,3 +136,55 @@ def test_several_splits_are_each_scored_on_their_own_and_written_to_their_own_fi
         assert np.isfinite(r["loss"]) and r["beam"]["beam_width"] == 2
         saved = json.load(open(os.path.join(w, f"eval-{split}-3-beam2-max16.json")))
         assert (saved["split"], saved["utterances"]) == (split, n) and saved["beam"]["wer"] == r["beam"]["wer"]
+
+
+def test_one_run_scores_two_splits_of_other_contents_each_over_its_own_utterances(tmp_path):
+    """--mode=eval over a real prepared dataset (librispeech_local) with eval.split='test-clean,
+    dev-clean' (dataset.eval_split is dev-clean): each result holds exactly its own split's
+    references (every one: each split has fewer than the 10 examples a result keeps), its own
+    count, and the loss, error rates and texts the split gets when evaluated alone."""
+    from ds2_jax import checkpoint, workdir_config
+    from ds2_jax import state as state_lib
+    from tests import librispeech_testdata as td
+
+    manual = str(tmp_path / "manual")
+    # word counts 2, 4, 6, 8 (dev) and 3, 5, 7 (test): no transcript is in both splits
+    td.write_durations_corpus(manual, "train-clean-100", [1.0, 1.4, 1.8, 3.4])  # one shape fits every eval row
+    want = {
+        "dev-clean": td.write_durations_corpus(manual, "dev-clean", [0.8, 1.6, 2.4, 3.2], first_speaker=40),
+        "test-clean": td.write_durations_corpus(manual, "test-clean", [1.2, 2.0, 2.8], first_speaker=60),
+    }
+    assert not {u["text"] for u in want["dev-clean"]} & {u["text"] for u in want["test-clean"]}
+    config = tiny_settings(
+        num_devices=1,
+        **{
+            "dataset.name": "librispeech_local",
+            "dataset.manual_dir": manual,
+            "dataset.data_dir": str(tmp_path / "tfds"),
+            "dataset.train_splits": "train-clean-100",
+            "dataset.eval_split": "dev-clean",
+            "dataset.num_workers": 0,
+            "dataset.num_buckets": 1,
+            "eval.max_utterances": 0,
+        },
+    )
+    w = str(tmp_path / "w")
+    num_bins = 161
+    fresh = state_lib.create_state(
+        config, jax.random.PRNGKey(0), np.zeros(num_bins, np.float32), np.ones(num_bins, np.float32)
+    )
+    with checkpoint.managed(w) as mgr:
+        checkpoint.save(mgr, 1, jax.device_get(fresh), wait=True)
+    workdir_config.save_config(config, w)
+    both = evaluation.evaluate_splits(config, w, split="test-clean, dev-clean")
+    assert list(both) == ["test-clean", "dev-clean"]
+    run = evaluation.prepare(config, w)
+    for split, utts in want.items():
+        r = both[split]
+        assert (r["split"], r["utterances"]) == (split, len(utts))
+        assert sorted(e["reference"] for e in r["examples"]) == sorted(u["text"] for u in utts), split
+        alone = evaluation.evaluate(run.p_eval, run.state, run.source, split, 0, run.par)
+        for key in ("loss", "cer", "wer"):
+            assert r[key] == pytest.approx(alone[key], rel=1e-6), (split, key)
+        assert r["examples"] == alone["examples"]
+    assert both["test-clean"]["loss"] != pytest.approx(both["dev-clean"]["loss"], rel=1e-3)

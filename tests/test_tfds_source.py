@@ -262,7 +262,9 @@ def memory_source(monkeypatch, tmp_path):
 
     from ds2_jax.pipeline import split_index
 
-    def make(splits: dict[str, list[tuple[int, str]]], batch: int = BATCH, **dataset) -> tfds_source.TfdsSource:
+    def make(
+        splits: dict[str, list[tuple[int, str]]], batch: int = BATCH, seed: int = 0, **dataset
+    ) -> tfds_source.TfdsSource:
         names = {split_index.split_names(s)[0]: utts for s, utts in splits.items()}
         builder = SimpleNamespace(
             name="memory",
@@ -289,6 +291,7 @@ def memory_source(monkeypatch, tmp_path):
         c.dataset.name, c.dataset.manual_dir = "librispeech_local", "memory"
         c.dataset.train_splits, c.dataset.eval_split = list(splits)[0], list(splits)[-1]
         c.dataset.update(dataset)
+        c.seed = seed
         return open_source(c, Sharding(batch))
 
     return make
@@ -385,3 +388,36 @@ def test_a_torn_split_index_cache_is_rebuilt_with_a_warning_and_written_whole(tm
     again = split_index.cached(str(path), 2, build, "dev_clean")  # read back, not rebuilt
     assert built == [1] and list(again.num_samples) == list(first.num_samples) == [1600, 3200]
     assert sorted(os.listdir(tmp_path)) == ["index.npz"]  # no temporary left beside it
+
+
+# 24 utterances of distinct lengths (their ids in a batch): 3 buckets of 8, 2 batches of 4 each.
+EPOCH_UTTS = [(16_000 + 320 * i, "hello") for i in range(24)]
+
+
+def epoch_order(src: tfds_source.TfdsSource, epoch: int, steps=None) -> list[tuple[int, ...]]:
+    """The utterances (by length) of each batch of `epoch`, its steps asked for in `steps` order."""
+    spe = src.steps_per_epoch
+    got = {k: tuple(src.train_batch(epoch * spe + k)["audio_lengths"].tolist()) for k in (steps or range(spe))}
+    return [got[k] for k in range(spe)]
+
+
+@pytest.mark.parametrize("sortagrad", [False, True])
+def test_each_epoch_covers_every_utterance_once_in_a_new_order_a_function_of_seed_and_epoch(memory_source, sortagrad):
+    """The order of an epoch, through the source a run reads: every utterance exactly once per
+    epoch; epoch e+1 reorders epoch e, the batches drawn anew (not the same batches shuffled);
+    and the order is a function of (seed, epoch) alone: a fresh source asked for the epochs out of
+    order and each epoch's steps backwards (a resumed run) gives the same, another seed another."""
+    src = memory_source({"train-clean-100": EPOCH_UTTS}, num_buckets=3, sortagrad=sortagrad)
+    assert src.steps_per_epoch == 6
+    epochs = [epoch_order(src, e) for e in range(4)]
+    for e, order in enumerate(epochs):
+        assert sorted(n for batch in order for n in batch) == [n for n, _ in EPOCH_UTTS], e
+    for e in range(3):
+        assert epochs[e + 1] != epochs[e], e
+        assert {frozenset(b) for b in epochs[e + 1]} != {frozenset(b) for b in epochs[e]}, e
+    fresh = memory_source({"train-clean-100": EPOCH_UTTS}, num_buckets=3, sortagrad=sortagrad)
+    backwards = list(reversed(range(6)))
+    assert [epoch_order(fresh, e, backwards) for e in (3, 1, 0, 2)] == [epochs[e] for e in (3, 1, 0, 2)]
+    other = memory_source({"train-clean-100": EPOCH_UTTS}, num_buckets=3, sortagrad=sortagrad, seed=1)
+    for e in range(1, 4):  # epoch 0 with SortaGrad ascends whatever the seed
+        assert epoch_order(other, e) != epochs[e], e
