@@ -17,7 +17,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from ds2_jax import errors
+from ds2_jax import errors, layout
 
 log = logging.getLogger("ds2_jax")
 
@@ -40,7 +40,7 @@ def manager(workdir: str, keep: int = 3, keep_best: int = 0) -> ocp.CheckpointMa
     CustomSteps): a resume with keep_best_checkpoints=0 leaves them as they are."""
     from orbax.checkpoint.checkpoint_managers import preservation_policy as pp
 
-    directory = os.path.abspath(os.path.join(workdir, "checkpoints"))
+    directory = os.path.abspath(os.path.join(workdir, layout.CHECKPOINTS))
     if not keep_best:
         kept = ranked_steps(directory)
         if not kept:
@@ -335,7 +335,7 @@ def restore_latest(mgr: ocp.CheckpointManager, target, move_damaged: bool = Fals
     raise errors.CheckpointError(
         f"none of the {len(steps)} checkpoints in {mgr.directory} restores into this model (step {newest}: "
         f"{reason[:200]}). If the model or optimizer settings differ from the run that wrote them, use its "
-        f"config ({os.path.join(os.path.dirname(os.fspath(mgr.directory)), 'config.json')}); if the files are "
+        f"config ({os.path.join(os.path.dirname(os.fspath(mgr.directory)), layout.CONFIG)}); if the files are "
         f"damaged, move {mgr.directory} away to start over"
     )
 

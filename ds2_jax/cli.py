@@ -29,6 +29,8 @@ from typing import Callable, NoReturn
 
 from absl import app, flags
 
+from ds2_jax import layout
+
 USAGE_EXIT = 2  # as argparse and getopt: the command line itself is wrong
 
 
@@ -251,7 +253,6 @@ def in_flag_names(message: str, flag_of_setting: dict[str, str]) -> str:
 
 # ----------------------------------------------------------------------------- logging
 
-LOG_FILE = "log.txt"  # the full log of every run in a workdir, appended
 FILE_FORMAT = "%(asctime)s %(levelname).1s %(name)s %(filename)s:%(lineno)d] %(message)s"
 
 
@@ -294,8 +295,7 @@ class WorkdirLog(logging.Handler):
         # would start jax's backend before the distributed service (or XLA_FLAGS) is set.
         jax = sys.modules.get("jax")
         index = jax.process_index() if jax is not None and jax.distributed.is_initialized() else 0
-        name = LOG_FILE if index == 0 else f"log-process{index}.txt"
-        self._file = open(os.path.join(self.workdir, name), "a", buffering=1)
+        self._file = open(os.path.join(self.workdir, layout.log_file(index)), "a", buffering=1)
         self._file.write(f"--- {' '.join(sys.argv)}\n")
         for line in self._early:
             self._file.write(line + "\n")

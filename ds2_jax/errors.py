@@ -42,6 +42,8 @@ import time
 import traceback
 from typing import Callable
 
+from ds2_jax import layout
+
 TRACEBACK_ENV = "DS2_TRACEBACK"
 MAX_MESSAGE_CHARS = 1500  # longer messages are cut; the log file has the whole text
 
@@ -189,7 +191,7 @@ def log_traceback(workdir: str | None, err: BaseException) -> str | None:
     """Appends err's traceback to workdir/error.log; its path, or None if it can't be written."""
     if not workdir or not os.path.isdir(workdir):
         return None
-    path = os.path.join(workdir, "error.log")
+    path = os.path.join(workdir, layout.ERROR_LOG)
     try:
         with open(path, "a") as f:
             f.write(f"--- {datetime.datetime.now().isoformat(timespec='seconds')} pid {os.getpid()}: {sys.argv}\n")
@@ -249,7 +251,7 @@ def background_errors_to_log(workdir: str, package: str, unraisable: str):
     """While the block runs, `package`'s (absl-logged) errors, and the unraisable exceptions
     whose text is `unraisable` (asyncio callbacks of a loop that is gone), go to
     workdir/error.log: the error that reaches the caller is the one explained."""
-    path = os.path.join(workdir, "error.log")
+    path = os.path.join(workdir, layout.ERROR_LOG)
     keep = _ToLog(path, package)
     logger = logging.getLogger("absl")
     logger.addFilter(keep)

@@ -24,7 +24,19 @@ from collections.abc import Callable
 import jax
 import numpy as np
 
-from ds2_jax import checkpoint, decoding, eval_step, files, memory, metrics, parallel, settings, text, workdir_config
+from ds2_jax import (
+    checkpoint,
+    decoding,
+    eval_step,
+    files,
+    layout,
+    memory,
+    metrics,
+    parallel,
+    settings,
+    text,
+    workdir_config,
+)
 from ds2_jax.batch_axis import AXIS
 from ds2_jax.pipeline.source import Source, make_source
 from ds2_jax.state import TrainState, restore_state, step_kwargs
@@ -203,8 +215,7 @@ def result_path(
 ) -> str:
     """workdir/eval-<split>-<step>-<decoder>[-max<N>].json: a result over at most N utterances
     (eval.max_utterances) has a name of its own, so it never replaces the whole split's."""
-    subset = f"-max{max_utterances}" if max_utterances else ""
-    return os.path.join(workdir, f"eval-{split}-{step}-{decoding_tag(beam)}{subset}.json")
+    return os.path.join(workdir, layout.eval_result(split, step, decoding_tag(beam), max_utterances))
 
 
 def evaluate_splits(config, workdir: str, split: str = "", step: int | str | None = None) -> dict[str, dict]:

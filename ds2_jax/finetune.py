@@ -19,7 +19,7 @@ import os
 import jax
 import numpy as np
 
-from ds2_jax import checkpoint, settings, workdir_config
+from ds2_jax import checkpoint, layout, settings, workdir_config
 from ds2_jax.state import TrainState, restore_state
 
 log = logging.getLogger("ds2_jax")
@@ -41,11 +41,11 @@ def source_config(init_from: str) -> tuple[str, int | None, settings.Settings]:
     workdir, step = parse(init_from)
     if not os.path.isdir(workdir):
         raise FileNotFoundError(f"init_from={init_from!r}: no such directory {workdir}")
-    steps = checkpoint.manager(workdir).all_steps() if os.path.isdir(os.path.join(workdir, "checkpoints")) else []
+    steps = checkpoint.manager(workdir).all_steps() if os.path.isdir(os.path.join(workdir, layout.CHECKPOINTS)) else []
     if not steps:
         raise FileNotFoundError(
             f"init_from={init_from!r}: {workdir} has no checkpoint (no "
-            f"{os.path.join(workdir, 'checkpoints')}/<step>); train it first, or name a workdir "
+            f"{os.path.join(workdir, layout.CHECKPOINTS)}/<step>); train it first, or name a workdir "
             "that has one"
         )
     if step is not None and step not in steps:

@@ -11,7 +11,7 @@ from typing import Mapping
 import jiwer
 import numpy as np
 
-from ds2_jax import errors, files
+from ds2_jax import errors, files, layout
 
 log = logging.getLogger("ds2_jax")
 
@@ -41,7 +41,7 @@ class MetricWriter:
     Only the process that owns the logs (process 0) should create one with enabled=True.
     """
 
-    def __init__(self, workdir: str, enabled: bool = True, filename: str = "metrics.jsonl", resume_step: int = 0):
+    def __init__(self, workdir: str, enabled: bool = True, filename: str = layout.METRICS, resume_step: int = 0):
         self.enabled = enabled
         self._tb = None
         self._path = os.path.join(workdir, filename)
@@ -50,7 +50,7 @@ class MetricWriter:
             _drop_records_after(self._path, resume_step)
             from tensorboardX import SummaryWriter
 
-            self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"))
+            self._tb = SummaryWriter(os.path.join(workdir, layout.TENSORBOARD))
 
     def write(self, step: int, scalars: Mapping[str, float | None], prefix: str = "") -> None:
         """One metrics.jsonl record (and TensorBoard scalars) at `step`. A value that is None or not

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 
-from ds2_jax import files, metrics
+from ds2_jax import files, layout, metrics
 
 # (panel title, y label, [(metrics.jsonl key, legend label)], log-scale y)
 PANELS = [
@@ -60,14 +60,14 @@ def draw(rows: list[dict], title: str = ""):
 
 def plot_workdir(workdir: str, out: str = "") -> str:
     """Draws workdir/metrics.jsonl to `out` (default workdir/curves.png); returns the path."""
-    path = os.path.join(workdir, "metrics.jsonl")
+    path = os.path.join(workdir, layout.METRICS)
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path} not found: is {workdir} a ds2_jax training workdir?")
     try:
         import matplotlib  # noqa: F401
     except ImportError as e:
         raise ImportError("plotting needs matplotlib: pip install -e '.[plot]'") from e
-    out = out or os.path.join(workdir, "curves.png")
+    out = out or os.path.join(workdir, layout.CURVES)
     fig = draw(metrics.read_jsonl(path), title=os.path.basename(os.path.normpath(workdir)))
     with files.replacing(out, "wb") as f:  # a kill mid-draw leaves the old picture, not half of one
         fig.savefig(f, dpi=110, format=os.path.splitext(out)[1][1:] or "png")

@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 
-from ds2_jax import errors
+from ds2_jax import errors, layout
 
 log = logging.getLogger("ds2_jax")
 
@@ -125,7 +125,7 @@ class Preemption:
 
 # What a run writes before it has a result (a checkpoint, metrics); a workdir holding only these
 # (and empty folders) is half-made.
-SCAFFOLDING = ("run.lock", "error.log", "config.json", "log.txt")
+SCAFFOLDING = (layout.LOCK, layout.ERROR_LOG, layout.CONFIG, layout.LOG)
 SCAFFOLDING_PREFIXES = ("events.out.tfevents.",)  # TensorBoard's file, created before its first scalar
 
 
@@ -197,9 +197,6 @@ class Watchdog:
         self._stop.set()
 
 
-LOCK_FILE = "run.lock"
-
-
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -219,7 +216,7 @@ class WorkdirLock:
     """
 
     def __init__(self, workdir: str, enabled: bool = True):
-        self.path = os.path.join(workdir, LOCK_FILE)
+        self.path = os.path.join(workdir, layout.LOCK)
         self.workdir = workdir
         self.enabled = enabled
         self._held = False

@@ -18,7 +18,7 @@ import numpy as np
 import optax
 from flax.training import train_state
 
-from ds2_jax import checkpoint, errors, features, model, settings
+from ds2_jax import checkpoint, errors, features, layout, model, settings
 from ds2_jax.kernels import dispatch
 
 log = logging.getLogger("ds2_jax")
@@ -213,7 +213,7 @@ def restore_state(config: settings.Settings, workdir: str, step: int | str | Non
         if state is None and writing:
             raise checkpoint.still_being_written(mgr, writing)
         if state is None:
-            raise FileNotFoundError(f"no checkpoint in {os.path.join(workdir, 'checkpoints')}: train first")
+            raise FileNotFoundError(f"no checkpoint in {os.path.join(workdir, layout.CHECKPOINTS)}: train first")
         if writing:
             log.warning(
                 "checkpoint %d in %s is still being written: using checkpoint %d, the newest finished",
@@ -234,7 +234,7 @@ def restore_state(config: settings.Settings, workdir: str, step: int | str | Non
             raise errors.CheckpointError(
                 f"checkpoint {step} in {mgr.directory} does not restore into this model "
                 f"({type(e).__name__}: {' '.join(str(e).split())[:200]}); if the model settings differ from "
-                f"{os.path.join(workdir, 'config.json')}, use those, or choose another step"
+                f"{os.path.join(workdir, layout.CONFIG)}, use those, or choose another step"
             ) from e
         if (bad := checkpoint.non_finite(state)) is not None:
             raise errors.CheckpointError(

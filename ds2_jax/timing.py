@@ -6,7 +6,7 @@ Words within a file lag alike, so one number per model corrects them all. It is 
 timed transcripts: on held-out utterances whose speech begins after some silence, the first word's
 first emission against the speech onset (the first sample at ONSET_FRACTION of the peak), median
 over the utterances. `transcribe --timestamps` subtracts it from every word (decoding.word_timings),
-measuring it once per checkpoint on the workdir's eval split into TIMING_FILE; `export` stores it
+measuring it once per checkpoint on the workdir's eval split into timing.json (layout.TIMING); `export` stores it
 in the model's metadata.
 """
 
@@ -18,9 +18,8 @@ import os
 
 import numpy as np
 
-from ds2_jax import files
+from ds2_jax import files, layout
 
-TIMING_FILE = "timing.json"  # in the workdir: {step: {emission_delay_s, utterances, split}}
 ONSET_FRACTION = 0.02  # speech starts at the first sample above 2% of the utterance's peak
 MIN_LEAD_IN_S = 0.02  # utterances whose speech starts sooner have no silence to measure from
 MAX_UTTERANCES = 200
@@ -67,9 +66,9 @@ def eval_split_waveforms(config, max_utterances: int = MAX_UTTERANCES) -> tuple[
 
 
 def recorded(workdir: str, step: int) -> float | None:
-    """The delay TIMING_FILE holds for checkpoint `step`, if any."""
+    """The delay timing.json (layout.TIMING) holds for checkpoint `step`, if any."""
     try:
-        with open(os.path.join(workdir, TIMING_FILE)) as f:
+        with open(os.path.join(workdir, layout.TIMING)) as f:
             entry = json.load(f).get(str(step))
     except (OSError, ValueError):
         return None
@@ -77,7 +76,7 @@ def recorded(workdir: str, step: int) -> float | None:
 
 
 def delay_of_workdir(workdir: str, transcriber) -> float:
-    """The emission delay of the transcriber's checkpoint: recorded in the workdir's TIMING_FILE, or
+    """The emission delay of the transcriber's checkpoint: recorded in the workdir's timing.json, or
     measured on its eval split and recorded there; 0 (uncorrected, said on stderr) where the eval
     split cannot be read or gives no word."""
     known = recorded(workdir, transcriber.step)
@@ -98,10 +97,10 @@ def delay_of_workdir(workdir: str, transcriber) -> float:
         delay,
         count,
         split,
-        TIMING_FILE,
+        layout.TIMING,
     )
     try:
-        path = os.path.join(workdir, TIMING_FILE)
+        path = os.path.join(workdir, layout.TIMING)
         table = {}
         if os.path.exists(path):
             with open(path) as f:
@@ -109,5 +108,5 @@ def delay_of_workdir(workdir: str, transcriber) -> float:
         table[str(transcriber.step)] = {"emission_delay_s": delay, "utterances": count, "split": split}
         files.write_text(path, json.dumps(table, indent=1))
     except (OSError, ValueError) as e:
-        log.warning("could not record the delay in %s (%s)", TIMING_FILE, e)
+        log.warning("could not record the delay in %s (%s)", layout.TIMING, e)
     return delay

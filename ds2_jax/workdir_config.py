@@ -13,7 +13,7 @@ import logging
 import os
 import re
 
-from ds2_jax import files, settings
+from ds2_jax import files, layout, settings
 
 log = logging.getLogger("ds2_jax")
 
@@ -22,7 +22,7 @@ def save_config(config: settings.Settings, workdir: str) -> None:
     """Writes workdir/config.json (settings.to_dict of the run's Settings), so eval and
     transcription rebuild the same model. Atomic: a kill mid-write leaves the old file."""
     os.makedirs(workdir, exist_ok=True)
-    files.write_text(os.path.join(workdir, "config.json"), json.dumps(settings.to_dict(config), indent=2))
+    files.write_text(os.path.join(workdir, layout.CONFIG), json.dumps(settings.to_dict(config), indent=2))
 
 
 def key_at(text: str, pos: int) -> str:
@@ -43,7 +43,7 @@ def key_at(text: str, pos: int) -> str:
 def read_config_json(workdir: str) -> dict:
     """workdir/config.json as written (a nested dict; keys added since keep their absence).
     A torn or hand-broken file is a ValueError naming the file, the place and the key."""
-    path = os.path.join(workdir, "config.json")
+    path = os.path.join(workdir, layout.CONFIG)
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path} not found: is {workdir} a ds2_jax training workdir?")
     with open(path) as f:
@@ -73,7 +73,7 @@ def load_config(workdir: str) -> settings.Settings:
     try:
         return settings.from_config_dict(trained)
     except ValueError as e:
-        raise ValueError(f"{os.path.join(workdir, 'config.json')}: {e}") from e
+        raise ValueError(f"{os.path.join(workdir, layout.CONFIG)}: {e}") from e
 
 
 # ----------------------------------------------------------------------------- comparing settings
@@ -144,7 +144,6 @@ NOT_TRAINING = (
     "keep_best_checkpoints",
     "init_from",
 )  # init_from: where step 0 came from (config.json resolves it)
-CHANGES_FILE = "config_changes.jsonl"  # {"step", "time", "changes": {key: [before, after]}} per resume that changed any
 
 
 def _not_training(config: settings.Settings) -> tuple[str, ...]:
@@ -157,7 +156,7 @@ def _not_training(config: settings.Settings) -> tuple[str, ...]:
 def refuse_fixed_changes(config: settings.Settings, workdir: str) -> None:
     """Before a restore: a ValueError naming every FIXED_ON_RESUME setting `config` changes
     from the workdir's config.json (such a checkpoint would not restore: not 'damaged')."""
-    if not os.path.exists(os.path.join(workdir, "config.json")):
+    if not os.path.exists(os.path.join(workdir, layout.CONFIG)):
         return
     trained = flat(settings.to_dict(load_config(workdir)))
     given = flat(settings.to_dict(config))
@@ -175,8 +174,8 @@ def record_resume_changes(config: settings.Settings, workdir: str, step: int) ->
     (config.json, then config_changes.jsonl up to `step`): (key, before, after), logged and
     appended to workdir/config_changes.jsonl as a change at `step`. config.json keeps the
     settings the run started with; a fresh start (step 0) writes it and forgets old changes."""
-    path = os.path.join(workdir, CHANGES_FILE)
-    if step == 0 or not os.path.exists(os.path.join(workdir, "config.json")):
+    path = os.path.join(workdir, layout.CONFIG_CHANGES)
+    if step == 0 or not os.path.exists(os.path.join(workdir, layout.CONFIG)):
         save_config(config, workdir)
         if os.path.exists(path):
             os.remove(path)
@@ -257,7 +256,7 @@ def _overlay(base: dict, top: dict) -> dict:
 def config_for_eval(config, workdir: str) -> settings.Settings:
     """The workdir's config.json with `config`'s EVAL_SETTINGS, checked; warns naming every
     training setting of `config` that differs from the one the checkpoints were trained with."""
-    if not os.path.exists(os.path.join(workdir, "config.json")):
+    if not os.path.exists(os.path.join(workdir, layout.CONFIG)):
         log.warning("%s has no config.json: evaluating with --config as given", workdir)
         return settings.from_config_dict(config)
     trained = read_config_json(workdir)
@@ -267,7 +266,7 @@ def config_for_eval(config, workdir: str) -> settings.Settings:
         more = f" and {len(diff) - 12} more" if len(diff) > 12 else ""
         log.warning(
             "eval restores with %s: %d setting(s) of --config differ and are taken from it: %s%s",
-            os.path.join(workdir, "config.json"),
+            os.path.join(workdir, layout.CONFIG),
             len(diff),
             _trained_vs_given(diff[:12]),
             more,
@@ -276,4 +275,4 @@ def config_for_eval(config, workdir: str) -> settings.Settings:
     try:
         return settings.from_config_dict(_overlay(given, {k: v for k, v in trained.items() if k not in EVAL_SETTINGS}))
     except ValueError as e:  # --config was checked before: the workdir's file holds the bad value
-        raise ValueError(f"{os.path.join(workdir, 'config.json')}: {e}") from e
+        raise ValueError(f"{os.path.join(workdir, layout.CONFIG)}: {e}") from e

@@ -1457,6 +1457,14 @@ MUTATIONS = [
         ("tests/test_architecture.py::test_the_dataset_builders_never_reach_up_into_pipeline_model_or_training",),
         "the dataset builder imports the input pipeline again (an import upward)",
     ),
+    Mutation(
+        "layout_spelled_again",
+        "ds2_jax/checkpoint.py",
+        "os.path.join(workdir, layout.CHECKPOINTS)",
+        'os.path.join(workdir, "checkpoints")',
+        ("tests/test_architecture.py::test_the_workdir_layout_is_spelled_in_one_module",),
+        "a module spells a workdir file name of its own again (the layout in two places)",
+    ),
     # ---- issue 52: the two classes that survived two audits (the order of an epoch, per-split results)
     Mutation(
         "epoch_order_repeats_after_the_second",

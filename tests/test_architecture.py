@@ -200,9 +200,9 @@ def reached_outside(graph: dict[str, set[str]], package: str, allowed: set[str])
 
 
 # What the dataset builders (ds2_jax.datasets: tfds builders and the ds2-build command) may reach:
-# the host modules the data side shares, and the command line's shared handling (cli, and the
+# the host modules the data side shares, the workdir layout, and the command line's shared handling (cli, and the
 # resilience it reports through). Never the input pipeline, the model or training, which build on them.
-DATASETS_MAY_REACH = DATA_MAY_IMPORT | {"ds2_jax.cli", "ds2_jax.resilience"}
+DATASETS_MAY_REACH = DATA_MAY_IMPORT | {"ds2_jax.cli", "ds2_jax.resilience", "ds2_jax.layout"}
 
 
 def test_the_import_direction_finder_finds_a_planted_upward_import():
@@ -508,3 +508,62 @@ def test_every_write_in_the_package_replaces_atomically_or_appends():
         "with files.replacing(p, 'wb') as f:\n    np.savez(f, a=1)\nopen(p, 'a')\n"
     )
     assert _writes_outside_replacing(planted) == [2, 4]  # the check can fail
+
+
+def _docstrings(tree: ast.Module) -> set[int]:
+    """ids of the docstring nodes of a module and its classes and functions."""
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                out.add(id(first.value))
+    return out
+
+
+def layout_spellings(source: str, names: set[str], prefixes: tuple[str, ...]) -> list[str]:
+    """The string literals of `source` (docstrings aside) that spell a workdir file name: one of
+    `names` (alone or as a path's last part), or an f-string or literal that starts with one of
+    `prefixes` (the patterned names: eval-<split>-...)."""
+    tree = ast.parse(source)
+    skip = _docstrings(tree)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip:
+            if node.value in names or node.value.rsplit("/", 1)[-1] in names or node.value.startswith(prefixes):
+                found.append(node.value)
+    return found
+
+
+def test_the_layout_finder_sees_each_way_of_spelling_a_name():
+    names, prefixes = {"config.json", "checkpoints"}, ("eval-",)
+    planted = (
+        '"""Writes config.json."""\n'
+        'a = os.path.join(w, "config.json")\n'
+        "b = f\"{os.path.join(w, 'checkpoints')}\"\n"
+        'c = f"eval-{split}.json"\n'
+        'd = "W/config.json"\n'
+        'e = "the workdir\'s config.json holds them"\n'
+    )
+    found = sorted(layout_spellings(planted, names, prefixes))
+    assert found == ["W/config.json", "checkpoints", "config.json", "eval-"]
+
+
+def test_the_workdir_layout_is_spelled_in_one_module():
+    """ds2_jax.layout names every file of a workdir; the modules that write or read them import
+    the names, so the layout changes in one place (prose in docstrings and messages aside)."""
+    from ds2_jax import layout
+
+    names = {v for k, v in vars(layout).items() if k.isupper() and isinstance(v, str)}
+    assert {"config.json", "metrics.jsonl", "timing.json", "checkpoints", "run.lock"} <= names
+    prefixes = ("log-process", "eval-", "tune_lm-")  # layout's patterned names
+    spelled = {}
+    for folder, _, files in os.walk(ROOT):
+        for name in (f for f in files if f.endswith(".py")):
+            path = os.path.join(folder, name)
+            if path == layout.__file__:
+                continue
+            with open(path) as f:
+                if found := layout_spellings(f.read(), names, prefixes):
+                    spelled[os.path.relpath(path, ROOT)] = found
+    assert spelled == {}, f"workdir file names spelled outside ds2_jax/layout.py: {spelled}"

@@ -27,7 +27,7 @@ import jax
 import numpy as np
 import pytest
 
-from ds2_jax import checkpoint, errors, evaluation, files, memory, metrics, resilience, train, workdir_config
+from ds2_jax import checkpoint, errors, evaluation, files, layout, memory, metrics, resilience, train, workdir_config
 from ds2_jax import state as state_lib
 from ds2_jax.pipeline.batch import Sharding
 from ds2_jax.pipeline.source import make_source
@@ -71,11 +71,11 @@ def uninterrupted(tmp_path_factory):
 def test_kill_9_then_rerun_matches_uninterrupted_bit_for_bit(tmp_path, uninterrupted, kill_at):
     rc, _ = launch(tmp_path, f"--config.faults.kill_at={kill_at}")
     assert rc == -signal.SIGKILL
-    assert (tmp_path / resilience.LOCK_FILE).exists()  # left behind by the killed run
+    assert (tmp_path / layout.LOCK).exists()  # left behind by the killed run
     rc, err = launch(tmp_path)
     assert rc == 0, err[-2000:]
     assert "taking over the stale lock" in err
-    assert not (tmp_path / resilience.LOCK_FILE).exists()
+    assert not (tmp_path / layout.LOCK).exists()
     step, params = final_params(tmp_path)
     assert step == uninterrupted[0] == 8
     for a, b in zip(params, uninterrupted[1]):
@@ -124,7 +124,7 @@ def test_sigterm_checkpoints_and_exits_zero_then_resumes(tmp_path):
 @pytest.mark.e2e
 def test_two_runs_on_one_workdir_the_second_is_refused_and_nothing_mixes(tmp_path, uninterrupted):
     first = launch(tmp_path, wait=False)
-    lock = tmp_path / resilience.LOCK_FILE
+    lock = tmp_path / layout.LOCK
     deadline = time.time() + 300
     while not lock.exists():
         assert time.time() < deadline and first.poll() is None, first.stderr.read()[-2000:]
@@ -258,7 +258,7 @@ def test_busy_workdir_is_refused_naming_the_first_run(tmp_path):
     w.mkdir()
     first = subprocess.Popen(["sleep", "60"])  # stands in for the running first run
     try:
-        lock = w / resilience.LOCK_FILE
+        lock = w / layout.LOCK
         host = socket.gethostname()
         lock.write_text(json.dumps({"host": host, "pid": first.pid, "start": "2026-12-03T10:00:00"}))
         with pytest.raises(errors.WorkdirLocked, match=f"in use by another run \\(host {host}, pid {first.pid}"):
@@ -268,7 +268,7 @@ def test_busy_workdir_is_refused_naming_the_first_run(tmp_path):
         with pytest.raises(errors.WorkdirLocked, match="host other-host") as err:
             train.train_and_evaluate(run_config(), str(w))
         assert str(lock) in str(err.value)  # the way out when that machine is gone
-        assert sorted(os.listdir(w)) == [resilience.LOCK_FILE]  # nothing written, nothing mixed
+        assert sorted(os.listdir(w)) == [layout.LOCK]  # nothing written, nothing mixed
     finally:
         first.kill()
         first.wait()
@@ -284,7 +284,7 @@ def test_killed_mid_write_stale_lock_and_torn_metrics_line_resume_bit_for_bit(si
     text = open(path).read()
     open(path, "w").write(text[: len(text) - 25])  # step 6's record, cut mid-line
     pid = _dead_pid()
-    lock = os.path.join(w, resilience.LOCK_FILE)
+    lock = os.path.join(w, layout.LOCK)
     open(lock, "w").write(json.dumps({"host": socket.gethostname(), "pid": pid, "start": "2026-12-03T10:00:00"}))
     with caplog.at_level("INFO", logger="ds2_jax"):
         state = train.train_and_evaluate(run_config(), w)
@@ -786,7 +786,7 @@ def test_a_resume_with_changed_settings_logs_and_records_them_keeping_config_jso
     assert "settings changed at step 6" in caplog.text
     assert "optimizer.learning_rate 0.0005 -> 0.01" in caplog.text and "per_device_batch_size 2 -> 4" in caplog.text
     assert open(os.path.join(w, "config.json")).read() == original  # still the settings of steps 1-6
-    (record,) = metrics.read_jsonl(os.path.join(w, workdir_config.CHANGES_FILE))
+    (record,) = metrics.read_jsonl(os.path.join(w, layout.CONFIG_CHANGES))
     assert record["step"] == 6 and record["changes"] == {
         "optimizer.learning_rate": [0.0005, 0.01],
         "per_device_batch_size": [2, 4],
@@ -802,7 +802,7 @@ def test_a_resume_with_changed_settings_logs_and_records_them_keeping_config_jso
         train.train_and_evaluate(run_config(num_train_steps=12, **changed, **{"optimizer.clip_global_norm": 5.0}), w)
     assert "optimizer.learning_rate" not in caplog.text and "settings changed at step 9" in caplog.text
     assert "optimizer.clip_global_norm 400.0 -> 5.0" in caplog.text
-    assert [r["step"] for r in metrics.read_jsonl(os.path.join(w, workdir_config.CHANGES_FILE))] == [6, 9]
+    assert [r["step"] for r in metrics.read_jsonl(os.path.join(w, layout.CONFIG_CHANGES))] == [6, 9]
 
 
 def test_a_resume_that_stretches_a_cosine_decay_to_the_last_step_records_num_train_steps(tmp_path):
@@ -1046,7 +1046,7 @@ def test_a_stop_signal_while_the_model_is_built_stops_at_the_first_step_with_a_c
     with caplog.at_level("INFO", logger="ds2_jax"):
         state = train.train_and_evaluate(run_config(num_train_steps=1000), w)
     assert int(state.step) == 1 and "received SIGINT" in caplog.text and "preempted at step 1" in caplog.text
-    assert checkpoint.manager(w).latest_step() == 1 and not os.path.exists(os.path.join(w, resilience.LOCK_FILE))
+    assert checkpoint.manager(w).latest_step() == 1 and not os.path.exists(os.path.join(w, layout.LOCK))
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handlers are given back
 
 

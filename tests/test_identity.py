@@ -13,7 +13,7 @@ import os
 import numpy as np
 import pytest
 
-from ds2_jax import evaluation, features, settings, workdir_config
+from ds2_jax import evaluation, features, layout, settings, workdir_config
 from ds2_jax import state as state_lib
 from ds2_jax.pipeline.batch import Sharding
 from ds2_jax.pipeline.source import make_source
@@ -174,7 +174,7 @@ def test_a_resume_refuses_a_new_spectrogram_and_records_a_change_to_the_data(tmp
         workdir_config.refuse_fixed_changes(changed, w)  # not refused: a changed curriculum is allowed
         recorded = workdir_config.record_resume_changes(changed, w, 5)
         assert [k for k, _, _ in recorded] == [key], key
-        os.remove(os.path.join(w, workdir_config.CHANGES_FILE))
+        os.remove(os.path.join(w, layout.CONFIG_CHANGES))
 
 
 NOT_TRAINING_KEYS = [k for k in SCHEMA if k.startswith(workdir_config.NOT_TRAINING) and not k.startswith("faults.")]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ds2_jax import decoding, export, onnx_model, settings, text, timing
+from ds2_jax import decoding, export, layout, onnx_model, settings, text, timing
 
 RATE = 16_000
 FRAME = 0.03
@@ -83,7 +83,7 @@ def test_the_export_carries_the_delay_and_an_older_export_reads_as_none():
 
 
 def test_a_recorded_delay_is_per_checkpoint_step(tmp_path):
-    (tmp_path / timing.TIMING_FILE).write_text('{"120": {"emission_delay_s": 0.09, "utterances": 5, "split": "dev"}}')
+    (tmp_path / layout.TIMING).write_text('{"120": {"emission_delay_s": 0.09, "utterances": 5, "split": "dev"}}')
     assert timing.recorded(str(tmp_path), 120) == 0.09
     assert timing.recorded(str(tmp_path), 160) is None  # another checkpoint: measured again
     assert timing.recorded(str(tmp_path / "elsewhere"), 120) is None

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import soundfile
 
-from ds2_jax import settings, timing, train, transcribe
+from ds2_jax import layout, settings, timing, train, transcribe
 from tests.helpers import tiny_config
 
 RATE = 16_000
@@ -119,7 +119,7 @@ def test_every_words_start_is_within_one_output_frame_of_the_truth(tone_model, t
     assert frame == pytest.approx(0.03)  # hop 10 ms x the first conv's stride of 3
     delay = timing.delay_of_workdir(tone_model, transcriber)
     assert 0.5 * frame < delay < 5 * frame  # late, by less than its receptive field
-    with open(os.path.join(tone_model, timing.TIMING_FILE)) as f:
+    with open(os.path.join(tone_model, layout.TIMING)) as f:
         assert json.load(f)[str(transcriber.step)]["utterances"] == 16  # the eval split ("dev"), each once
     monkeypatch.setattr(timing, "emission_delay", lambda *a: pytest.fail("measured again, not read"))
     assert timing.delay_of_workdir(tone_model, transcriber) == delay

@@ -19,7 +19,7 @@ import os
 from absl import flags
 from ml_collections import config_flags
 
-from ds2_jax import settings
+from ds2_jax import layout, settings
 
 FLAGS = flags.FLAGS
 
@@ -96,8 +96,7 @@ def tune(
         "grid": grid,
     }
     # One file per (split, step, beam, LM, subset): tuning against another LM, or on a subset, never replaces this one.
-    subset = f"-max{max_utterances}" if max_utterances else ""
-    path = os.path.join(workdir, f"tune_lm-{split}-{step}-beam{beam_width}-lm-{evaluation.lm_name(lm)}{subset}.json")
+    path = os.path.join(workdir, layout.tune_lm_result(split, step, beam_width, evaluation.lm_name(lm), max_utterances))
     files.write_text(path, json.dumps(result, indent=2))
     result["path"] = path
     log.info(
