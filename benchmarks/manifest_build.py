@@ -92,7 +92,7 @@ def decoded_samples(jobs: list[tuple[str, int, str]]) -> int:
     """audio.load of each job; the samples they gave (a bare-decode task: no audio sent back)."""
     from ds2_jax.datasets import audio
 
-    return sum(len(a) for a in audio.load_many(jobs) if not isinstance(a, audio.Skip))
+    return sum(len(a.samples) for a in audio.load_many(jobs) if not isinstance(a, audio.Skip))
 
 
 def bare_decode(jobs: list, processes: int, chunk: int = 16) -> None:

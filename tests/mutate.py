@@ -68,6 +68,7 @@ FEATURE_STATS = "tests/test_features.py::test_feature_statistics_count_each_utte
 FT = "tests/test_finetune.py::"
 AUG_SHARES = "tests/test_augment.py::test_process_shares_and_input_workers_give_the_one_process_batches"
 LIVE = "tests/test_faults.py::test_a_checkpoint_a_live_run_is_writing_is_waited_for_then_named_never_called_damaged"
+AUDIO = "tests/test_audio.py::"
 EVAL_LIMIT = SRC + "test_eval_keeps_utterances_longer_than_the_largest_bucket_each_in_the_smallest_shape"
 EPOCH_ORDER = SRC + "test_each_epoch_covers_every_utterance_once_in_a_new_order_a_function_of_seed_and_epoch"
 OWN_SPLIT = "tests/test_evaluation.py::test_one_run_scores_two_splits_of_other_contents_each_over_its_own_utterances"
@@ -1513,6 +1514,39 @@ MUTATIONS = [
         '"labels": self._index(self._resolve(split_names(self.eval_split)[0])).labels[r],',
         (OWN_SPLIT,),
         "an eval split's audio scored against dataset.eval_split's transcripts of the same record numbers",
+    ),
+    # ---- issue 49: own data never silently wrong
+    Mutation(
+        "float_audio_read_as_int16",
+        "ds2_jax/datasets/audio.py",
+        'dtype="int16" if f.subtype in INT_SUBTYPES else "float32"',
+        'dtype="int16"',
+        (AUDIO + "test_every_lossless_subtype_is_stored_at_the_same_scale",),
+        "float and double files read as int16 by libsndfile (unscaled: silence)",
+    ),
+    Mutation(
+        "clipped_samples_not_counted",
+        "ds2_jax/datasets/audio.py",
+        "clipped = int(np.count_nonzero(np.abs(audio) > 1.0))",
+        "clipped = 0",
+        (AUDIO + "test_floats_beyond_full_scale_are_clipped_and_counted",),
+        "floats beyond [-1, 1] clipped without a count",
+    ),
+    Mutation(
+        "cut_header_not_checked",
+        "ds2_jax/datasets/audio.py",
+        "if int(actual) < int(declared) < UNKNOWN_LENGTH:",
+        "if False:",
+        (AUDIO + "test_a_file_cut_short_is_a_counted_skip",),
+        "a WAV/W64 chunk longer than the file is read as the audio there is",
+    ),
+    Mutation(
+        "decoded_frames_not_checked",
+        "ds2_jax/datasets/audio.py",
+        "if 0 < audio.shape[0] < declared:",
+        "if False:",
+        (AUDIO + "test_a_file_cut_short_is_a_counted_skip",),
+        "an MP3 decoding fewer frames than its Xing header declares is kept",
     ),
 ]
 

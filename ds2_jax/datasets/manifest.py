@@ -67,7 +67,8 @@ REASONS = (
     "bad_line",  # a manifest line that does not parse, or lacks the audio path or text
     "duplicate_id",  # an id (audio path) listed before in the same manifest
     "missing_audio",  # the audio file is not there
-    "corrupt_audio",  # soundfile could not decode it
+    "corrupt_audio",  # soundfile could not decode it (anywhere in it), or it holds NaN or infinite samples
+    "truncated_audio",  # shorter than its header declares (a cut download or copy)
     "empty_audio",  # zero samples
     "not_mono",  # several channels with dataset.stereo='skip'
     "empty_transcript",  # nothing left after normalization
@@ -397,6 +398,7 @@ class Report:
     examples: dict = dataclasses.field(default_factory=lambda: collections.defaultdict(list))
     unknown: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # char -> utterances
     rare: dict = dataclasses.field(default_factory=dict)  # char -> times in the train splits, left out of the alphabet
+    clipped: dict = dataclasses.field(default_factory=dict)  # "file:line: audio" -> samples clipped (kept)
 
     def skip(self, reason: str, where: str, detail: str = "") -> None:
         assert reason in REASONS, reason
@@ -416,6 +418,9 @@ class Report:
             "examples": dict(self.examples),
             "unknown_chars": dict(self.unknown.most_common()),
             "rare_chars": self.rare,
+            "clipped_utterances": len(self.clipped),
+            "clipped_samples": sum(self.clipped.values()),
+            "clipped_examples": dict(list(self.clipped.items())[:REPORT_EXAMPLES]),
             "transcripts_without_audio": 0,
         }
 
@@ -446,6 +451,11 @@ def summary(report: dict) -> str:
     )
     if report.get("unknown_chars"):
         line += f"; outside the alphabet: {unknown_summary(report['unknown_chars'])}"
+    if report.get("clipped_utterances"):
+        line += (
+            f"; clipped to int16: {report['clipped_samples']} samples beyond [-1, 1] in "
+            f"{report['clipped_utterances']} kept utterances (e.g. {next(iter(report['clipped_examples']))})"
+        )
     if report.get("rare_chars"):
         line += f"; too rare for the alphabet (dataset.alphabet_min_count): {rare_summary(report['rare_chars'])}"
     return line
@@ -505,13 +515,15 @@ def to_write(
 
 
 def count_outcomes(m: Manifest, todo: list[tuple], outcomes: dict[int, object], report: Report) -> None:
-    """Counts each written utterance (sample count) or skip (audio.Skip) in `report`, in manifest order."""
+    """Counts each written utterance (shards.Kept) or skip (audio.Skip) in `report`, in manifest order."""
     lines = {e.id: e.line for e in m.entries}
     for position, key, audio_path, _, _ in todo:
         got = outcomes[position]
-        if isinstance(got, int):
+        if isinstance(got, shards.Kept):
             report.kept += 1
-            report.kept_samples += got
+            report.kept_samples += got.samples
+            if got.clipped:
+                report.clipped[f"{m.path}:{lines[key]}: {audio_path}"] = got.clipped
         else:
             report.skip(got.reason, f"{m.path}:{lines[key]}", f"{audio_path}: {got.detail}")
 
@@ -520,7 +532,7 @@ def finish_split(m: Manifest, report: Report, data_dir: str) -> None:
     """Writes the split's build report and logs its summary; a split that kept nothing is a ValueError."""
     with open(report_path(data_dir, m.split), "w") as f:
         json.dump(report.to_json(), f, indent=1, ensure_ascii=False)
-    dropped = sum(report.skipped.values())
+    dropped = sum(report.skipped.values()) + len(report.clipped)
     logging.log(logging.WARNING if dropped else logging.INFO, "%s", report.summary())
     if not report.kept:
         examples = [e for r in REASONS for e in report.examples.get(r, [])][:REPORT_EXAMPLES]
@@ -602,7 +614,7 @@ class ManifestDataset(tfds.core.GeneratorBasedBuilder):
         written = {split: [] for split in manifests}  # (temp path, records) of each shard, in order
         for job, got in shards.run(jobs, o.num_workers()):
             outcomes[job.split].update((item[0], g) for item, g in zip(job.items, got))
-            written[job.split].append((job.path, sum(isinstance(g, int) for g in got)))
+            written[job.split].append((job.path, sum(isinstance(g, shards.Kept) for g in got)))
         infos = []
         for split, m in manifests.items():
             count_outcomes(m, todos[split], outcomes[split], reports[split])

@@ -22,7 +22,7 @@ import math
 import multiprocessing
 import os
 import signal
-from typing import Iterator
+from typing import Iterator, NamedTuple
 
 import numpy as np
 
@@ -117,20 +117,27 @@ def example_bytes(wav, normalized: str, key: str, speaker: str) -> bytes:
     return b"".join(_field(1, entries))
 
 
-def utterance(job: ShardJob, audio_path: str, normalized: str):
-    """<int16>[S] audio of one utterance, or the audio.Skip that says why it is not kept."""
-    wav = audio_lib.load(audio_path, job.sample_rate, job.stereo)
-    if isinstance(wav, audio_lib.Skip):
-        return wav
+class Kept(NamedTuple):
+    """A written utterance's outcome: its sample count and how many of them were clipped."""
+
+    samples: int
+    clipped: int = 0
+
+
+def utterance(job: ShardJob, audio_path: str, normalized: str) -> audio_lib.Audio | audio_lib.Skip:
+    """The audio of one utterance, or the audio.Skip that says why it is not kept."""
+    got = audio_lib.load(audio_path, job.sample_rate, job.stereo)
+    if isinstance(got, audio_lib.Skip):
+        return got
     labels = _alphabet(job.symbols).encode(normalized)
-    frames = geometry.output_frames(geometry.num_frames(len(wav), job.window, job.hop), BUILD_NUM_CONV_LAYERS)
+    frames = geometry.output_frames(geometry.num_frames(len(got.samples), job.window, job.hop), BUILD_NUM_CONV_LAYERS)
     if frames < geometry.ctc_min_frames(labels):
         return audio_lib.Skip("ctc_infeasible", f"{len(labels)} labels, {frames} frames")
-    return wav
+    return got
 
 
 def write_shard(job: ShardJob) -> list:
-    """Writes a shard; per item, in order, its sample count or the Skip that says why it was left out.
+    """Writes a shard; per item, in order, its Kept or the Skip that says why it was left out.
     Any failure of one file's work is that file's counted skip ('failed'), never the build's end."""
     from array_record.python import array_record_module
 
@@ -139,13 +146,13 @@ def write_shard(job: ShardJob) -> list:
     try:
         for _, key, audio_path, normalized, speaker in job.items:
             try:
-                wav = utterance(job, audio_path, normalized)
-                if not isinstance(wav, audio_lib.Skip):
-                    writer.write(example_bytes(wav, normalized, key, speaker))
-                    wav = len(wav)
+                got = utterance(job, audio_path, normalized)
+                if not isinstance(got, audio_lib.Skip):
+                    writer.write(example_bytes(got.samples, normalized, key, speaker))
+                    got = Kept(len(got.samples), got.clipped)
             except Exception as e:  # noqa: BLE001 - one file's failure is its skip
-                wav = audio_lib.Skip("failed", f"{type(e).__name__}: {e}"[:200])
-            outcomes.append(wav)
+                got = audio_lib.Skip("failed", f"{type(e).__name__}: {e}"[:200])
+            outcomes.append(got)
     finally:
         writer.close()
     return outcomes
