@@ -834,8 +834,8 @@ MUTATIONS = [
     Mutation(
         "eval_result_file_without_split",
         "ds2_jax/evaluation.py",
-        'return os.path.join(workdir, f"eval-{split}-{step}-{decoding_tag(beam)}{subset}.json")',
-        'return os.path.join(workdir, f"eval-{step}-{decoding_tag(beam)}{subset}.json")',
+        "layout.eval_result(split, step, decoding_tag(beam), max_utterances)",
+        'layout.eval_result("", step, decoding_tag(beam), max_utterances)',
         (SPLITS,),
         "each split's eval json overwrites the previous split's",
     ),
@@ -1006,8 +1006,8 @@ MUTATIONS = [
     Mutation(
         "config_json_written_in_place",
         "ds2_jax/workdir_config.py",
-        'files.write_text(os.path.join(workdir, "config.json"), json.dumps(settings.to_dict(config), indent=2))',
-        'open(os.path.join(workdir, "config.json"), "w").write(json.dumps(settings.to_dict(config), indent=2))',
+        "files.write_text(os.path.join(workdir, layout.CONFIG), json.dumps(settings.to_dict(config), indent=2))",
+        'open(os.path.join(workdir, layout.CONFIG), "w").write(json.dumps(settings.to_dict(config), indent=2))',
         ("tests/test_faults.py::test_config_json_is_written_atomically",),
         "config.json rewritten in place: a kill mid-write leaves it torn",
     ),
