@@ -65,9 +65,12 @@ test-gpu:
 CONVERGE_OUT ?= .converge
 CONVERGE_SEEDS ?= 0,1,2,3,4,5,6,7,8,9
 CONVERGE_PROCESSES ?= 5
+# Rows per device (16: the seed's; 32 and 64 run the wide Mosaic calls).
+CONVERGE_BATCH ?= 16
 converge-gpu:
 	$(GPU_PYTHON) -m benchmarks.precision --out=$(CONVERGE_OUT) --seeds=$(CONVERGE_SEEDS) --processes=$(CONVERGE_PROCESSES) \
-		--runs=float32:scan_vjp,bfloat16:scan_vjp,bfloat16:auto --steps=600 --evals=3 --config.deterministic=True
+		--runs=float32:scan_vjp,bfloat16:scan_vjp,bfloat16:auto --steps=600 --evals=3 --config.deterministic=True \
+		--config.per_device_batch_size=$(CONVERGE_BATCH)
 
 # Mutation testing (tests/mutate.py): each listed wrong change must fail its tests.
 mutate: $(VENV)/.stamp-test

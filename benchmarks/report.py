@@ -34,6 +34,9 @@ CSV_FIELDS = (
     "speedup",
     "efficiency",
     "params",
+    "model_gflop_per_step_per_device",
+    "model_tflops_per_s_per_device",
+    "mfu",
     "kernels_per_step",
     "gpu_busy_fraction",
     "error",
@@ -139,14 +142,15 @@ def markdown(meta: dict, rows: list[dict]) -> str:
         "update on synthetic batches already on the device; the first step (compile + run) is reported apart.",
         "",
         "| variant | dtype | devices | global batch | ms/step (median) | p10-p90 ms | first step (s) | utt/s "
-        "| minibatches/epoch | time/minibatch (s) | epoch time (s) | speedup | efficiency |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| minibatches/epoch | time/minibatch (s) | epoch time (s) | speedup | efficiency "
+        "| model GFLOP/step/device | TFLOP/s/device | MFU |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         if r.get("status") != "ok":
             reason = r.get("error") or r.get("notes") or ""
             lines.append(
-                f"| {r['variant']} | {r['dtype']} | {r['devices']} | {r.get('status')}: {reason[:160]} |||||||||"
+                f"| {r['variant']} | {r['dtype']} | {r['devices']} | {r.get('status')}: {reason[:160]} ||||||||||||"
             )
             continue
         lines.append(
@@ -154,7 +158,9 @@ def markdown(meta: dict, rows: list[dict]) -> str:
             f"| {_fmt(r['step_ms_p10'])}-{_fmt(r['step_ms_p90'])} | {_fmt(r['first_step_s'], 2)} | "
             f"{_fmt(r['utterances_per_s'])} "
             f"| {r['minibatches_per_epoch']} | {_fmt(r['time_per_minibatch_s'], 4)} | {_fmt(r['epoch_time_s'])} "
-            f"| {_fmt(r.get('speedup'), 2)} | {_fmt(r.get('efficiency'), 2)} |"
+            f"| {_fmt(r.get('speedup'), 2)} | {_fmt(r.get('efficiency'), 2)} "
+            f"| {_fmt(r.get('model_gflop_per_step_per_device'))} | {_fmt(r.get('model_tflops_per_s_per_device'))} "
+            f"| {_fmt(r.get('mfu'), 3)} |"
         )
     ratios = pytorch_vs_ours(rows)
     if ratios:

@@ -45,8 +45,10 @@ import traceback  # noqa: E402
 import jax  # noqa: E402
 from absl import app, flags  # noqa: E402
 
-from benchmarks import jax_bench, report  # noqa: E402
-from ds2_jax import cli, model, settings  # noqa: E402
+from benchmarks import flops, jax_bench, report  # noqa: E402
+from ds2_jax import cli, geometry, model, settings  # noqa: E402
+from ds2_jax.pipeline import plan  # noqa: E402
+from ds2_jax.pipeline.source import DataSettings  # noqa: E402
 
 log = logging.getLogger("benchmarks.scaling")
 TORCH_VARIANTS = ("torch_loop", "torch_cudnn", "torch_compile", "torch_cudnn_graphs")
@@ -203,10 +205,29 @@ def measure(config, variant: str, dtype: str, n: int, counts: tuple[int, int, in
                 )
             else:
                 return {**row, "status": "skipped", "notes": "several torch devices need CUDA (one process per GPU)"}
-        return {**row, "status": "ok", **result}
+        return {**row, "status": "ok", **result, **model_flops(config, result["step_ms_median"])}
     except Exception as e:  # recorded, and the other measurements go on
         log.error("%s %s x%d failed:\n%s", variant, dtype, n, traceback.format_exc())
         return {**row, "status": "error", "error": f"{type(e).__name__}: {e}"[:1000]}
+
+
+def model_flops(config: settings.Config, step_ms: float) -> dict:
+    """Counted model FLOPs of one device's step on the padded synthetic batch (benchmarks.flops),
+    the rate they run at, and the share of the GPU's dense peak in the compute dtype (MFU)."""
+    data = DataSettings.of(config)
+    rate = data.spectrogram.sample_rate
+    samples = plan.stretched(int(data.dataset.synthetic_max_duration_s * rate), data.waveform.stretch)
+    frames = geometry.num_frames(samples, data.spectrogram.window, data.spectrogram.hop)
+    step = flops.train_step_flops(
+        model.ModelConfig.of(config.model), config.per_device_batch_size, frames, data.spectrogram.num_bins
+    )
+    per_s = step / (step_ms / 1e3)
+    peak = flops.peak_flops(getattr(jax.devices()[0], "device_kind", ""), config.model.dtype)
+    return {
+        "model_gflop_per_step_per_device": step / 1e9,
+        "model_tflops_per_s_per_device": per_s / 1e12,
+        "mfu": per_s / peak if peak else None,
+    }
 
 
 def main(argv) -> None:

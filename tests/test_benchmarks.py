@@ -72,6 +72,11 @@ def test_scaling_command_writes_every_report(tmp_path):
         assert r["epoch_time_s"] == pytest.approx(r["minibatches_per_epoch"] * r["step_ms_median"] / 1e3)
         assert "error" not in r["profile"], r["profile"]
         assert r["profile"]["kernels_per_step"] == "n/a (cpu)"
+        # Counted model FLOPs: one model, so one count per device whatever the variant or device count.
+        assert r["model_gflop_per_step_per_device"] == rows[("jax", 1)]["model_gflop_per_step_per_device"] > 0
+        per_s = r["model_gflop_per_step_per_device"] / r["step_ms_median"]  # GFLOP/ms = TFLOP/s
+        assert r["model_tflops_per_s_per_device"] == pytest.approx(per_s)
+        assert r["mfu"] is None  # no known peak for a CPU
     for variant in ("jax", "jax_jit"):
         assert rows[(variant, 1)]["speedup"] == 1.0
         two = rows[(variant, 2)]
