@@ -10,17 +10,32 @@ by training from the prepared data (ds2_jax.datasets.manifest derives or reads i
 LM build (tools.build_lm) and the lexicon check: NFC, lower case, punctuation removed
 (apostrophes kept: they are part of words), whitespace collapsed. Case folding and
 punctuation removal can be turned off (dataset.lower_case, dataset.strip_punctuation).
+
+Text files (manifests, vocabularies, transcripts, LM text) are read by `text_lines` or
+`decode_file`: UTF-8 (a byte-order mark dropped), or UTF-16/32 with its byte-order mark; any other
+byte is a ValueError naming the file, the line and how to convert it, never a replaced
+character (a Latin-1 "señor" read with errors='replace' trains on "se or").
 """
 
 from __future__ import annotations
 
+import codecs
 import dataclasses
+import io
 import string
 import unicodedata
+from typing import Iterator
 
 import numpy as np
 
 BLANK = 0
+# Byte-order marks of the encodings read besides UTF-8 (UTF-32's first: it starts with UTF-16 LE's).
+WIDE_BOMS = (
+    (codecs.BOM_UTF32_LE, "utf-32"),
+    (codecs.BOM_UTF32_BE, "utf-32"),
+    (codecs.BOM_UTF16_LE, "utf-16"),
+    (codecs.BOM_UTF16_BE, "utf-16"),
+)
 APOSTROPHES = {"\u2019": "'", "\u02bc": "'"}  # typographic apostrophes -> "'"
 
 
@@ -116,24 +131,23 @@ def read_vocabulary(path: str) -> Alphabet:
     DeepSpeech's alphabet.txt reads as it is). Symbols are NFC-normalized. A ValueError names
     the file and line of a bad entry."""
     symbols = []
-    with open(path, encoding="utf-8-sig") as f:
-        for number, line in enumerate(f, 1):
-            entry = line.rstrip("\r\n")
-            if entry == " ":
-                symbols.append(" ")
-                continue
-            entry = entry.strip()
-            if not entry or entry.startswith("#"):
-                continue
-            entry = " " if entry in SPACE_NAMES else ("#" if entry == "\\#" else unicodedata.normalize("NFC", entry))
-            if len(entry) != 1:
-                raise ValueError(
-                    f"{path}:{number}: {entry!r} is not one character (a vocabulary file holds one "
-                    "symbol a line; the space as '<space>')"
-                )
-            if entry in symbols:
-                raise ValueError(f"{path}:{number}: {entry!r} is listed twice")
-            symbols.append(entry)
+    for number, line in enumerate(text_lines(path), 1):
+        entry = line.rstrip("\r\n")
+        if entry == " ":
+            symbols.append(" ")
+            continue
+        entry = entry.strip()
+        if not entry or entry.startswith("#"):
+            continue
+        entry = " " if entry in SPACE_NAMES else ("#" if entry == "\\#" else unicodedata.normalize("NFC", entry))
+        if len(entry) != 1:
+            raise ValueError(
+                f"{path}:{number}: {entry!r} is not one character (a vocabulary file holds one "
+                "symbol a line; the space as '<space>')"
+            )
+        if entry in symbols:
+            raise ValueError(f"{path}:{number}: {entry!r} is listed twice")
+        symbols.append(entry)
     if not symbols:
         raise ValueError(f"{path}: no symbols (a vocabulary file holds one symbol a line)")
     return Alphabet("".join(symbols))
@@ -174,3 +188,61 @@ def collapse(best_path: np.ndarray, length: int) -> np.ndarray:
     keep = np.ones_like(path, bool)
     keep[1:] = path[1:] != path[:-1]
     return path[keep & (path != BLANK)]
+
+
+# ----------------------------------------------------------------------------- reading text files
+
+
+def _not_utf8(where: str, line: int, raw: bytes, e: UnicodeDecodeError) -> ValueError:
+    return ValueError(
+        f"{where}:{line}: byte 0x{raw[e.start]:02x} (column {e.start + 1}) is not UTF-8: the file is in another "
+        f"encoding (Latin-1 or Windows-1252, most likely), and its text is not guessed. Convert it to UTF-8 in "
+        f"place, e.g. `iconv -f LATIN1 -t UTF-8 {where} > {where}.utf8 && mv {where}.utf8 {where}`"
+    )
+
+
+def _wide(data: bytes, where: str) -> str | None:
+    """The text of UTF-16/32 `data` that starts with its byte-order mark; None for any other."""
+    for bom, encoding in WIDE_BOMS:
+        if data.startswith(bom):
+            try:
+                return data.decode(encoding)
+            except UnicodeDecodeError as e:
+                raise ValueError(
+                    f"{where}: starts with a {encoding.upper()} byte-order mark but byte {e.start} does not decode "
+                    f"as {encoding.upper()} ({e.reason}): save it as UTF-8 and use that file"
+                ) from e
+    return None
+
+
+def decode_file(data: bytes, where: str) -> str:
+    """The text of a file's bytes (UTF-8, a BOM dropped; UTF-16/32 with a BOM); a ValueError names
+    `where`, the line and the fix of a byte that is no UTF-8."""
+    wide = _wide(data, where)
+    if wide is not None:
+        return wide.lstrip("\ufeff")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        start = data.rfind(b"\n", 0, e.start) + 1
+        end = data.find(b"\n", e.start)
+        line = data[start : len(data) if end < 0 else end]
+        at = UnicodeDecodeError(e.encoding, line, e.start - start, e.end - start, e.reason)
+        raise _not_utf8(where, data.count(b"\n", 0, e.start) + 1, line, at) from e
+
+
+def text_lines(path: str) -> Iterator[str]:
+    """The lines of a text file with their ends (as `open(path, newline='')` gives them), decoded as
+    `decode_file` does, a line at a time (an LM's text may be larger than memory)."""
+    with open(path, "rb") as f:
+        head = f.read(4)
+        f.seek(0)
+        if any(head.startswith(bom) for bom, _ in WIDE_BOMS):
+            yield from io.StringIO(decode_file(f.read(), path), newline="")
+            return
+        for number, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+            except UnicodeDecodeError as e:
+                raise _not_utf8(path, number, raw, e) from e
+            yield line

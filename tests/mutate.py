@@ -1548,6 +1548,38 @@ MUTATIONS = [
         (AUDIO + "test_a_file_cut_short_is_a_counted_skip",),
         "an MP3 decoding fewer frames than its Xing header declares is kept",
     ),
+    Mutation(
+        "manifest_bytes_replaced",
+        "ds2_jax/text.py",
+        'line = raw.decode("utf-8-sig" if number == 1 else "utf-8")',
+        'line = raw.decode("utf-8-sig" if number == 1 else "utf-8", errors="replace")',
+        ("tests/test_manifest.py::test_a_manifest_in_another_encoding_is_an_error_naming_file_line_and_the_fix",),
+        "a manifest's bytes that are not UTF-8 replaced (Latin-1 'señor' trains on 'se or')",
+    ),
+    Mutation(
+        "json_array_as_lines",
+        "ds2_jax/datasets/manifest.py",
+        'if first.lstrip().startswith("["):',
+        "if False:",
+        ("tests/test_manifest.py::test_a_json_array_manifest_is_read_as_its_objects_with_their_lines",),
+        "a train.json that is one JSON array read as JSON lines (every line a bad line)",
+    ),
+    Mutation(
+        "no_transcripts_blamed_on_min_count",
+        "ds2_jax/datasets/manifest.py",
+        "if not counts:  # no transcript at all",
+        "if False:  # no transcript at all",
+        ("tests/test_manifest.py::test_a_broken_json_array_or_a_manifest_without_transcripts_names_its_cause",),
+        "a manifest without one readable line answered with advice to lower alphabet_min_count",
+    ),
+    Mutation(
+        "validated_only_without_hint",
+        "ds2_jax/datasets/manifest.py",
+        "if side and not options.manifest_splits:",
+        "if False:",
+        ("tests/test_manifest.py::test_a_common_voice_folder_with_only_validated_tsv_gets_the_manifest_splits_hint",),
+        "a validated.tsv-only Common Voice folder is 'no manifest', without dataset.manifest_splits",
+    ),
 ]
 
 

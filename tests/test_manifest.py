@@ -596,3 +596,89 @@ def test_the_build_command_ends_with_the_characters_outside_the_alphabet(bad_dir
     last = proc.stdout.strip().splitlines()[-1]
     assert last.startswith("characters outside the alphabet skipped 1 utterances: 'ß' in 1"), proc.stdout
     assert "manifest/train: kept 3 of 11 utterances" in proc.stdout
+
+
+# ----------------------------------------------------------------------------- text is never replaced
+
+SENTENCES = ["¿Dónde está el señor?", "El niño come pan."]
+
+
+def cv_manifest(folder, encoding: str, bom: bytes = b"") -> str:
+    lines = ["path\tsentence"] + [f"clips/u{i}.mp3\t{s}" for i, s in enumerate(SENTENCES)]
+    path = folder / "train.tsv"
+    path.write_bytes(bom + ("\n".join(lines) + "\n").encode(encoding))
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    "encoding,bom",
+    [("utf-8", b""), ("utf-8", b"\xef\xbb\xbf"), ("utf-16-le", b"\xff\xfe"), ("utf-16-be", b"\xfe\xff")],
+)
+def test_utf8_with_or_without_a_bom_and_utf16_with_one_read_the_same_text(tmp_path, encoding, bom):
+    m = manifest.read_manifest(cv_manifest(tmp_path, encoding, bom), options())
+    assert [e.text for e in m.entries] == SENTENCES and not m.bad_lines
+    assert [e.id for e in m.entries] == ["clips/u0", "clips/u1"]
+
+
+@pytest.mark.parametrize("encoding", ["latin-1", "cp1252"])
+def test_a_manifest_in_another_encoding_is_an_error_naming_file_line_and_the_fix(tmp_path, encoding):
+    path = cv_manifest(tmp_path, encoding)
+    with pytest.raises(ValueError, match=rf"^{path}:2: byte 0xbf \(column 14\) is not UTF-8.*iconv -f LATIN1"):
+        manifest.read_manifest(path, options())
+
+
+def test_other_text_files_are_never_replaced_either(tmp_path):
+    """The vocabulary, an LM's text and LibriSpeech transcripts: the same rule, the same error line."""
+    from ds2_jax.datasets import librispeech_local
+    from ds2_jax.tools import build_lm
+
+    vocab = tmp_path / "alphabet.txt"
+    vocab.write_bytes("a\nb\nñ\n".encode("latin-1"))
+    with pytest.raises(ValueError, match=rf"^{vocab}:3: byte 0xf1 .* is not UTF-8"):
+        text.read_vocabulary(str(vocab))
+    vocab.write_bytes("\ufeffa\nb\nñ\n".encode("utf-16"))
+    assert text.read_vocabulary(str(vocab)).symbols == "abñ"
+    corpus = tmp_path / "lm.txt"
+    corpus.write_bytes("una frase\nel señor\n".encode("latin-1"))
+    with pytest.raises(ValueError, match=rf"^{corpus}:2: byte 0xf1"):
+        list(build_lm.read_text_file(str(corpus)))
+    with pytest.raises(ValueError, match=r"^c/1-2.trans.txt:2: byte 0xd1 \(column 9\)"):
+        librispeech_local.parse_transcripts("1-2-0 A\n1-2-1 SEÑOR\n".encode("latin-1"), "c/1-2.trans.txt")
+
+
+def nemo_objects() -> list[dict]:
+    return [{"audio_filepath": f"clips/u{i}.wav", "duration": 1.0, "text": s} for i, s in enumerate(SENTENCES)]
+
+
+def test_a_json_array_manifest_is_read_as_its_objects_with_their_lines(tmp_path):
+    lines = tmp_path / "lines" / "train.json"
+    array = tmp_path / "array" / "train.json"
+    lines.parent.mkdir()
+    array.parent.mkdir()
+    lines.write_text("\n".join(json.dumps(o, ensure_ascii=False) for o in nemo_objects()) + "\n", encoding="utf-8")
+    array.write_text(json.dumps(nemo_objects(), indent=1, ensure_ascii=False), encoding="utf-8")
+    a, b = manifest.read_manifest(str(lines), options()), manifest.read_manifest(str(array), options())
+    assert [(e.id, e.text) for e in a.entries] == [(e.id, e.text) for e in b.entries] and not b.bad_lines
+    assert [e.line for e in b.entries] == [2, 7]  # where each object starts (json.dumps indent=1)
+
+
+def test_a_broken_json_array_or_a_manifest_without_transcripts_names_its_cause(tmp_path):
+    """Never the advice to lower dataset.alphabet_min_count: the manifest is at fault."""
+    d = tmp_path / "m"
+    d.mkdir()
+    (d / "train.json").write_text(json.dumps(nemo_objects(), indent=1)[:-3] + "\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"train.json:\d+: the file is one JSON array .* does not parse") as e:
+        build.build(str(d), str(tmp_path / "tfds"), "manifest", options())
+    assert "alphabet_min_count" not in str(e.value)
+    (d / "train.json").write_text('{"audio_filepath": "a.wav", "text": \n{"audio_filepath": "b.wav", "te\n')
+    with pytest.raises(ValueError, match=r"hold no transcript to derive the alphabet from .* not JSON") as e:
+        build.build(str(d), str(tmp_path / "tfds"), "manifest", options())
+    assert "alphabet_min_count" not in str(e.value)
+
+
+def test_a_common_voice_folder_with_only_validated_tsv_gets_the_manifest_splits_hint(tmp_path):
+    d = tmp_path / "cv"
+    d.mkdir()
+    shutil.copy(os.path.join(CV, "train.tsv"), d / "validated.tsv")
+    with pytest.raises(FileNotFoundError, match=r"only Common Voice's validated .* dataset.manifest_splits=validated"):
+        build.build(str(d), str(tmp_path / "tfds"), "manifest", options())

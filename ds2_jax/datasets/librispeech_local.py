@@ -119,10 +119,11 @@ class SplitReport:
         )
 
 
-def parse_transcripts(data: bytes) -> dict[str, str]:
-    """A chapter's .trans.txt -> {utterance id: raw transcript ('' if the line has none)}."""
+def parse_transcripts(data: bytes, where: str = ".trans.txt") -> dict[str, str]:
+    """A chapter's .trans.txt -> {utterance id: raw transcript ('' if the line has none)}; text that is
+    not UTF-8 is a ValueError naming `where` and the line (text.decode_file), never replaced."""
     out = {}
-    for line in data.decode("utf-8", errors="replace").replace("\ufeff", "").splitlines():
+    for line in text.decode_file(data, where).splitlines():
         parts = line.strip().split(maxsplit=1)
         if parts:
             out[parts[0]] = parts[1] if len(parts) > 1 else ""
@@ -200,7 +201,7 @@ def generate_from_tree(split_dir: str, report: SplitReport) -> Iterator:
         transcripts = {}
         for name in trans_files:
             with open(os.path.join(root, name), "rb") as f:
-                transcripts.update(parse_transcripts(f.read()))
+                transcripts.update(parse_transcripts(f.read(), os.path.join(root, name)))
         seen = set()
         for name in flacs:
             utt_id = _utt_id(name)
@@ -260,7 +261,7 @@ def _generate_from_tar(path: str, report: SplitReport) -> Iterator:
             name = member.name
             if name.endswith(".trans.txt"):
                 chapter = os.path.basename(name)[: -len(".trans.txt")]
-                transcripts[chapter] = parse_transcripts(tar.extractfile(member).read())
+                transcripts[chapter] = parse_transcripts(tar.extractfile(member).read(), f"{path}:{name}")
                 for utt_id, flac in pending.pop(chapter, []):
                     ex = make_example(utt_id, flac, transcripts[chapter].get(utt_id), report)
                     if ex is not None:

@@ -33,6 +33,7 @@ Host code: no jax, no TensorFlow.
 from __future__ import annotations
 
 import collections
+import contextlib
 import csv
 import dataclasses
 import hashlib
@@ -40,6 +41,7 @@ import json
 import logging
 import os
 import re
+from typing import Iterator, NamedTuple
 
 import numpy as np
 import tensorflow_datasets as tfds
@@ -182,9 +184,10 @@ def split_of(path: str) -> str:
     return tfds_split(os.path.basename(path).rsplit(".", 1)[0])
 
 
-def find_manifests(manual_dir: str, wanted: str = "") -> dict[str, str]:
+def find_manifests(manual_dir: str, wanted: str = "", every: bool = False) -> dict[str, str]:
     """tfds split -> manifest path of every manifest in `manual_dir` (or the '+'-separated
-    `wanted` ones: a name without a file is a ValueError naming the files there)."""
+    `wanted` ones: a name without a file is a ValueError naming the files there; `every`: all
+    manifests there, side files included)."""
     found: dict[str, str] = {}
     for name in sorted(os.listdir(manual_dir)):
         full = os.path.join(manual_dir, name)
@@ -196,6 +199,8 @@ def find_manifests(manual_dir: str, wanted: str = "") -> dict[str, str]:
                     f"{name}) in {manual_dir}: keep one"
                 )
             found[split] = full
+    if every:
+        return found
     if wanted:
         names = [tfds_split(s.strip()) for s in wanted.split("+") if s.strip()]
         missing = [s for s in names if s not in found]
@@ -206,6 +211,23 @@ def find_manifests(manual_dir: str, wanted: str = "") -> dict[str, str]:
             )
         return {s: found[s] for s in names}
     return {s: p for s, p in found.items() if s not in CV_SIDE_FILES}
+
+
+def no_manifest(manual_dir: str, options: Options) -> str:
+    """Why `manual_dir` gives no split: no manifest with utterances, or only Common Voice's side files
+    (validated.tsv, ...), which are built when dataset.manifest_splits names them."""
+    side = [s for s in CV_SIDE_FILES if s in find_manifests(manual_dir, every=True)]
+    if side and not options.manifest_splits:
+        return (
+            f"{manual_dir} holds no train/dev/test manifest, only Common Voice's {', '.join(side)} (supersets and "
+            f"side lists, not built unless asked): to train on {side[0]}.tsv set dataset.manifest_splits={side[0]} "
+            f"and dataset.train_splits={side[0]} (build: --manifest_splits={side[0]} --train_splits={side[0]}), or "
+            "split it into train.tsv, dev.tsv and test.tsv"
+        )
+    return (
+        f"no manifest with utterances in {manual_dir} (<split>.tsv, .csv, .jsonl or .json with an audio path and "
+        "a text column)"
+    )
 
 
 def _column(columns: list[str], setting: str, known: tuple[str, ...]) -> str | None:
@@ -244,6 +266,51 @@ def _utterance_id(folder: str, resolved: str) -> str:
     return os.path.splitext(rel)[0].replace(os.sep, "/")
 
 
+class _NotJson(NamedTuple):
+    msg: str
+
+
+def _json_array(path: str, data: str) -> Iterator[tuple[int, object]]:
+    """(line, item) of a file that is one JSON array (NeMo's tools write JSON lines, people write arrays)."""
+    decoder, i = json.JSONDecoder(), data.index("[") + 1
+    try:
+        while True:
+            while i < len(data) and data[i].isspace():
+                i += 1
+            if data.startswith("]", i):
+                return
+            item, end = decoder.raw_decode(data, i)
+            yield data.count("\n", 0, i) + 1, item
+            i = end
+            while i < len(data) and data[i].isspace():
+                i += 1
+            if data.startswith(",", i):
+                i += 1
+            elif not data.startswith("]", i):
+                raise json.JSONDecodeError("expected ',' or ']'", data, i)
+    except json.JSONDecodeError as e:
+        raise ValueError(
+            f"{path}:{e.lineno}: the file is one JSON array (it starts with '[') that does not parse: {e.msg} "
+            f"(column {e.colno}). Fix it, or write the manifest as JSON lines: one object a line"
+        ) from e
+
+
+def _json_records(path: str, lines) -> Iterator[tuple[int, object]]:
+    """(line, object or _NotJson) of a JSON-lines manifest, or of the items of a JSON-array one."""
+    lines = list(lines)
+    first = next((line for line in lines if line.strip()), "")
+    if first.lstrip().startswith("["):
+        yield from _json_array(path, "".join(lines))
+        return
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue  # a blank line is no utterance
+        try:
+            yield number, json.loads(line)
+        except ValueError as e:
+            yield number, _NotJson(e.msg)
+
+
 def read_manifest(path: str, options: Options) -> Manifest | None:
     """The utterances of one manifest; None for a table with no audio column but a text one
     (a list of sentences, e.g. Common Voice's reported.tsv), which is no split."""
@@ -260,16 +327,12 @@ def read_manifest(path: str, options: Options) -> Manifest | None:
             resolved = _resolve(folder, audio_path.strip())
             entries.append(Entry(line, _utterance_id(folder, resolved), resolved, transcript, str(speaker or "")))
 
-    with open(path, encoding="utf-8-sig", errors="replace", newline="") as f:
+    with contextlib.closing(text.text_lines(path)) as f:  # UTF-8 or UTF-16 with a BOM, else a ValueError
         if path.lower().endswith((".jsonl", ".json")):
             path_key = text_key = None
-            for number, line in enumerate(f, 1):
-                if not line.strip():
-                    continue  # a blank line is no utterance
-                try:
-                    obj = json.loads(line)
-                except ValueError as e:
-                    bad.append((number, f"not JSON ({e.msg})"))
+            for number, obj in _json_records(path, f):
+                if isinstance(obj, _NotJson):
+                    bad.append((number, f"not JSON ({obj.msg})"))
                     continue
                 if not isinstance(obj, dict):
                     bad.append((number, f"a JSON {type(obj).__name__}, not an object"))
@@ -358,6 +421,13 @@ def make_alphabet(manifests: dict[str, Manifest], options: Options) -> tuple[tex
     for s in present:
         for e in manifests[s].entries:
             counts.update(e.normalized)
+    if not counts:  # no transcript at all: the manifests' fault, not the minimum count's
+        bad = [f"{manifests[s].path}:{n}: {why}" for s in present for n, why in manifests[s].bad_lines]
+        raise ValueError(
+            f"{' and '.join(manifests[s].path for s in present)} hold no transcript to derive the alphabet from"
+            f" ({sum(len(manifests[s].entries) for s in present)} utterances with text, {len(bad)} lines that "
+            f"are none{': e.g. ' + '; '.join(bad[:3]) if bad else ''}): fix the manifest"
+        )
     rare = {c: n for c, n in sorted(counts.items(), key=lambda kv: (kv[1], kv[0])) if n < options.alphabet_min_count}
     if len(rare) == len(counts):
         raise ValueError(
@@ -579,10 +649,7 @@ class ManifestDataset(tfds.core.GeneratorBasedBuilder):
         manual_dir, data_dir = os.fspath(dl_manager.manual_dir), os.fspath(self.data_dir)  # the build's temp dir
         manifests = read_manifests(manual_dir, self.options)
         if not manifests:
-            raise FileNotFoundError(
-                f"no manifest with utterances in {manual_dir} (<split>.tsv, .csv, .jsonl or .json "
-                "with an audio path and a text column)"
-            )
+            raise FileNotFoundError(no_manifest(manual_dir, self.options))
         alphabet, source, rare = make_alphabet(manifests, self.options)
         logging.info("manifest: alphabet of %s from %s", alphabet.describe(), source)
         if rare:

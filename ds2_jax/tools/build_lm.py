@@ -48,12 +48,11 @@ FALLBACK_DISCOUNTS = (0.5, 1.0, 1.5)  # lmplz --discount_fallback
 def read_text_file(path: str) -> Iterator[str]:
     """Sentences of a text file: one per line; a '<id> WORDS' .trans.txt loses its ids."""
     strip_id = path.endswith(".trans.txt")
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for line in f:
-            if strip_id:
-                parts = line.split(maxsplit=1)
-                line = parts[1] if len(parts) > 1 else ""
-            yield line
+    for line in text.text_lines(path):  # UTF-8 (or UTF-16 with a BOM); other bytes: an error naming the line
+        if strip_id:
+            parts = line.split(maxsplit=1)
+            line = parts[1] if len(parts) > 1 else ""
+        yield line
 
 
 def read_paths(paths: Iterable[str]) -> Iterator[str]:
@@ -78,7 +77,7 @@ def read_archive(path: str) -> Iterator[str]:
     with tarfile.open(path, mode="r|gz") as tar:
         for member in tar:
             if member.isfile() and member.name.endswith(".trans.txt"):
-                for line in tar.extractfile(member).read().decode("utf-8", errors="replace").splitlines():
+                for line in text.decode_file(tar.extractfile(member).read(), f"{path}:{member.name}").splitlines():
                     parts = line.split(maxsplit=1)
                     yield parts[1] if len(parts) > 1 else ""
 
