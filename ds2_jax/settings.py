@@ -12,7 +12,8 @@ never a ConfigDict, and nothing builds settings again (a test holds it): the par
 narrower argument needs are properties (`Features.spectrogram`, `Features.augment`).
 workdir/config.json is `to_dict(settings)`.
 
-To add a setting: add a field (type, default, comment) to its section below, and a check
+To add a setting: add a field (type, default, help, and its Role where its section's ROLE is
+not what a resume and an evaluation should do with it) to its section below, and a check
 in the section's `__post_init__` if some values are wrong; configs/default.py and
 config.json pick it up, and an old config.json without it loads with the default.
 
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import math
 import typing
 from typing import Any, ClassVar
@@ -191,14 +193,46 @@ def _check_ranges(obj) -> None:
             raise ValueError(f"{key}={value!r}: must be {finite}{RANGES[key].text()}")
 
 
-def setting(default, help: str):  # noqa: A002 - `help` is the key dataclasses metadata uses here
-    """A field of a settings section: its default and its help text (--print_config's meaning)."""
-    return dataclasses.field(default=default, metadata={"help": help})
-
-
 def _one_of(name: str, value, allowed) -> None:
     if value not in allowed:
         raise ValueError(f"{name}={value!r}: expected one of {list(allowed)}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Role:
+    """What a setting is to the runs of one workdir (workdir_config reads it):
+
+    resume: 'fixed' (the checkpoints' parameter shapes or the meaning of their inputs: a resume
+      that changes it is refused), 'recorded' (what is trained: a resume's change is logged and
+      kept in config_changes.jsonl) or 'ignored' (how a run is driven or watched: never a change);
+    eval: 'trained' (an evaluation takes the workdir's config.json value: the model is the one
+      trained) or 'given' (an evaluation sets it itself, from its --config);
+    set_by_training: training derives it from its data (model.alphabet), so a --config that leaves
+      it unset ('') differs in nothing.
+
+    A section's ROLE is its fields' role, unless a field names its own (`setting(..., role=)`)."""
+
+    resume: str
+    eval: str
+    set_by_training: bool = False
+
+    def __post_init__(self):
+        _one_of("Role.resume", self.resume, ("fixed", "recorded", "ignored"))
+        _one_of("Role.eval", self.eval, ("trained", "given"))
+
+
+TRAINS = Role("recorded", "trained")  # what the model learns from and how
+FIXED = Role("fixed", "trained")  # the checkpoints' shapes and the meaning of their inputs
+DRIVES = Role("ignored", "trained")  # how a training run is driven or watched
+EVAL_DRIVES = Role("ignored", "given")  # how any run is driven; an evaluation sets its own
+EVAL_READS = Role("recorded", "given")  # the data a run reads and its batches; an evaluation sets its own
+SET_BY_TRAINING = Role("fixed", "trained", set_by_training=True)  # from the data (model.alphabet)
+
+
+def setting(default, help: str, role: Role | None = None):  # noqa: A002 - `help` is the metadata key here
+    """A field of a settings section: its default, its help text (--print_config's meaning) and
+    its Role (None: its section's ROLE)."""
+    return dataclasses.field(default=default, metadata={"help": help, **({"role": role} if role else {})})
 
 
 # ----------------------------------------------------------------------------- sections
@@ -209,6 +243,7 @@ class Faults:
     """Fault injection (tests and drills; all off by default)."""
 
     KEY: ClassVar[str] = "faults"
+    ROLE: ClassVar[Role] = DRIVES
 
     nan_at_steps: str = setting("", 'e.g. "5,7-9": these steps get a NaN loss and gradient.')
     kill_at: str = setting("", '"step:N", "checkpoint:N" or "eval:N": SIGKILL there.')
@@ -235,6 +270,7 @@ class Dataset:
     """Where utterances come from and which of them are used."""
 
     KEY: ClassVar[str] = "dataset"
+    ROLE: ClassVar[Role] = EVAL_READS
 
     name: str = setting(
         "synthetic",
@@ -260,8 +296,9 @@ class Dataset:
         "Worker processes (grain) that read, decode and pad training batches off the step's critical "
         "path; 0 = inline in the training process; -1 = from the cores present "
         "(ds2_jax.pipeline.loader.resolve_num_workers: cores - 2, at most 16; 0 for synthetic data).",
+        role=EVAL_DRIVES,
     )
-    worker_buffer_size: int = setting(2, "Batches each worker keeps ready.")
+    worker_buffer_size: int = setting(2, "Batches each worker keeps ready.", role=EVAL_DRIVES)
     # Synthetic source: utterances uniform in [min_duration_s, max_duration_s] of the
     # synthetic_* bounds, random int16 noise, random transcripts of chars_per_second.
     synthetic_min_duration_s: float = setting(
@@ -348,10 +385,13 @@ class Spectrogram:
 
     KEY: ClassVar[str] = "features"
 
-    sample_rate: int = setting(16_000, "Hz; manifest data is resampled to it at build; LibriSpeech is 16 kHz.")
-    window_ms: float = setting(20.0, "Hann window -> 161 linear bins at 16 kHz.")
-    hop_ms: float = setting(10.0, "One frame every hop_ms.")
-    eps: float = setting(1e-14, "log(power + eps).")
+    # FIXED: the checkpoints' feature statistics are per bin of this spectrogram.
+    sample_rate: int = setting(
+        16_000, "Hz; manifest data is resampled to it at build; LibriSpeech is 16 kHz.", role=FIXED
+    )
+    window_ms: float = setting(20.0, "Hann window -> 161 linear bins at 16 kHz.", role=FIXED)
+    hop_ms: float = setting(10.0, "One frame every hop_ms.", role=FIXED)
+    eps: float = setting(1e-14, "log(power + eps).", role=FIXED)
 
     @property
     def window(self) -> int:
@@ -371,15 +411,21 @@ class SpecAugment:
     """SpecAugment masks (ds2_jax.features.spec_augment); 0 masks = off."""
 
     # SpecAugment masks, applied to training batches only (0 masks = off, as in the seed).
-    freq_masks: int = setting(0, "SpecAugment masks, applied to training batches only (0 masks = off, as in the seed).")
+    freq_masks: int = setting(
+        0, "SpecAugment masks, applied to training batches only (0 masks = off, as in the seed).", role=TRAINS
+    )
     freq_mask_width: int = setting(
         27,
         "SpecAugment masks, applied to training batches only (0 masks = off, as in the seed).",
+        role=TRAINS,
     )
-    time_masks: int = setting(0, "SpecAugment masks, applied to training batches only (0 masks = off, as in the seed).")
+    time_masks: int = setting(
+        0, "SpecAugment masks, applied to training batches only (0 masks = off, as in the seed).", role=TRAINS
+    )
     time_mask_max_fraction: float = setting(
         0.05,
         "SpecAugment masks, applied to training batches only (0 masks = off, as in the seed).",
+        role=TRAINS,
     )
 
     @property
@@ -427,6 +473,7 @@ class Waveform:
     before padding; a pure function of (seed, step, row)); every part off by default."""
 
     KEY: ClassVar[str] = "waveform"
+    ROLE: ClassVar[Role] = TRAINS
 
     noise_dir: str = setting(
         "",
@@ -480,15 +527,16 @@ class Model:
     """The architecture (ds2_jax.model.ModelConfig adds the input and output widths)."""
 
     KEY: ClassVar[str] = "model"
+    ROLE: ClassVar[Role] = TRAINS
 
-    num_conv_layers: int = setting(2, "Conv layers before the RNNs: 1..3 (the seed: 2).")
-    conv_channels: int = setting(32, "Output channels of each conv layer.")
-    num_rnn_layers: int = setting(3, "Recurrent layers after the convs.")
-    rnn_size: int = setting(2048, "Hidden units per direction.")
-    rnn_cell: str = setting("simple", "'simple' (clipped ReLU), 'gru' or 'lstm'.")
-    share_rnn_weights: bool = setting(True, "One input projection + BN for both directions.")
-    bidirectional: bool = setting(True, "False: forward RNN + lookahead row convolution.")
-    row_conv_context: int = setting(20, "Future frames seen by the row convolution.")
+    num_conv_layers: int = setting(2, "Conv layers before the RNNs: 1..3 (the seed: 2).", role=FIXED)
+    conv_channels: int = setting(32, "Output channels of each conv layer.", role=FIXED)
+    num_rnn_layers: int = setting(3, "Recurrent layers after the convs.", role=FIXED)
+    rnn_size: int = setting(2048, "Hidden units per direction.", role=FIXED)
+    rnn_cell: str = setting("simple", "'simple' (clipped ReLU), 'gru' or 'lstm'.", role=FIXED)
+    share_rnn_weights: bool = setting(True, "One input projection + BN for both directions.", role=FIXED)
+    bidirectional: bool = setting(True, "False: forward RNN + lookahead row convolution.", role=FIXED)
+    row_conv_context: int = setting(20, "Future frames seen by the row convolution.", role=FIXED)
     dtype: str = setting("float32", "Compute dtype: 'float32' or 'bfloat16' (params stay f32).")
     sync_batch_norm: bool = setting(True, "Batch-norm statistics over all devices.")
     batch_norm_momentum: float = setting(0.99, "Decay of the batch-norm running statistics.")
@@ -514,6 +562,7 @@ class Model:
         "The characters the model emits (its output layer: one more, the blank); '' = LibriSpeech's 28 "
         "(text.LIBRISPEECH). Training sets it from the prepared data; a resume or eval on data of another"
         " alphabet is refused.",
+        role=SET_BY_TRAINING,
     )
 
     def __post_init__(self):
@@ -541,6 +590,7 @@ class Model:
 @dataclasses.dataclass(frozen=True)
 class Loss:
     KEY: ClassVar[str] = "loss"
+    ROLE: ClassVar[Role] = TRAINS
 
     norm_by_times: bool = setting(False, "Divide each utterance's CTC loss by its frames.")
     ctc_impl: str = setting(
@@ -556,6 +606,7 @@ class Loss:
 @dataclasses.dataclass(frozen=True)
 class Optimizer:
     KEY: ClassVar[str] = "optimizer"
+    ROLE: ClassVar[Role] = TRAINS
 
     learning_rate: float = setting(5e-4, "Paddle DS2's default Adam rate.")
     b1: float = setting(0.9, "Adam's first-moment decay.")
@@ -584,6 +635,7 @@ class Optimizer:
 @dataclasses.dataclass(frozen=True)
 class Eval:
     KEY: ClassVar[str] = "eval"
+    ROLE: ClassVar[Role] = EVAL_DRIVES
 
     split: str = setting("", "--mode=eval split; '' = dataset.eval_split.")
     max_utterances: int = setting(0, "Utterances scored per split; 0 = the whole split.")
@@ -598,6 +650,7 @@ class Decoding:
     """Beam search (--mode=eval, tools.tune_lm; ds2_jax.decoding); beam_width 0 = greedy only."""
 
     KEY: ClassVar[str] = "decoding"
+    ROLE: ClassVar[Role] = EVAL_DRIVES
 
     beam_width: int = setting(0, "> 0: also beam search (flashlight-text); 0 = greedy only. With an LM, 32 is tuned.")
     lm_path: str = setting("", "KenLM ARPA/binary word LM (tools.build_lm); '' = no LM.")
@@ -631,50 +684,59 @@ class Decoding:
 class Settings:
     """Every setting of a run: the run's own fields, then one field per section."""
 
-    seed: int = setting(0, "Seeds parameters, data order and dropout-free rng streams.")
-    num_train_steps: int = setting(100_000, "Total optimizer steps (resume continues to this).")
-    per_device_batch_size: int = setting(16, "Utterances per device; global = this x devices.")
-    num_devices: int = setting(0, "Local devices to use; 0 = all local devices.")
-    compile: bool = setting(True, "False runs the same step op by op on one device (eager).")
-    parallelism: str = setting("pmap", "'pmap' or 'jit' (jit + NamedSharding over a device mesh).")
-    log_every_steps: int = setting(50, "stdout / metrics.jsonl / TensorBoard cadence.")
-    eval_every_steps: int = setting(2_000, "Greedy WER/CER on dataset.eval_split; 0 = never.")
-    checkpoint_every_steps: int = setting(1_000, "Orbax checkpoint cadence (and one at the end).")
-    keep_checkpoints: int = setting(3, "Checkpoints kept on disk.")
+    seed: int = setting(0, "Seeds parameters, data order and dropout-free rng streams.", role=TRAINS)
+    # DRIVES, unless a cosine schedule decays over it (decay_steps=0): workdir_config records it then.
+    num_train_steps: int = setting(100_000, "Total optimizer steps (resume continues to this).", role=DRIVES)
+    per_device_batch_size: int = setting(16, "Utterances per device; global = this x devices.", role=EVAL_READS)
+    num_devices: int = setting(0, "Local devices to use; 0 = all local devices.", role=EVAL_READS)
+    compile: bool = setting(True, "False runs the same step op by op on one device (eager).", role=EVAL_READS)
+    parallelism: str = setting("pmap", "'pmap' or 'jit' (jit + NamedSharding over a device mesh).", role=EVAL_READS)
+    log_every_steps: int = setting(50, "stdout / metrics.jsonl / TensorBoard cadence.", role=DRIVES)
+    eval_every_steps: int = setting(2_000, "Greedy WER/CER on dataset.eval_split; 0 = never.", role=DRIVES)
+    checkpoint_every_steps: int = setting(1_000, "Orbax checkpoint cadence (and one at the end).", role=DRIVES)
+    keep_checkpoints: int = setting(3, "Checkpoints kept on disk.", role=EVAL_DRIVES)
     keep_best_checkpoints: int = setting(
         0,
         "Also keep the N checkpoints with the lowest in-training eval WER (a checkpoint is written at "
         "each eval; 0 = only the newest keep_checkpoints). --mode=eval --eval_step=best takes the best.",
+        role=EVAL_DRIVES,
     )
-    prefetch_batches: int = setting(2, "Batches staged on the devices ahead of the step.")
+    prefetch_batches: int = setting(2, "Batches staged on the devices ahead of the step.", role=EVAL_DRIVES)
     input_wait_warn_fraction: float = setting(
         0.05,
         "Warn once when the devices sit idle waiting for input more than this fraction of two log "
         "intervals in a row (metrics: input_wait_s).",
+        role=DRIVES,
     )
     step_timeout_s: float = setting(
         1800.0,
         "Watchdog: exit 3 if no step/eval batch ends for this long (compiles, saves exempt); 0 = off.",
+        role=DRIVES,
     )
     compilation_cache_dir: str = setting(
         "~/.cache/ds2_jax/xla",
         "JAX's persistent compilation cache: a restart with the same shapes loads its compiled steps "
         "instead of compiling them again. '' = off; JAX_COMPILATION_CACHE_DIR wins.",
+        role=DRIVES,
     )
-    deterministic: bool = setting(False, "GPU: --xla_gpu_deterministic_ops (slower, bitwise repeatable).")
+    deterministic: bool = setting(False, "GPU: --xla_gpu_deterministic_ops (slower, bitwise repeatable).", role=TRAINS)
+    # init_from: where step 0 came from (config.json resolves it); rerunning resumes the fine-tune.
     init_from: str = setting(
         "",
         "Fine-tuning: WORKDIR or WORKDIR:STEP (default its newest checkpoint) whose parameters, batch-"
         "norm statistics and feature normalization start this run (at step 0, fresh optimizer); an output"
         " layer of another size (another alphabet) starts afresh. Used only while this workdir has no "
         "checkpoint: a rerun resumes its own.",
+        role=EVAL_DRIVES,
     )
     # Parameters not trained, comma-separated: top-level modules ('ConvBlock' = every conv
     # block, 'RNNLayer_0', 'output') or paths ('RNNLayer_1/recurrent_kernel'); '' = train all.
+    # FIXED: the optimizer state holds no moments for frozen parameters.
     freeze: str = setting(
         "",
         "Parameters not trained, comma-separated: top-level modules ('ConvBlock' = every conv block, "
         "'RNNLayer_0', 'output') or paths ('RNNLayer_1/recurrent_kernel'); '' = train all.",
+        role=FIXED,
     )
 
     faults: Faults = dataclasses.field(default_factory=Faults)
@@ -795,6 +857,25 @@ def to_config_dict(config: Settings | None = None):
     import ml_collections
 
     return ml_collections.ConfigDict(defaults() if config is None else to_dict(config))
+
+
+@functools.cache
+def roles(cls=None, prefix: str = "") -> dict[str, Role]:
+    """{dotted key: its Role} of every setting: the field's own role, else its section's ROLE. A field
+    with neither is a TypeError: a new setting says what a resume and an evaluation do with it."""
+    cls = cls or Settings
+    out = {}
+    for f in dataclasses.fields(cls):
+        if dataclasses.is_dataclass(f.default_factory):  # a section
+            out.update(roles(f.default_factory, f"{prefix}{f.name}."))
+            continue
+        role = f.metadata.get("role") or getattr(cls, "ROLE", None)
+        if not isinstance(role, Role):
+            raise TypeError(
+                f"the setting {prefix}{f.name} has no role: give it setting(..., role=) or its section a ROLE"
+            )
+        out[prefix + f.name] = role
+    return out
 
 
 def field_help(cls=None) -> dict[str, str]:

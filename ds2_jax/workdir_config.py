@@ -1,12 +1,12 @@
 """The workdir's config.json: the settings its checkpoints were trained with. Written at a
 fresh start (atomically), read back for eval and transcription (a torn or hand-edited file is
-one error naming the place and the key), compared on resume (FIXED_ON_RESUME refused,
-other changes recorded in config_changes.jsonl) and overlaid for an evaluation
-(config_for_eval)."""
+one error naming the place and the key), compared on resume and overlaid for an evaluation
+(config_for_eval), each setting as its settings.Role says: a resume's change to a 'fixed' one is
+refused, to a 'recorded' one recorded in config_changes.jsonl, to an 'ignored' one never a change;
+an evaluation takes the 'trained' ones from config.json and the 'given' ones from its --config."""
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import json
 import logging
@@ -105,62 +105,23 @@ def _trained_vs_given(diff) -> str:
 
 # ----------------------------------------------------------------------------- resume
 
-# Settings a resumed run cannot change: the checkpoints' parameter shapes and the meaning
-# of their inputs (the feature statistics are per bin of this spectrogram).
-FIXED_ON_RESUME = (
-    *(
-        f"model.{k}"
-        for k in (
-            "num_conv_layers",
-            "conv_channels",
-            "num_rnn_layers",
-            "rnn_size",
-            "rnn_cell",
-            "share_rnn_weights",
-            "bidirectional",
-            "row_conv_context",
-            "alphabet",
-        )
-    ),
-    *(f"features.{f.name}" for f in dataclasses.fields(settings.Spectrogram)),
-    "freeze",
-)  # the optimizer state holds no moments for frozen parameters
-# Settings that change how a run is driven or watched, not what it trains: never a "change".
-NOT_TRAINING = (
-    "faults.",
-    "eval.",
-    "decoding.",
-    "num_train_steps",
-    "log_every_steps",
-    "eval_every_steps",
-    "checkpoint_every_steps",
-    "keep_checkpoints",
-    "prefetch_batches",
-    "input_wait_warn_fraction",
-    "step_timeout_s",
-    "compilation_cache_dir",
-    "dataset.num_workers",
-    "dataset.worker_buffer_size",
-    "keep_best_checkpoints",
-    "init_from",
-)  # init_from: where step 0 came from (config.json resolves it)
 
-
-def _not_training(config: settings.Settings) -> tuple[str, ...]:
-    """NOT_TRAINING, less num_train_steps where it sets the learning rate (a cosine decay_steps of 0)."""
-    if config.optimizer.schedule == "cosine" and config.optimizer.decay_steps == 0:
-        return tuple(k for k in NOT_TRAINING if k != "num_train_steps")
-    return NOT_TRAINING
+def _resume_role(key: str, config: settings.Settings) -> str:
+    """What a resume does with a change to `key` (settings.Role.resume): num_train_steps is
+    'recorded' where it sets the learning rate (a cosine schedule with decay_steps=0)."""
+    if key == "num_train_steps" and config.optimizer.schedule == "cosine" and config.optimizer.decay_steps == 0:
+        return "recorded"
+    return settings.roles()[key].resume
 
 
 def refuse_fixed_changes(config: settings.Settings, workdir: str) -> None:
-    """Before a restore: a ValueError naming every FIXED_ON_RESUME setting `config` changes
+    """Before a restore: a ValueError naming every 'fixed' setting (settings.Role) `config` changes
     from the workdir's config.json (such a checkpoint would not restore: not 'damaged')."""
     if not os.path.exists(os.path.join(workdir, layout.CONFIG)):
         return
     trained = flat(settings.to_dict(load_config(workdir)))
     given = flat(settings.to_dict(config))
-    fixed = [d for d in _differences(trained, given) if d[0] in FIXED_ON_RESUME]
+    fixed = [d for d in _differences(trained, given) if _resume_role(d[0], config) == "fixed"]
     if fixed:
         raise ValueError(
             f"the checkpoints in {workdir} were trained with other model settings than --config: "
@@ -188,9 +149,7 @@ def record_resume_changes(config: settings.Settings, workdir: str, step: int) ->
     current = flat(settings.to_dict(load_config(workdir)))
     for r in kept:
         current.update({k: after for k, (_, after) in r["changes"].items()})
-    diff = [
-        d for d in _differences(current, flat(settings.to_dict(config))) if not d[0].startswith(_not_training(config))
-    ]
+    diff = [d for d in _differences(current, flat(settings.to_dict(config))) if _resume_role(d[0], config) != "ignored"]
     if diff:
         log.warning(
             "settings changed at step %d (resuming %s): %s; recorded in %s (config.json keeps the settings "
@@ -214,26 +173,28 @@ def record_resume_changes(config: settings.Settings, workdir: str, step: int) ->
 
 # ----------------------------------------------------------------------------- eval
 
-# What an evaluation sets itself; every other setting (model, features, loss, optimizer,
-# ...) comes from the workdir's config.json, so the restored model is the one trained.
-EVAL_SETTINGS = (
-    "eval",
-    "decoding",
-    "dataset",
-    "per_device_batch_size",
-    "num_devices",
-    "compile",
-    "parallelism",
-    "keep_checkpoints",
-    "prefetch_batches",
-    "keep_best_checkpoints",
-    "init_from",
-)
+
+def _set_by_eval(key: str) -> bool:
+    """Whether an evaluation sets `key` itself (settings.Role.eval 'given'); every other setting
+    (model, features, loss, optimizer, ...) comes from the workdir's config.json, so the restored
+    model is the one trained. A key the schema lacks (a whole section, or a setting since removed)
+    follows its section: given if all of its settings are."""
+    roles = settings.roles()
+    if key in roles:
+        return roles[key].eval == "given"
+    section = key if any(k.startswith(key + ".") for k in roles) else key.rpartition(".")[0]
+    inside = [r for k, r in roles.items() if section and k.startswith(section + ".")]
+    return bool(inside) and all(r.eval == "given" for r in inside)
 
 
-# Settings training derives from its data (model.alphabet: the prepared data's): a --config that
-# leaves them unset ('') differs in nothing.
-SET_BY_TRAINING = ("model.alphabet",)
+def _trained_part(trained: dict, prefix: str = "") -> dict:
+    """The settings of a config.json dict that an evaluation takes from it (not _set_by_eval)."""
+    out = {}
+    for k, v in trained.items():
+        key = prefix + k
+        if not _set_by_eval(key):
+            out[k] = _trained_part(v, key + ".") if isinstance(v, dict) else v
+    return out
 
 
 def differing_keys(trained: dict, given: dict) -> list[tuple[str, object, object]]:
@@ -241,7 +202,7 @@ def differing_keys(trained: dict, given: dict) -> list[tuple[str, object, object
     return [
         d
         for d in _differences(flat(trained), flat(given))
-        if d[0].split(".")[0] not in EVAL_SETTINGS and not (d[0] in SET_BY_TRAINING and d[2] == "")
+        if not _set_by_eval(d[0]) and not (settings.roles()[d[0]].set_by_training and d[2] == "")
     ]
 
 
@@ -254,8 +215,9 @@ def _overlay(base: dict, top: dict) -> dict:
 
 
 def config_for_eval(config, workdir: str) -> settings.Settings:
-    """The workdir's config.json with `config`'s EVAL_SETTINGS, checked; warns naming every
-    training setting of `config` that differs from the one the checkpoints were trained with."""
+    """The workdir's config.json with the settings an evaluation takes from `config` (_set_by_eval),
+    checked; warns naming every training setting of `config` that differs from the one the
+    checkpoints were trained with."""
     if not os.path.exists(os.path.join(workdir, layout.CONFIG)):
         log.warning("%s has no config.json: evaluating with --config as given", workdir)
         return settings.from_config_dict(config)
@@ -273,6 +235,6 @@ def config_for_eval(config, workdir: str) -> settings.Settings:
         )
     # Knobs newer than the workdir keep --config's value (their default when it was trained).
     try:
-        return settings.from_config_dict(_overlay(given, {k: v for k, v in trained.items() if k not in EVAL_SETTINGS}))
+        return settings.from_config_dict(_overlay(given, _trained_part(trained)))
     except ValueError as e:  # --config was checked before: the workdir's file holds the bad value
         raise ValueError(f"{os.path.join(workdir, layout.CONFIG)}: {e}") from e

@@ -1466,6 +1466,25 @@ MUTATIONS = [
         ("tests/test_architecture.py::test_the_workdir_layout_is_spelled_in_one_module",),
         "a module spells a workdir file name of its own again (the layout in two places)",
     ),
+    Mutation(
+        "role_fixed_dropped",
+        "ds2_jax/settings.py",
+        'rnn_size: int = setting(2048, "Hidden units per direction.", role=FIXED)',
+        'rnn_size: int = setting(2048, "Hidden units per direction.")',
+        ("tests/test_settings.py::test_every_setting_has_a_role_on_its_field_and_the_roles_are_the_old_lists",),
+        "a model shape setting loses its fixed role: a resume that changes it is recorded, not refused",
+    ),
+    Mutation(
+        "eval_role_read_as_resume_role",
+        "ds2_jax/workdir_config.py",
+        'return roles[key].eval == "given"',
+        'return roles[key].resume == "ignored"',
+        (
+            "tests/test_settings.py::"
+            "test_an_evaluation_takes_what_its_role_says_from_config_json_and_a_removed_key_follows_its_section",
+        ),
+        "an evaluation reads the resume role for what it takes from --config",
+    ),
     # ---- issue 52: the two classes that survived two audits (the order of an epoch, per-split results)
     Mutation(
         "epoch_order_repeats_after_the_second",

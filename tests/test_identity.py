@@ -4,7 +4,7 @@ A batch is a function of its step alone (a fresh source gives what one that serv
 step gives, over several epochs); a cache or result file is keyed by every input it depends on
 (two configs differing in any of them never share one); a resume that changes a setting that shapes
 the features is refused, one that shapes the data is recorded, and the settings a resume may change
-silently (workdir_config.NOT_TRAINING) change no batch and no step argument.
+silently (settings.Role.resume 'ignored') change no batch and no step argument.
 """
 
 import dataclasses
@@ -177,12 +177,13 @@ def test_a_resume_refuses_a_new_spectrogram_and_records_a_change_to_the_data(tmp
         os.remove(os.path.join(w, layout.CONFIG_CHANGES))
 
 
-NOT_TRAINING_KEYS = [k for k in SCHEMA if k.startswith(workdir_config.NOT_TRAINING) and not k.startswith("faults.")]
+# The settings a resume may change silently (settings.Role.resume 'ignored'), fault drills aside.
+NOT_TRAINING_KEYS = [k for k in SCHEMA if settings.roles()[k].resume == "ignored" and not k.startswith("faults.")]
 
 
 def test_a_setting_a_resume_may_change_silently_changes_no_batch_and_no_step_argument():
-    """workdir_config.NOT_TRAINING: a key there that shaped the batches or the step would change what is
-    trained without a record."""
+    """A setting a resume ignores (settings.Role.resume): one that shaped the batches or the step
+    would change what is trained without a record."""
     values = {
         "num_train_steps": 7,
         "log_every_steps": 3,

@@ -512,3 +512,87 @@ def test_every_setting_has_its_help_as_field_metadata():
     for cls in [settings.Settings, *sections.values()]:
         missing = [name for name, text in settings.field_help(cls).items() if not text and name not in sections]
         assert not missing, f"{cls.__name__}: {missing} have no help: declare them with settings.setting(default, help)"
+
+
+# The roles as workdir_config listed them beside the schema before they moved onto the fields
+# (settings.Role): the fields must keep saying the same.
+_FIXED_ON_RESUME = {
+    *(
+        f"model.{k}"
+        for k in (
+            "num_conv_layers",
+            "conv_channels",
+            "num_rnn_layers",
+            "rnn_size",
+            "rnn_cell",
+            "share_rnn_weights",
+            "bidirectional",
+            "row_conv_context",
+            "alphabet",
+        )
+    ),
+    *("features.sample_rate", "features.window_ms", "features.hop_ms", "features.eps"),
+    "freeze",
+}
+_NOT_TRAINING = (  # prefixes
+    *("faults.", "eval.", "decoding.", "num_train_steps", "log_every_steps", "eval_every_steps"),
+    *("checkpoint_every_steps", "keep_checkpoints", "prefetch_batches", "input_wait_warn_fraction"),
+    *("step_timeout_s", "compilation_cache_dir", "dataset.num_workers", "dataset.worker_buffer_size"),
+    *("keep_best_checkpoints", "init_from"),
+)
+_EVAL_SETTINGS = {  # top-level keys
+    *("eval", "decoding", "dataset", "per_device_batch_size", "num_devices", "compile", "parallelism"),
+    *("keep_checkpoints", "prefetch_batches", "keep_best_checkpoints", "init_from"),
+}
+
+
+def test_every_setting_has_a_role_on_its_field_and_the_roles_are_the_old_lists():
+    """settings.roles(): each key's Role comes from its field (or its section's ROLE), and says what
+    the lists beside the schema said: refused on resume, never a change, set by an evaluation,
+    set by training."""
+    roles = settings.roles()
+    schema = [row["key"] for row in settings.describe(settings.defaults())]
+    assert sorted(roles) == sorted(schema) and len(schema) > 100
+    assert all(isinstance(r, settings.Role) for r in roles.values())
+    assert {k for k, r in roles.items() if r.resume == "fixed"} == _FIXED_ON_RESUME
+    assert {k for k, r in roles.items() if r.resume == "ignored"} == {k for k in roles if k.startswith(_NOT_TRAINING)}
+    assert {k for k, r in roles.items() if r.eval == "given"} == {k for k in roles if k.split(".")[0] in _EVAL_SETTINGS}
+    assert {k for k, r in roles.items() if r.set_by_training} == {"model.alphabet"}
+
+
+def test_a_setting_without_a_role_is_refused_and_a_role_takes_its_values_only():
+    @dataclasses.dataclass(frozen=True)
+    class Section:
+        a: int = settings.setting(1, "has one", role=settings.FIXED)
+        b: int = settings.setting(2, "has none")
+
+    @dataclasses.dataclass(frozen=True)
+    class WithDefault(Section):
+        ROLE: typing.ClassVar[settings.Role] = settings.TRAINS
+
+    with pytest.raises(TypeError, match="b has no role"):
+        settings.roles(Section, "s.")
+    assert settings.roles(WithDefault, "s.") == {"s.a": settings.FIXED, "s.b": settings.TRAINS}
+    with pytest.raises(ValueError, match="Role.resume"):
+        settings.Role("kept", "trained")
+
+
+def test_an_evaluation_takes_what_its_role_says_from_config_json_and_a_removed_key_follows_its_section():
+    trained = {
+        "seed": 3,
+        "per_device_batch_size": 8,
+        "dataset": {"name": "manifest", "a_removed_setting": 1},
+        "model": {"rnn_size": 5, "a_removed_setting": 2},
+        "features": {"hop_ms": 5.0, "time_masks": 2},
+        "eval": {"split": "x"},
+    }
+    assert workdir_config._trained_part(trained) == {  # dataset and eval: given whole, as before
+        "seed": 3,
+        "model": {"rnn_size": 5, "a_removed_setting": 2},  # refused by from_config_dict, naming it
+        "features": {"hop_ms": 5.0, "time_masks": 2},
+    }
+    given = settings.to_dict(settings.override(settings.Settings(), {"model.alphabet": ""}))
+    trained = settings.to_dict(settings.override(settings.Settings(), {"model.alphabet": "ab '"}))
+    assert workdir_config.differing_keys(trained, given) == []  # set by training: '' differs in nothing
+    given = settings.to_dict(settings.override(settings.Settings(), {"model.alphabet": "ab"}))
+    assert [k for k, _, _ in workdir_config.differing_keys(trained, given)] == ["model.alphabet"]
