@@ -409,8 +409,8 @@ MUTATIONS = [
     Mutation(
         "stretched_decay_unrecorded",
         "ds2_jax/workdir_config.py",
-        '    if config.optimizer.schedule == "cosine" and config.optimizer.decay_steps == 0:\n',
-        "    if False:\n",
+        'if key == "num_train_steps" and config.optimizer.schedule == "cosine" and config.optimizer.decay_steps == 0:',
+        "if False:",
         ("tests/test_faults.py::test_a_resume_that_stretches_a_cosine_decay_to_the_last_step_records_num_train_steps",),
         "a resume that stretches a decay to the last step is not recorded as a change of what is trained",
     ),
