@@ -6,6 +6,7 @@ import json
 import logging
 import math
 import os
+import sys
 from typing import Mapping
 
 import jiwer
@@ -35,6 +36,21 @@ def reduce_sums(step_metrics: list[Mapping[str, np.ndarray]]) -> dict[str, float
     return out
 
 
+def summary_writer(logdir: str):
+    """tensorboardX's SummaryWriter, imported without torch: tensorboardX imports torch whenever it
+    is installed (to accept torch tensors), seconds of CPU in every training process for scalars
+    that are plain floats here. Where torch is already imported it is left as it is."""
+    hide = "torch" not in sys.modules
+    if hide:
+        sys.modules["torch"] = None  # `import torch` raises ImportError: tensorboardX takes numpy only
+    try:
+        from tensorboardX import SummaryWriter
+    finally:
+        if hide:
+            del sys.modules["torch"]
+    return SummaryWriter(logdir)
+
+
 class MetricWriter:
     """Writes scalars to `workdir/metrics.jsonl` and TensorBoard event files.
 
@@ -48,9 +64,7 @@ class MetricWriter:
         if enabled:
             os.makedirs(workdir, exist_ok=True)
             _drop_records_after(self._path, resume_step)
-            from tensorboardX import SummaryWriter
-
-            self._tb = SummaryWriter(os.path.join(workdir, layout.TENSORBOARD))
+            self._tb = summary_writer(os.path.join(workdir, layout.TENSORBOARD))
 
     def write(self, step: int, scalars: Mapping[str, float | None], prefix: str = "") -> None:
         """One metrics.jsonl record (and TensorBoard scalars) at `step`. A value that is None or not

@@ -1599,6 +1599,15 @@ MUTATIONS = [
         ("tests/test_manifest.py::test_a_common_voice_folder_with_only_validated_tsv_gets_the_manifest_splits_hint",),
         "a validated.tsv-only Common Voice folder is 'no manifest', without dataset.manifest_splits",
     ),
+    # ---- issue 52: make test's time (a training process pays no torch import)
+    Mutation(
+        "metrics_import_torch",
+        "ds2_jax/metrics.py",
+        'hide = "torch" not in sys.modules',
+        "hide = False",
+        ("tests/test_metrics.py::test_the_metric_writer_writes_tensorboard_scalars_without_importing_torch",),
+        "every training process imports torch through tensorboardX (seconds of CPU each)",
+    ),
 ]
 
 
