@@ -71,6 +71,11 @@ LIVE = "tests/test_faults.py::test_a_checkpoint_a_live_run_is_writing_is_waited_
 AUDIO = "tests/test_audio.py::"
 EVAL_LIMIT = SRC + "test_eval_keeps_utterances_longer_than_the_largest_bucket_each_in_the_smallest_shape"
 EPOCH_ORDER = SRC + "test_each_epoch_covers_every_utterance_once_in_a_new_order_a_function_of_seed_and_epoch"
+FIELD_BY_FIELD = (
+    "tests/test_manifest.py::test_each_recorded_build_option_changed_alone_is_refused_naming_it_and_no_other",
+    "tests/test_manifest.py::test_each_part_of_the_data_fingerprint_changed_alone_is_refused",
+    "tests/test_settings.py::test_a_resume_that_changes_one_setting_alone_refuses_it_by_name_or_records_it_as_its_role_says",
+)
 OWN_SPLIT = "tests/test_evaluation.py::test_one_run_scores_two_splits_of_other_contents_each_over_its_own_utterances"
 
 
@@ -1607,6 +1612,32 @@ MUTATIONS = [
         "hide = False",
         ("tests/test_metrics.py::test_the_metric_writer_writes_tensorboard_scalars_without_importing_torch",),
         "every training process imports torch through tensorboardX (seconds of CPU each)",
+    ),
+    # ---- issue 52, by property: records and fingerprints, field by field
+    Mutation(
+        "build_record_without_stereo",
+        "ds2_jax/datasets/manifest.py",
+        '            "stereo": self.stereo,\n',
+        "",
+        FIELD_BY_FIELD,
+        "the build record leaves out dataset.stereo: data built with 'skip' reopens under 'downmix'",
+    ),
+    Mutation(
+        "resume_accepts_a_changed_boolean",
+        "ds2_jax/workdir_config.py",
+        'fixed = [d for d in _differences(trained, given) if _resume_role(d[0], config) == "fixed"]',
+        'fixed = [d for d in _differences(trained, given) if _resume_role(d[0], config) == "fixed" '
+        "and not isinstance(d[1], bool)]",
+        FIELD_BY_FIELD,
+        "a resume that flips a fixed boolean (bidirectional, share_rnn_weights) is not refused",
+    ),
+    Mutation(
+        "fingerprint_without_manifest_text",
+        "ds2_jax/datasets/manifest.py",
+        '"content_fingerprint": hashlib.sha256(sizes + texts.digest()).hexdigest()[:16],',
+        '"content_fingerprint": hashlib.sha256(sizes).hexdigest()[:16],',
+        FIELD_BY_FIELD,
+        "a same-size edit of a transcript reopens the data built from the old text",
     ),
 ]
 

@@ -682,3 +682,76 @@ def test_a_common_voice_folder_with_only_validated_tsv_gets_the_manifest_splits_
     shutil.copy(os.path.join(CV, "train.tsv"), d / "validated.tsv")
     with pytest.raises(FileNotFoundError, match=r"only Common Voice's validated .* dataset.manifest_splits=validated"):
         build.build(str(d), str(tmp_path / "tfds"), "manifest", options())
+
+
+# ----------------------------------------------------------------------------- records, field by field
+
+
+def test_each_recorded_build_option_changed_alone_is_refused_naming_it_and_no_other(both, tmp_path):
+    """Every field of the build record (manifest.Options.record), changed alone, reopens the prepared
+    data as a DatasetMismatch naming that field's built and current values, and only that field; a
+    new recorded field must join the table."""
+    from ds2_jax import errors
+
+    cv, _ = both
+    data_dir = os.path.dirname(os.path.dirname(os.fspath(cv.data_dir)))
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text(manifest.read_alphabet(os.fspath(cv.data_dir)).to_lines(), encoding="utf-8")
+    changes = {
+        "sample_rate": {"sample_rate": 8000},
+        "vocabulary": {"vocabulary": str(vocab)},
+        "lower_case": {"lower_case": False},
+        "strip_punctuation": {"strip_punctuation": False},
+        "path_column": {"path_column": "path"},
+        "text_column": {"text_column": "sentence"},
+        "stereo": {"stereo": "skip"},
+        "alphabet_min_count": {"alphabet_min_count": 3},
+    }
+    built = options(build_workers=0).record()
+    assert sorted(changes) == sorted(built)
+    build.build(CV, data_dir, "manifest", options(build_workers=0))  # unchanged: reopens
+    for field, change in changes.items():
+        now = options(build_workers=0, **change).record()
+        changed = [field, "alphabet_min_count"] if field == "vocabulary" else [field]
+        assert [k for k in built if built[k] != now[k]] == changed, field
+        with pytest.raises(errors.DatasetMismatch) as e:
+            build.build(CV, data_dir, "manifest", options(build_workers=0, **change))
+        named = str(e.value).split(". Set")[0]
+        for k in changed:
+            assert f"{k} {built[k]!r} (built) vs {now[k]!r} (now)" in named, named
+        assert not [k for k in built if k not in changed and f"{k} " in named], named
+
+
+@pytest.mark.parametrize(
+    "edit, named",
+    [
+        ("transcript", "the same sizes but other transcript text"),
+        ("clip_renamed", "fingerprint"),
+        ("split_added", "files of dev, extra, test, train"),
+    ],
+)
+def test_each_part_of_the_data_fingerprint_changed_alone_is_refused(tmp_path, edit, named):
+    """The prepared data's source record, part by part (manifest.source_of: the manifests' names,
+    sizes and text; the audio is not hashed): one transcript edited to the same length, one clip
+    renamed in its manifest, one split added: each reopening is refused, naming what changed; an
+    untouched copy reopens."""
+    from ds2_jax import errors
+
+    manual = tmp_path / "cv"
+    shutil.copytree(CV, manual)
+    data_dir = str(tmp_path / "tfds")
+    build.build(str(manual), data_dir, "manifest", options(build_workers=0))
+    build.build(str(manual), data_dir, "manifest", options(build_workers=0))  # unchanged: reopens
+    if edit == "transcript":
+        tsv = manual / "train.tsv"
+        text_ = tsv.read_text(encoding="utf-8")
+        tsv.write_text(text_.replace("campesino busca", "campesino besca", 1), encoding="utf-8")
+    elif edit == "clip_renamed":
+        os.rename(manual / "clips" / "common_voice_es_1.mp3", manual / "clips" / "common_voice_es_1b.mp3")
+        tsv = manual / "train.tsv"
+        tsv.write_text(tsv.read_text(encoding="utf-8").replace("es_1.mp3", "es_1b.mp3"), encoding="utf-8")
+    else:
+        shutil.copy(manual / "dev.tsv", manual / "extra.tsv")
+    with pytest.raises(errors.DatasetMismatch) as e:
+        build.build(str(manual), data_dir, "manifest", options(build_workers=0))
+    assert named in str(e.value), str(e.value)

@@ -596,3 +596,77 @@ def test_an_evaluation_takes_what_its_role_says_from_config_json_and_a_removed_k
     assert workdir_config.differing_keys(trained, given) == []  # set by training: '' differs in nothing
     given = settings.to_dict(settings.override(settings.Settings(), {"model.alphabet": "ab"}))
     assert [k for k, _, _ in workdir_config.differing_keys(trained, given)] == ["model.alphabet"]
+
+
+# ----------------------------------------------------------------------------- resume, field by field
+
+# A valid other value for the settings whose type alone does not give one.
+_OTHER_VALUE = {
+    "parallelism": "jit",
+    "faults.kill_at": "step:3",
+    "dataset.name": "librispeech",
+    "dataset.vocabulary": "vocab.txt",
+    "dataset.stereo": "skip",
+    "model.dtype": "bfloat16",
+    "model.conv_impl": "direct",
+    "model.rnn_impl": "scan",
+    "loss.ctc_impl": "optax",
+    "decoding.lm_path": "lm.arpa",
+    "decoding.lexicon_path": "words.txt",
+}
+
+
+# The settings a key is read with (it is refused where they are off): the trained run has them too.
+_CONTEXT = {
+    "dataset.vocabulary": {"dataset.name": "manifest", "dataset.manual_dir": "m"},
+    "decoding.lm_path": {"decoding.beam_width": 8},
+    "decoding.lexicon_path": {"decoding.beam_width": 8, "decoding.lm_path": "lm.arpa"},
+    "waveform.noise_prob": {"waveform.noise_dir": "noise"},
+    "waveform.rir_prob": {"waveform.rir_dir": "rirs"},
+}
+
+
+def _other_value(key: str, value, base: settings.Settings):
+    """A value of `key` other than `value` that settings.override accepts alone over `base`."""
+    if key in _OTHER_VALUE:
+        candidates = [_OTHER_VALUE[key]]
+    elif isinstance(value, bool):
+        candidates = [not value]
+    elif isinstance(value, int):
+        candidates = [value + 1, value * 2, value - 1, 1, 0]
+    elif isinstance(value, float):
+        candidates = [value * 2 if value else 0.5, value + 0.5, value / 2, 0.1]
+    else:
+        candidates = [value + "x", "x", "gru", "cosine", "1"]
+    for c in candidates:
+        if c == value:
+            continue
+        try:
+            settings.override(base, {key: c})
+            return c
+        except ValueError:
+            continue
+    raise AssertionError(f"no other valid value for {key}: add one to _OTHER_VALUE")
+
+
+@pytest.mark.parametrize("key", sorted(flat_keys(settings.to_dict(settings.Settings()))))
+def test_a_resume_that_changes_one_setting_alone_refuses_it_by_name_or_records_it_as_its_role_says(key, tmp_path):
+    """Every setting, changed alone on a resume: a 'fixed' one is refused naming it (trained and
+    --config values) and no other; a 'recorded' one is accepted and recorded in config_changes.jsonl
+    as the one change; an 'ignored' one is accepted and recorded nowhere."""
+    trained = settings.override(settings.Settings(), _CONTEXT.get(key, {}))
+    workdir_config.save_config(trained, str(tmp_path))
+    was = workdir_config.flat(settings.to_dict(trained))[key]
+    value = _other_value(key, was, trained)
+    resumed = settings.override(trained, {key: value})
+    now = workdir_config.flat(settings.to_dict(resumed))[key]
+    role = settings.roles()[key].resume
+    if role == "fixed":
+        with pytest.raises(ValueError) as e:
+            workdir_config.refuse_fixed_changes(resumed, str(tmp_path))
+        named = str(e.value).split("; a resumed run")[0].split("--config: ")[1]
+        assert named == f"{key} (trained {was!r}, --config {now!r})", named
+        return
+    workdir_config.refuse_fixed_changes(resumed, str(tmp_path))
+    changes = workdir_config.record_resume_changes(resumed, str(tmp_path), step=5)
+    assert changes == ([] if role == "ignored" else [(key, was, now)])
