@@ -239,13 +239,7 @@ def _train(config: settings.Settings, workdir: str, mgr, preemption: resilience.
     if _nothing_to_train(start, config, workdir):
         return state
     changes = _resume_notes(config, workdir, start)
-    kw = step_kwargs(config)  # computed once: the eval step takes its model, features and loss from it
-    est = _check_device_memory(config, par, state, source, kw)
-    p_train, p_eval = par.compile(step_function(config), kw), eval_step.compile_eval_step(par, kw)  # eval: as placed
-    state, step_rng = par.put_replicated(state), par.put_replicated(step_rng)
-    on_one_cpu_host = par.devices[0].platform == "cpu" and jax.process_count() == 1
-    if on_one_cpu_host and par.kind != "eager" and hasattr(p_train, "lower"):  # else: the estimate alone
-        p_train = _check_host_step_memory(config, par, p_train, est, state, step_rng, source)
+    p_train, p_eval, state, step_rng = _compiled_steps(config, par, state, step_rng, source)
     host_batches = loader.train_batches(config, sharding, source, start, config.num_train_steps)
     batches = par.put_batches(host_batches, config.prefetch_batches)
     hooks = faults.Hooks(config.faults)
@@ -265,37 +259,79 @@ def _train(config: settings.Settings, workdir: str, mgr, preemption: resilience.
                 report.dispatched(step, step_metrics)
                 hooks.step_dispatched(done)
                 report.wait_in_flight(resilience.STEPS_IN_FLIGHT)  # bounded: a stop waits for few steps, not ~30
-                if done % config.log_every_steps == 0 or done == config.num_train_steps:
+                if _log_due(done, config):
                     report.interval_end(state)
                     _stop_if_diverged(state, done, config, mgr)
                 if config.eval_every_steps and done % config.eval_every_steps == 0:
-                    hooks.eval_start(done)
-                    with report.evaluating(done) as on_batch:
-                        result = evaluation.evaluate(
-                            p_eval,
-                            state,
-                            source,
-                            config.dataset.eval_split,
-                            config.eval.max_utterances,
-                            par,
-                            on_batch=on_batch,
-                        )
-                    report.evaluated(done, result)
-                    if config.keep_best_checkpoints:  # a checkpoint ranked by this eval's WER (checkpoint.manager)
-                        _save(mgr, done, par.get(state), report, hooks, {"wer": result["wer"], "cer": result["cer"]})
-                        ranked = done
+                    ranked = (
+                        _evaluate_in_training(p_eval, state, done, source, par, config, mgr, report, hooks) or ranked
+                    )
                 if preemption.signal is not None:
                     log.warning("preempted at step %d: writing a checkpoint and exiting", done)
                     break
-                if done % config.checkpoint_every_steps == 0 and done not in (config.num_train_steps, ranked):
+                if _checkpoint_due(done, config, ranked):
                     _save(mgr, done, par.get(state), report, hooks)
             resilience.wait_ready(state)  # polled, with the handlers on: a second signal can abandon it
         final = par.get(state)
-        if done > start and mgr.latest_step() != done:
-            _save(mgr, done, par.get(state), report, hooks)
-        with report.suspended("the last checkpoint"):
-            checkpoint.finish_or_explain(mgr)
+        _save_last(mgr, start, done, final, report, hooks)
     return final
+
+
+def _compiled_steps(config: settings.Settings, par, state: TrainState, step_rng, source):
+    """(train step, eval step, state, step rng): the steps compiled for `par` once the batch is known
+    to fit the device (and, on one CPU host, the host's memory); state and rng placed on the devices."""
+    kw = step_kwargs(config)  # computed once: the eval step takes its model, features and loss from it
+    est = _check_device_memory(config, par, state, source, kw)
+    p_train, p_eval = par.compile(step_function(config), kw), eval_step.compile_eval_step(par, kw)  # eval: as placed
+    state, step_rng = par.put_replicated(state), par.put_replicated(step_rng)
+    on_one_cpu_host = par.devices[0].platform == "cpu" and jax.process_count() == 1
+    if on_one_cpu_host and par.kind != "eager" and hasattr(p_train, "lower"):  # else: the estimate alone
+        p_train = _check_host_step_memory(config, par, p_train, est, state, step_rng, source)
+    return p_train, p_eval, state, step_rng
+
+
+def _log_due(done: int, config: settings.Settings) -> bool:
+    """A log interval ends after step `done` (every log_every_steps, and at the last step)."""
+    return done % config.log_every_steps == 0 or done == config.num_train_steps
+
+
+def _checkpoint_due(done: int, config: settings.Settings, ranked: int | None) -> bool:
+    """A periodic checkpoint after step `done`: every checkpoint_every_steps, but not the last step's
+    (saved after the loop) nor one an eval has just saved with its WER (`ranked`)."""
+    return done % config.checkpoint_every_steps == 0 and done not in (config.num_train_steps, ranked)
+
+
+def _evaluate_in_training(
+    p_eval, state, done: int, source, par, config: settings.Settings, mgr, report: reporting.Reporter, hooks
+) -> int | None:
+    """The eval of dataset.eval_split after step `done`, on the placed train state; with
+    keep_best_checkpoints, a checkpoint ranked by its WER (checkpoint.manager): returns its step
+    (None: no checkpoint saved)."""
+    hooks.eval_start(done)
+    with report.evaluating(done) as on_batch:
+        result = evaluation.evaluate(
+            p_eval,
+            state,
+            source,
+            config.dataset.eval_split,
+            config.eval.max_utterances,
+            par,
+            on_batch=on_batch,
+        )
+    report.evaluated(done, result)
+    if not config.keep_best_checkpoints:
+        return None
+    _save(mgr, done, par.get(state), report, hooks, {"wer": result["wer"], "cer": result["cer"]})
+    return done
+
+
+def _save_last(mgr, start: int, done: int, host_state, report: reporting.Reporter, hooks: faults.Hooks) -> None:
+    """The last step's checkpoint (unless the loop saved it, or trained nothing), then every save
+    finished, or its failure explained."""
+    if done > start and mgr.latest_step() != done:
+        _save(mgr, done, host_state, report, hooks)
+    with report.suspended("the last checkpoint"):
+        checkpoint.finish_or_explain(mgr)
 
 
 def _check_device_memory(config: settings.Settings, par, state, source, kw: dict) -> memory.Estimate:

@@ -494,9 +494,8 @@ MUTATIONS = [
     Mutation(
         "eval_on_a_host_copy",
         "ds2_jax/train.py",
-        "result = evaluation.evaluate(\n                            p_eval,\n                            state,\n",
-        "result = evaluation.evaluate(\n                            p_eval,\n"
-        "                            par.put_replicated(host_state()),\n",
+        "result = evaluation.evaluate(\n            p_eval,\n            state,\n",
+        "result = evaluation.evaluate(\n            p_eval,\n            par.put_replicated(par.get(state)),\n",
         ("tests/test_evaluation.py::test_eval_during_training_reads_the_placed_train_state",),
         "each eval during training copies the train state to the host and places it again",
     ),
@@ -955,7 +954,7 @@ MUTATIONS = [
         "augment_reseeded_on_resume",
         "ds2_jax/train.py",
         "state, step_rng = par.put_replicated(state), par.put_replicated(step_rng)",
-        "state, step_rng = par.put_replicated(state), par.put_replicated(jax.random.fold_in(step_rng, start))",
+        "state, step_rng = par.put_replicated(state), par.put_replicated(jax.random.fold_in(step_rng, state.step))",
         (RESUME,),
         "a resumed run draws other SpecAugment masks for the steps it repeats",
     ),
@@ -1261,8 +1260,8 @@ MUTATIONS = [
     Mutation(
         "best_not_saved_at_eval",
         "ds2_jax/train.py",
-        "                    if config.keep_best_checkpoints:  # a checkpoint ranked",
-        "                    if False:  # a checkpoint ranked",
+        "    if not config.keep_best_checkpoints:\n        return None\n",
+        "    if True:\n        return None\n",
         ("tests/test_best_checkpoint.py::test_eval_of_best_scores_the_step_with_the_lowest_in_training_wer",),
         "no checkpoint is saved with its eval's WER: nothing is ever 'best'",
     ),
