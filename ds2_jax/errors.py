@@ -72,6 +72,15 @@ class DatasetMismatch(Ds2Error, ValueError):
     """A prepared dataset was built from other files than dataset.manual_dir holds."""
 
 
+class SourceChanged(DatasetMismatch):
+    """Files of the manual dir a prepared manifest dataset was built from changed since: `splits` are
+    to be built again (datasets.build does, keeping the others)."""
+
+    def __init__(self, message: str, splits: list[str]):
+        super().__init__(message)
+        self.splits = splits
+
+
 class InputWorkerError(Ds2Error, RuntimeError):
     """A batch worker process died or failed; the message says which setting to change."""
 

@@ -73,7 +73,7 @@ EVAL_LIMIT = SRC + "test_eval_keeps_utterances_longer_than_the_largest_bucket_ea
 EPOCH_ORDER = SRC + "test_each_epoch_covers_every_utterance_once_in_a_new_order_a_function_of_seed_and_epoch"
 FIELD_BY_FIELD = (
     "tests/test_manifest.py::test_each_recorded_build_option_changed_alone_is_refused_naming_it_and_no_other",
-    "tests/test_manifest.py::test_each_part_of_the_data_fingerprint_changed_alone_is_refused",
+    "tests/test_manifest.py::test_each_part_of_the_data_fingerprint_changed_alone_is_noticed",
     "tests/test_settings.py::test_a_resume_that_changes_one_setting_alone_refuses_it_by_name_or_records_it_as_its_role_says",
 )
 OWN_SPLIT = "tests/test_evaluation.py::test_one_run_scores_two_splits_of_other_contents_each_over_its_own_utterances"
@@ -1633,10 +1633,26 @@ MUTATIONS = [
     Mutation(
         "fingerprint_without_manifest_text",
         "ds2_jax/datasets/manifest.py",
-        '"content_fingerprint": hashlib.sha256(sizes + texts.digest()).hexdigest()[:16],',
-        '"content_fingerprint": hashlib.sha256(sizes).hexdigest()[:16],',
+        "splits[split] = hashlib.sha256(data + audio.encode()).hexdigest()[:16]",
+        "splits[split] = hashlib.sha256(audio.encode()).hexdigest()[:16]",
         FIELD_BY_FIELD,
         "a same-size edit of a transcript reopens the data built from the old text",
+    ),
+    Mutation(
+        "audio_files_not_fingerprinted",
+        "ds2_jax/datasets/manifest.py",
+        'h.update(f"{e.audio}\\0{stat.st_size}\\0{stat.st_mtime_ns}\\n".encode())',
+        'h.update(f"{e.audio}\\n".encode())',
+        ("tests/test_manifest.py::test_an_edited_replaced_deleted_or_added_audio_file_rebuilds_the_split_it_is_in",),
+        "the build's record covers the manifests only: an edited or replaced clip reuses the stale build",
+    ),
+    Mutation(
+        "unchanged_splits_built_again",
+        "ds2_jax/datasets/manifest.py",
+        "for split in sorted(unchanged & set(manifests) & set(old.keys())):",
+        "for split in []:",
+        ("tests/test_manifest.py::test_an_edited_replaced_deleted_or_added_audio_file_rebuilds_the_split_it_is_in",),
+        "a change rebuilds every split, not the ones it touches",
     ),
 ]
 

@@ -725,16 +725,16 @@ def test_each_recorded_build_option_changed_alone_is_refused_naming_it_and_no_ot
 @pytest.mark.parametrize(
     "edit, named",
     [
-        ("transcript", "the same sizes but other transcript text"),
-        ("clip_renamed", "fingerprint"),
-        ("split_added", "files of dev, extra, test, train"),
+        ("transcript", "split(s) train "),
+        ("clip_renamed", "split(s) train "),
+        ("split_added", "split(s) extra "),
     ],
 )
-def test_each_part_of_the_data_fingerprint_changed_alone_is_refused(tmp_path, edit, named):
+def test_each_part_of_the_data_fingerprint_changed_alone_is_noticed(tmp_path, edit, named):
     """The prepared data's source record, part by part (manifest.source_of: the manifests' names,
-    sizes and text; the audio is not hashed): one transcript edited to the same length, one clip
-    renamed in its manifest, one split added: each reopening is refused, naming what changed; an
-    untouched copy reopens."""
+    sizes and text, and per split every listed audio file): one transcript edited to the same length,
+    one clip renamed in its manifest, one split added: each is a SourceChanged naming the split it
+    touches (which build.build builds again); an untouched copy reopens."""
     from ds2_jax import errors
 
     manual = tmp_path / "cv"
@@ -752,6 +752,51 @@ def test_each_part_of_the_data_fingerprint_changed_alone_is_refused(tmp_path, ed
         tsv.write_text(tsv.read_text(encoding="utf-8").replace("es_1.mp3", "es_1b.mp3"), encoding="utf-8")
     else:
         shutil.copy(manual / "dev.tsv", manual / "extra.tsv")
-    with pytest.raises(errors.DatasetMismatch) as e:
-        build.build(str(manual), data_dir, "manifest", options(build_workers=0))
+    with pytest.raises(errors.SourceChanged) as e:
+        build.check_source(build.get_builder(data_dir, "manifest", options(build_workers=0)), str(manual))
     assert named in str(e.value), str(e.value)
+
+
+# ----------------------------------------------------------------------------- changed sources
+
+
+def test_an_edited_replaced_deleted_or_added_audio_file_rebuilds_the_split_it_is_in(tmp_path, caplog):
+    """The build's record covers every listed audio file (path, size, mtime): each change is seen,
+    its split built again and the untouched split taken from the previous build (the same shards)."""
+    d = tmp_path / "manual"
+    (d / "clips").mkdir(parents=True)
+    for i in range(101, 106):
+        shutil.copy(clip(f"common_voice_es_{i}"), d / "clips" / f"u{i}.wav")
+    train = [f"clips/u{i}.wav\tla casa del perro" for i in (101, 102, 103)]
+    (d / "train.tsv").write_text("path\tsentence\n" + "\n".join(train) + "\n", encoding="utf-8")
+    (d / "dev.tsv").write_text("path\tsentence\nclips/u104.wav\tel perro\n", encoding="utf-8")
+    opts, data_dir = options(build_workers=0, alphabet_min_count=1), str(tmp_path / "tfds")
+    first = build.build(str(d), data_dir, "manifest", opts)
+    dev_shard = shard_files(first, "dev")
+
+    def rebuilt() -> dict[str, dict]:
+        caplog.clear()
+        with caplog.at_level("INFO"):
+            builder = build.build(str(d), data_dir, "manifest", opts)
+        assert "split(s) train" in caplog.text and "manifest/dev: its files are unchanged" in caplog.text
+        assert shard_files(builder, "dev") == dev_shard
+        return examples(builder, "train")
+
+    samples, _ = soundfile.read(d / "clips" / "u101.wav", dtype="int16")
+    soundfile.write(str(d / "clips" / "u101.wav"), samples[::-1], 8000, subtype="ULAW")  # edited: the same size
+    np.testing.assert_array_equal(
+        rebuilt()["clips/u101"]["audio"][:100], audio.load(str(d / "clips" / "u101.wav"), 16000).samples[:100]
+    )
+    shutil.copy(d / "clips" / "u105.wav", d / "clips" / "u102.wav")  # replaced by another clip
+    assert len(rebuilt()["clips/u102"]["audio"]) == len(audio.load(clip("common_voice_es_105"), 16000).samples)
+    os.remove(d / "clips" / "u103.wav")  # deleted
+    caplog.clear()
+    assert "clips/u103" not in rebuilt()
+    assert "1 listed audio files are missing" in caplog.text and "u103.wav" in caplog.text
+    with open(d / "train.tsv", "a", encoding="utf-8") as f:  # added
+        f.write("clips/u105.wav\tla casa\n")
+    assert sorted(rebuilt()) == ["clips/u101", "clips/u102", "clips/u105"]
+    caplog.clear()
+    with caplog.at_level("INFO"):
+        build.build(str(d), data_dir, "manifest", opts)  # nothing changed: nothing built
+    assert "holds the same files" in caplog.text and "building again" not in caplog.text

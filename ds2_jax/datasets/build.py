@@ -14,7 +14,9 @@ The prepared dataset records the manual dir it was built from and a fingerprint 
 file list (names and sizes; `SOURCE_RECORD`). Opening it with a manual dir whose files
 differ is refused, naming both dirs: D may be shared by several projects, so it is never
 rebuilt in place behind a user's back; the way out is a fresh D, the old DIR, or
-deleting D/librispeech_local.
+deleting D/librispeech_local. A manifest build also records each split's fingerprint (its manifest
+and every audio file it lists by path, size and mtime): when the files of the same manual dir
+change, `build` builds the changed splits again and takes the others from the previous build.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import json
 import logging
 import os
 import resource
+import shutil
 import sys
 import types
 
@@ -208,6 +211,22 @@ def check_source(builder, manual_dir: str) -> None:
             + f". Set dataset.data_dir to a fresh directory to build with these, set them back, or delete "
             f"{os.path.dirname(where)} to rebuild it there"
         )
+    changed = _changed_splits(recorded, current)
+    if changed:
+        missing = current["missing_audio"]
+        raise errors.SourceChanged(
+            f"the files of {manual_dir} changed since {where} was built from them: split(s) "
+            f"{', '.join(changed)} (a manifest, or an audio file it lists edited, replaced, added or deleted)"
+            + (
+                f"; {missing['count']} listed audio files are missing (e.g. {', '.join(missing['examples'])}): "
+                "each is a missing_audio skip"
+                if missing["count"]
+                else ""
+            )
+            + f". Build them again: python -m ds2_jax.datasets.build --name={builder.name} --manual_dir={manual_dir}"
+            f" --data_dir={os.path.dirname(os.path.dirname(where))} (a run does so itself)",
+            changed,
+        )
     if current[key] == recorded[key]:
         logging.info(
             "%s in %s was built from %s; dataset.manual_dir=%r holds the same files",
@@ -223,6 +242,13 @@ def check_source(builder, manual_dir: str) -> None:
                 where,
             )
             record_source(builder, {**recorded, "content_fingerprint": current["content_fingerprint"]})
+        elif "split_fingerprints" in current and "split_fingerprints" not in recorded:
+            logging.warning(
+                "%s recorded its manifests only (prepared before ds2_jax listed the audio files): recording "
+                "the audio files as they are now, unchecked",
+                where,
+            )
+            record_source(builder, {**recorded, **current})
         return
     has = (
         f"{current['files']} files of {', '.join(current['splits'])}, fingerprint {current['fingerprint']}"
@@ -236,6 +262,15 @@ def check_source(builder, manual_dir: str) -> None:
         f"{manual_dir!r}, set dataset.manual_dir back to {recorded['manual_dir']!r}, or delete "
         f"{os.path.dirname(where)} to rebuild it there"
     )
+
+
+def _changed_splits(recorded: dict, current: dict) -> list[str] | None:
+    """The splits of the same manual dir whose files changed since `recorded` (manifest builds that
+    recorded each split's fingerprint; [] for none); None where it is another dir, or the record cannot tell."""
+    was, now = recorded.get("split_fingerprints"), current.get("split_fingerprints")
+    if was is None or now is None or recorded["manual_dir"] != current["manual_dir"]:
+        return None
+    return sorted(s for s in {*was, *now} if was.get(s) != now.get(s))
 
 
 BUILD_LOCK = ".build.lock"  # in the dataset's folder of the tfds data dir: one build at a time
@@ -272,7 +307,10 @@ def build(
         builder = get_builder(data_dir, name, options)
         prepared = builder.is_prepared()
     if prepared:
-        check_source(builder, manual_dir)
+        try:
+            check_source(builder, manual_dir)
+        except errors.SourceChanged as e:
+            return rebuild(builder, manual_dir, data_dir, options, e)
         return builder
     if not manual_dir or not os.path.isdir(manual_dir) or not os.listdir(manual_dir):
         holding = (
@@ -307,6 +345,35 @@ def build(
         record_source(builder, _source_of(builder, manual_dir))
     logging.getLogger("ds2_jax").info("%s: built %s from %s", name, builder.data_dir, manual_dir)
     return builder
+
+
+def rebuild(builder, manual_dir: str, data_dir: str, options: manifest.Options, changed: errors.SourceChanged):
+    """Builds a manifest dataset again after its files changed: the changed splits from the files, the
+    others taken from the previous build (which is moved aside meanwhile, and back if the build fails)."""
+    log = logging.getLogger("ds2_jax")
+    log.warning("%s: building again", changed)
+    current = os.fspath(builder.data_dir)
+    previous = current + ".previous"
+    with _one_build_at_a_time(builder):
+        shutil.rmtree(previous, ignore_errors=True)
+        os.replace(current, previous)
+        try:
+            unchanged = frozenset(builder.info.splits.keys()) - set(changed.splits)
+            with librispeech_local.quiet_tfds():
+                fresh = manifest.ManifestDataset(
+                    options=options, reuse=(previous, unchanged), data_dir=data_dir or None
+                )
+                fresh.download_and_prepare(
+                    download_config=tfds.download.DownloadConfig(manual_dir=os.path.abspath(manual_dir))
+                )
+        except BaseException:
+            if not os.path.exists(current):
+                os.replace(previous, current)
+            raise
+        record_source(fresh, _source_of(fresh, manual_dir))
+        shutil.rmtree(previous, ignore_errors=True)
+    log.info("%s: built %s again from %s (split(s) %s)", builder.name, current, manual_dir, ", ".join(changed.splits))
+    return fresh
 
 
 def unknown_line(split_reports: dict[str, dict]) -> str:

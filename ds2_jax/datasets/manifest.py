@@ -41,6 +41,7 @@ import json
 import logging
 import os
 import re
+import shutil
 from typing import Iterator, NamedTuple
 
 import numpy as np
@@ -612,6 +613,13 @@ def finish_split(m: Manifest, report: Report, data_dir: str) -> None:
         )
 
 
+def _link_or_copy(source: str, target: str) -> None:
+    try:
+        os.link(source, target)
+    except OSError:  # a file system without hard links
+        shutil.copy2(source, target)
+
+
 class ManifestDataset(tfds.core.GeneratorBasedBuilder):
     """Your own speech from manifests (Common Voice, NeMo, CSV/TSV): int16 at one rate, no TF.
 
@@ -623,8 +631,9 @@ class ManifestDataset(tfds.core.GeneratorBasedBuilder):
     RELEASE_NOTES = {"1.0.0": "Manifests of any layout, resampled int16 audio, the alphabet stored beside."}
     MANUAL_DOWNLOAD_INSTRUCTIONS = "Put <split>.tsv/.csv/.jsonl/.json manifests in the manual dir (dataset.manual_dir)."
 
-    def __init__(self, options: Options | None = None, **kwargs):
+    def __init__(self, options: Options | None = None, reuse: tuple[str, frozenset] = ("", frozenset()), **kwargs):
         self.options = options or Options()
+        self.reuse = reuse  # (a previous build's data dir, its splits whose files are unchanged: taken, not built)
         kwargs.setdefault("file_format", "array_record")  # random access without TF
         super().__init__(**kwargs)
 
@@ -662,7 +671,10 @@ class ManifestDataset(tfds.core.GeneratorBasedBuilder):
         with open(os.path.join(data_dir, ALPHABET_FILE), "w", encoding="utf-8") as f:
             f.write(f"# the alphabet of these labels ({source})\n" + alphabet.to_lines())
         o, jobs, todos, reports = self.options, [], {}, {}
+        taken = self._take_unchanged(alphabet, manifests)
         for split, m in manifests.items():
+            if split in taken:
+                continue
             trains = {tfds_split(t.strip()) for t in o.train_splits.split("+")}
             reports[split] = Report(m.split, m.path, o.sample_rate, rare=dict(rare) if split in trains else {})
             todos[split] = to_write(m, alphabet, reports[split], bool(o.vocabulary), rare)
@@ -677,17 +689,48 @@ class ManifestDataset(tfds.core.GeneratorBasedBuilder):
                 window=o.window,
                 hop=o.hop,
             )
-        outcomes = {split: {} for split in manifests}
-        written = {split: [] for split in manifests}  # (temp path, records) of each shard, in order
+        outcomes = {split: {} for split in todos}
+        written = {split: [] for split in todos}  # (temp path, records) of each shard, in order
         for job, got in shards.run(jobs, o.num_workers()):
             outcomes[job.split].update((item[0], g) for item, g in zip(job.items, got))
             written[job.split].append((job.path, sum(isinstance(g, shards.Kept) for g in got)))
-        infos = []
+        infos = list(taken.values())
         for split, m in manifests.items():
+            if split in taken:
+                continue
             count_outcomes(m, todos[split], outcomes[split], reports[split])
             finish_split(m, reports[split], data_dir)
             infos.append(self._name_shards(split, written[split]))
         self.info.set_splits(tfds.core.SplitDict(infos))
+
+    def _take_unchanged(self, alphabet: text.Alphabet, manifests: dict) -> dict[str, tfds.core.SplitInfo]:
+        """The splits of the previous build (`reuse`) whose files did not change, linked into this one
+        with their build reports, when the alphabet is the same (else every split is built again)."""
+        previous, unchanged = self.reuse
+        if not previous or not unchanged:
+            return {}
+        try:
+            if read_alphabet(previous).symbols != alphabet.symbols:
+                logging.warning("manifest: the alphabet changed with the files: building every split again")
+                return {}
+            old = tfds.builder_from_directory(previous).info.splits
+        except Exception as e:  # noqa: BLE001 - a previous build that cannot be read is built again
+            logging.warning("manifest: the previous build in %s is unreadable (%s): building every split", previous, e)
+            return {}
+        taken = {}
+        for split in sorted(unchanged & set(manifests) & set(old.keys())):
+            info = old[split]
+            template = self._get_filename_template(split_name=split)
+            sources = info.filename_template.sharded_filepaths(len(info.shard_lengths))
+            for source, target in zip(sources, template.sharded_filepaths(len(info.shard_lengths))):
+                _link_or_copy(os.fspath(source), os.fspath(target))
+            name = os.path.basename(report_path(previous, split))
+            _link_or_copy(report_path(previous, split), os.path.join(os.fspath(self.data_dir), name))
+            taken[split] = tfds.core.SplitInfo(
+                name=split, shard_lengths=list(info.shard_lengths), num_bytes=info.num_bytes, filename_template=template
+            )
+            logging.info("manifest/%s: its files are unchanged: taken from the previous build", split)
+        return taken
 
     def _name_shards(self, split: str, written: list[tuple[str, int]]) -> tfds.core.SplitInfo:
         """Renames a split's non-empty shards to tfds's file names; its SplitInfo."""
@@ -706,16 +749,35 @@ class ManifestDataset(tfds.core.GeneratorBasedBuilder):
         )
 
 
+def audio_fingerprint(m: Manifest) -> tuple[str, list[str]]:
+    """(a hash of every listed audio file's path, size and mtime, the files missing) of a manifest."""
+    h, missing = hashlib.sha256(), []
+    for e in m.entries:
+        try:
+            stat = os.stat(e.audio)
+            h.update(f"{e.audio}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+        except OSError:
+            missing.append(e.audio)
+            h.update(f"{e.audio}\0missing\n".encode())
+    return h.hexdigest()[:16], missing
+
+
 def source_of(manual_dir: str, options: Options) -> dict:
-    """{manual_dir, splits, files, fingerprint, content_fingerprint, options} of the manifests a
-    manual dir holds: their names, sizes and text (the audio is not hashed: listing a million
-    clips each start is too slow) and the options that shape the build."""
+    """{manual_dir, splits, files, fingerprint, content_fingerprint, split_fingerprints, missing_audio,
+    options} of the manifests a manual dir holds: their names, sizes and text, every audio file they
+    list by path, size and mtime (a stat each: an edited, replaced, deleted or added clip is seen), and
+    the options that shape the build."""
     found = find_manifests(manual_dir, options.manifest_splits) if manual_dir and os.path.isdir(manual_dir) else {}
-    entries, texts = [], hashlib.sha256()
+    entries, texts, splits, missing = [], hashlib.sha256(), {}, []
     for split, path in sorted(found.items()):
         entries.append((split, os.path.basename(path), os.path.getsize(path)))
         with open(path, "rb") as f:
-            texts.update(f.read() + b"\0")
+            data = f.read()
+        texts.update(data + b"\0")
+        m = read_manifest(path, options)
+        audio, gone = audio_fingerprint(m) if m is not None else ("", [])
+        splits[split] = hashlib.sha256(data + audio.encode()).hexdigest()[:16]
+        missing += gone
     sizes = json.dumps(entries).encode()
     record = options.record()
     return {
@@ -724,5 +786,7 @@ def source_of(manual_dir: str, options: Options) -> dict:
         "files": len(entries),
         "fingerprint": hashlib.sha256(sizes).hexdigest()[:16],
         "content_fingerprint": hashlib.sha256(sizes + texts.digest()).hexdigest()[:16],
+        "split_fingerprints": splits,
+        "missing_audio": {"count": len(missing), "examples": missing[:REPORT_EXAMPLES]},
         "options": record,
     }
