@@ -113,12 +113,25 @@ class Reporter:
         summary["input_wait_s"] = self.input_wait.take(interval_s)
         summary["skipped_steps"] = float(first(state.skipped_steps))
         self.writer.write(done, summary)
+        untrainable = int(sum(first(m["untrainable"]) for m in fetched if "untrainable" in m))
         skipped = (
             ""
             if summary["loss"] is not None
+            else f" (no utterance of steps {done - len(fetched) + 1}-{done} was trainable)"
+            if summary["infeasible_utterances"] > 0 and untrainable
             else f" (every step of steps {done - len(fetched) + 1}-{done} "
             "was skipped: a non-finite loss, gradient or update)"
         )
+        if untrainable:
+            log.warning(
+                "%d of steps %d-%d had no trainable utterance: every one of their batches was CTC-infeasible "
+                "(more labels than the model emits frames), so they have no loss (not 0) and taught nothing. "
+                "Look at what shortens the audio or lengthens the labels: waveform.speed_max (speed factors "
+                "above ~1.5), dataset.min_duration_s, the model's frame rate (features.hop, conv strides)",
+                untrainable,
+                done - len(fetched) + 1,
+                done,
+            )
         log.info(
             "step %d: means of steps %d-%d: %s%s%s",
             done,
@@ -197,7 +210,7 @@ def summarize(pending: list, seconds: float, steps: int) -> dict[str, float | No
     n = max(s["steps"], 1.0)
     none_finite = s["finite_steps"] == 0
     return {
-        "loss": None if none_finite else s["loss_sum"] / max(s["loss_count"], 1.0),
+        "loss": None if none_finite or s["loss_count"] == 0 else s["loss_sum"] / s["loss_count"],
         "grad_norm": None if none_finite else s["grad_norm_sum"] / s["finite_steps"],
         "learning_rate": s["learning_rate_sum"] / n,
         "infeasible_utterances": s["infeasible"],

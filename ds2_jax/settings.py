@@ -138,14 +138,14 @@ RANGES: dict[str, Range] = {
     "features.time_masks": Range(0),
     "features.time_mask_max_fraction": FRACTION,
     "waveform.noise_prob": FRACTION,
-    "waveform.noise_snr_db_min": Range(),
-    "waveform.noise_snr_db_max": Range(),
+    "waveform.noise_snr_db_min": Range(-20.0, 60.0, why="dB: below -20 the speech is gone, above 60 no noise"),
+    "waveform.noise_snr_db_max": Range(-20.0, 60.0, why="dB: below -20 the speech is gone, above 60 no noise"),
     "waveform.speed_prob": FRACTION,
-    "waveform.speed_min": _above(0.0, "a speed factor"),
-    "waveform.speed_max": _above(0.0, "a speed factor"),
+    "waveform.speed_min": Range(0.5, 2.0, why="a speed factor: beyond half or twice the speed it is no speech"),
+    "waveform.speed_max": Range(0.5, 2.0, why="a speed factor: beyond half or twice the speed it is no speech"),
     "waveform.gain_prob": FRACTION,
-    "waveform.gain_db_min": Range(),
-    "waveform.gain_db_max": Range(),
+    "waveform.gain_db_min": Range(-40.0, 40.0, why="dB: beyond +-40 an utterance is silence or clipped through"),
+    "waveform.gain_db_max": Range(-40.0, 40.0, why="dB: beyond +-40 an utterance is silence or clipped through"),
     "waveform.rir_prob": FRACTION,
     "model.num_conv_layers": Range(1, geometry.MAX_CONV_LAYERS),
     "model.conv_channels": Range(1),
@@ -488,7 +488,7 @@ class Waveform:
         "Speed perturbation (tempo and pitch, as Kaldi/icefall's 0.9/1.0/1.1): resampled by a factor "
         "uniform in [speed_min, speed_max]; buckets are padded for speed_min.",
     )
-    speed_min: float = setting(0.9, "Slowest speed factor (> 0).")
+    speed_min: float = setting(0.9, "Slowest speed factor (0.5..2).")
     speed_max: float = setting(1.1, "Fastest speed factor.")
     gain_prob: float = setting(0.0, "Share of utterances scaled by a gain uniform in [gain_db_min, gain_db_max].")
     gain_db_min: float = setting(-6.0, "Lowest gain (dB).")

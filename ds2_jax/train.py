@@ -144,6 +144,7 @@ def train_step(
         "loss_sum": jnp.where(finite, loss_sum, 0.0),
         "loss_count": jnp.where(finite, count, 0.0),
         "infeasible": utterances - count,
+        "untrainable": (count == 0).astype(jnp.float32),  # no feasible utterance: no loss to report
         "utterances": utterances,
         "grad_norm_sum": jnp.where(finite, grad_norm, 0.0),
         "finite_steps": finite.astype(jnp.float32),

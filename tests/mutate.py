@@ -1654,6 +1654,38 @@ MUTATIONS = [
         ("tests/test_manifest.py::test_an_edited_replaced_deleted_or_added_audio_file_rebuilds_the_split_it_is_in",),
         "a change rebuilds every split, not the ones it touches",
     ),
+    Mutation(
+        "noise_contents_unchecked",
+        "ds2_jax/pipeline/augment.py",
+        "why = why or fault(path)",
+        "why = why",
+        ("tests/test_augment.py::test_a_non_finite_or_silent_noise_or_rir_recording_is_refused_naming_it",),
+        "a noise or RIR recording with NaN samples (or silent) is used: every utterance mixed with it zeroed",
+    ),
+    Mutation(
+        "untrainable_step_logged_as_loss_0",
+        "ds2_jax/reporting.py",
+        '"loss": None if none_finite or s["loss_count"] == 0 else s["loss_sum"] / s["loss_count"],',
+        '"loss": None if none_finite else s["loss_sum"] / max(s["loss_count"], 1.0),',
+        ("tests/test_reporting.py::test_an_interval_without_a_trainable_utterance_logs_no_loss_and_says_why",),
+        "steps without one trainable utterance logged as loss=0",
+    ),
+    Mutation(
+        "untrainable_not_counted",
+        "ds2_jax/train.py",
+        '"untrainable": (count == 0).astype(jnp.float32),',
+        '"untrainable": jnp.zeros((), jnp.float32),',
+        ("tests/test_train_step.py::test_a_step_without_a_trainable_utterance_is_marked_untrainable",),
+        "a step without a trainable utterance is not marked, so nothing says it",
+    ),
+    Mutation(
+        "speed_factor_unbounded",
+        "ds2_jax/settings.py",
+        '"waveform.speed_max": Range(0.5, 2.0, why="a speed factor: beyond half or twice the speed it is no speech"),',
+        '"waveform.speed_max": _above(0.0, "a speed factor"),',
+        ("tests/test_augment.py::test_a_bad_setting_names_its_key",),
+        "waveform.speed_max=40 accepted: every utterance CTC-infeasible",
+    ),
 ]
 
 

@@ -111,7 +111,10 @@ def test_process_shares_and_input_workers_give_the_one_process_batches(corpus, t
 @pytest.mark.parametrize(
     "changes,message",
     [
-        ({"speed_min": 0.0}, r"waveform.speed_min=0.0: must be > 0.0 \(a speed factor\)"),  # settings.RANGES
+        ({"speed_min": 0.0}, r"waveform.speed_min=0.0: must be in \[0.5, 2.0\] \(a speed factor"),  # settings.RANGES
+        ({"speed_max": 40.0}, r"waveform.speed_max=40.0: must be in \[0.5, 2.0\]"),  # every utterance CTC-infeasible
+        ({"noise_snr_db_max": 1e6}, r"waveform.noise_snr_db_max=1000000.0: must be in \[-20.0, 60.0\]"),
+        ({"gain_db_max": 200.0}, r"waveform.gain_db_max=200.0: must be in \[-40.0, 40.0\]"),
         ({"speed_min": 1.2}, r"the speed range must be positive, min <= max"),
         ({"noise_prob": 1.5}, r"waveform.noise_prob=1.5: must be in \[0.0, 1.0\]"),
         ({"gain_prob": float("nan")}, r"waveform.gain_prob=nan: must be a finite number"),
@@ -130,11 +133,12 @@ def test_a_noise_folder_without_readable_audio_is_one_error_naming_it(tmp_path):
     (tmp_path / "n" / "notes.txt").write_text("hello")
     cfg = waveform(noise_dir=str(tmp_path / "n"), noise_prob=0.5)
     with pytest.raises(
-        ValueError,
-        match=r"waveform.noise_dir=.*n' holds no readable audio \(1 file\(s\) tried, e.g. "
-        r".*broken.wav \(",
+        ValueError, match=r"waveform.noise_dir=.*n': 1 of 1 recordings cannot be used: .*broken.wav \(unreadable"
     ):
         augment.Augmenter(cfg, seed=0, sample_rate=RATE)
+    (tmp_path / "e").mkdir()
+    with pytest.raises(ValueError, match=r"waveform.noise_dir=.*e' holds no readable audio \(0 files"):
+        augment.Augmenter(waveform(noise_dir=str(tmp_path / "e"), noise_prob=0.5), seed=0, sample_rate=RATE)
     with pytest.raises(FileNotFoundError, match=r"waveform.rir_dir=.*nowhere.*no such folder or list file"):
         augment.Augmenter(waveform(rir_dir=str(tmp_path / "nowhere"), rir_prob=0.5), seed=0, sample_rate=RATE)
     listed = tmp_path / "noises.txt"  # a list file: paths relative to it
@@ -191,3 +195,27 @@ def test_make_noisy_copies_a_split_with_noise_at_the_snr_range_and_links_the_res
     builder = build.build(out, str(tmp_path / "tfds"))  # the project reads it like any corpus
     assert builder.info.splits["test_clean"].num_examples == 3
     assert builder.info.splits["train_clean_100"].num_examples == 4
+
+
+@pytest.mark.parametrize(
+    "samples,why",
+    [
+        (np.r_[np.zeros(800), np.nan, np.zeros(799)], r"1 NaN or infinite samples"),
+        (np.r_[np.ones(800), np.inf, np.ones(799)] * 0.1, r"1 NaN or infinite samples"),
+        (np.zeros(1600), r"silent: every sample is 0"),
+    ],
+)
+def test_a_non_finite_or_silent_noise_or_rir_recording_is_refused_naming_it(tmp_path, samples, why):
+    """One NaN in a noise file turns every utterance it is mixed into to zeros: refused at start."""
+    import soundfile
+
+    for key in ("noise", "rir"):
+        folder = tmp_path / key
+        write_noise(folder)  # two good recordings beside the bad one
+        soundfile.write(str(folder / "bad.wav"), samples.astype(np.float32), RATE, subtype="FLOAT")
+        cfg = waveform(**{f"{key}_dir": str(folder), f"{key}_prob": 0.5})
+        augment.recordings.cache_clear()
+        with pytest.raises(
+            ValueError, match=rf"waveform.{key}_dir=.*: 1 of 3 recordings cannot be used: .*bad.wav \({why}"
+        ):
+            augment.Augmenter(cfg, seed=0, sample_rate=RATE)

@@ -149,3 +149,23 @@ def test_a_value_that_is_not_a_number_is_null_in_metrics_jsonl_and_absent_from_t
     record = json.loads(line, parse_constant=lambda c: pytest.fail(f"bare {c}: not JSON"))
     assert record == {"step": 3, "a": None, "b": None, "c": None, "d": None, "e": 1.5}
     assert tensorboard_scalars(str(tmp_path / "tensorboard")) == {("e", 3): 1.5}
+
+
+def test_an_interval_without_a_trainable_utterance_logs_no_loss_and_says_why(step_records, tmp_path, caplog):
+    """Steps whose every utterance is CTC-infeasible (a 40x speed factor did this): loss null, never 0,
+    and a warning naming the steps and where to look."""
+    config, records = step_records
+    empty = [
+        dict(m, loss_sum=np.float32(0), loss_count=np.float32(0), infeasible=m["utterances"], untrainable=np.float32(1))
+        for m in records[:2]
+    ]
+    w = str(tmp_path / "w")
+    rep = reporting.Reporter(config, w, 0, is_chief=True)
+    with rep, caplog.at_level("INFO"):
+        for i, m in enumerate(empty):
+            rep.dispatched(i, m)
+        rep.interval_end(type("S", (), {"skipped_steps": np.int32(0)})())
+    (record,) = [json.loads(line) for line in open(os.path.join(w, "metrics.jsonl"))]
+    assert record["loss"] is None and record["infeasible_utterances"] == 2 * float(records[0]["utterances"])
+    assert "2 of steps 1-2 had no trainable utterance" in caplog.text and "waveform.speed_max" in caplog.text
+    assert "loss=-" in caplog.text and "no utterance of steps 1-2 was trainable" in caplog.text

@@ -126,8 +126,17 @@ def test_sgd_step_applies_the_global_mean_gradient_on_one_and_eight_devices(setu
         assert float(m["loss_count"]) == len(FEASIBLE)
         assert float(m["infeasible"]) == len(INFEASIBLE)
         assert float(m["utterances"]) == 16 - len(PADDING)
+        assert float(m["untrainable"]) == 0
         np.testing.assert_allclose(float(m["loss_sum"]) / float(m["loss_count"]), float(ref_loss), rtol=1e-5)
         np.testing.assert_allclose(float(m["grad_norm_sum"]), float(optax.global_norm(ref_grads)), rtol=1e-5)
+
+
+def test_a_step_without_a_trainable_utterance_is_marked_untrainable(setup):
+    """Every row infeasible or padding: loss_count 0 and `untrainable` 1, which the log reports as no loss."""
+    config, state, batch = setup
+    none = dict(batch, weights=np.zeros_like(batch["weights"]))
+    _, m = run_step(config, with_sgd(state), none, 1)
+    assert float(m["loss_count"]) == 0 and float(m["untrainable"]) == 1
 
 
 def test_adam_step_on_eight_devices_is_the_optimizer_applied_to_the_global_gradient(setup, reference):

@@ -10,7 +10,9 @@ slowest speed (settings.Waveform.stretch). Why there and not in the compiled ste
 "Input pipeline" and benchmarks/results/2026-12-05-cpu-augmentation/NOTES.md.
 
 Noise and impulse responses are read lazily (a segment at a random offset per utterance), so a
-large noise collection costs no memory in each worker; the files are listed and checked once.
+large noise collection costs no memory in each worker; the files are listed and checked once, each
+read whole at start: an unreadable, silent or non-finite recording is refused, named (a NaN in a
+noise file would turn every utterance it is mixed into to zeros).
 """
 
 from __future__ import annotations
@@ -57,19 +59,37 @@ def recordings(spec: str, key: str) -> tuple[Recording, ...]:
     for path in paths:
         try:
             info = soundfile.info(path)
+            why = "" if info.frames > 0 else "no samples"
+            why = why or fault(path)
         except Exception as e:  # noqa: BLE001  (libsndfile raises several types)
-            bad.append(f"{path} ({type(e).__name__})")
-            continue
-        if info.frames > 0:
-            found.append(Recording(path, int(info.frames), int(info.samplerate)))
+            why = f"unreadable: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        if why:
+            bad.append(f"{path} ({why})")
         else:
-            bad.append(f"{path} (no samples)")
-    if not found:
-        tried = f"{len(paths)} file(s) tried" + (f", e.g. {bad[0]}" if bad else "")
+            found.append(Recording(path, int(info.frames), int(info.samplerate)))
+    if bad:  # one bad recording would zero or silence every utterance it is mixed into: refused, named
         raise ValueError(
-            f"waveform.{key}={spec!r} holds no readable audio ({tried}; formats: {' '.join(AUDIO_SUFFIXES)})"
+            f"waveform.{key}={spec!r}: {len(bad)} of {len(paths)} recordings cannot be used: {'; '.join(bad[:3])}"
+            f"{' ...' if len(bad) > 3 else ''}. Remove or fix them (formats: {' '.join(AUDIO_SUFFIXES)})"
+        )
+    if not found:
+        raise ValueError(
+            f"waveform.{key}={spec!r} holds no readable audio (0 files; formats: {' '.join(AUDIO_SUFFIXES)})"
         )
     return tuple(found)
+
+
+def fault(path: str, block: int = 1 << 20) -> str:
+    """What makes a noise or impulse-response recording unusable ('' if nothing): non-finite samples
+    (a NaN spreads through the mix to every sample) or silence (nothing to add). Read whole, in blocks."""
+    import soundfile
+
+    peak = 0.0
+    for x in soundfile.blocks(path, blocksize=block, dtype="float32", always_2d=True):
+        if not np.isfinite(x).all():
+            return f"{int(np.sum(~np.isfinite(x)))} NaN or infinite samples"
+        peak = max(peak, float(np.abs(x).max(initial=0.0)))
+    return "" if peak > 0 else "silent: every sample is 0"
 
 
 def _read(rec: Recording, start: int, frames: int, rate: int) -> np.ndarray:
@@ -78,6 +98,8 @@ def _read(rec: Recording, start: int, frames: int, rate: int) -> np.ndarray:
 
     audio, _ = soundfile.read(rec.path, start=start, frames=frames, dtype="float32", always_2d=True)
     audio = audio.mean(axis=1)
+    if not np.isfinite(audio).all():  # checked at start (`fault`); a file changed since is refused, named
+        raise ValueError(f"{rec.path}: NaN or infinite samples (a noise or impulse-response recording)")
     if rec.rate != rate:
         import soxr
 
