@@ -1489,6 +1489,22 @@ MUTATIONS = [
         ),
         "an evaluation reads the resume role for what it takes from --config",
     ),
+    Mutation(
+        "source_checked_in_every_worker",
+        "ds2_jax/pipeline/tfds_source.py",
+        "elif not data.source_checked:",
+        "else:",
+        ("tests/test_tfds_source.py::test_input_workers_open_the_prepared_data_without_checking_its_source_again",),
+        "every input worker walks and hashes the manual dir again to check the prepared data",
+    ),
+    Mutation(
+        "source_never_checked_by_a_copy",
+        "ds2_jax/pipeline/loader.py",
+        "checked = self._source is not None or self.data.source_checked",
+        "checked = True",
+        ("tests/test_tfds_source.py::test_input_workers_open_the_prepared_data_without_checking_its_source_again",),
+        "a batch maker whose process opened no source takes the prepared data unchecked",
+    ),
     # ---- issue 52: the two classes that survived two audits (the order of an epoch, per-split results)
     Mutation(
         "epoch_order_repeats_after_the_second",

@@ -1,6 +1,7 @@
 """TfdsSource: filters (and at their limits), buckets, SortaGrad, determinism, sharding, eval coverage, no TF."""
 
 import os
+import pickle
 import subprocess
 import sys
 import textwrap
@@ -421,3 +422,26 @@ def test_each_epoch_covers_every_utterance_once_in_a_new_order_a_function_of_see
     other = memory_source({"train-clean-100": EPOCH_UTTS}, num_buckets=3, sortagrad=sortagrad, seed=1)
     for e in range(1, 4):  # epoch 0 with SortaGrad ascends whatever the seed
         assert epoch_order(other, e) != epochs[e], e
+
+
+def test_input_workers_open_the_prepared_data_without_checking_its_source_again(corpus, monkeypatch):
+    """The main process checks the prepared data against dataset.manual_dir once (build.check_source
+    walks every file); the StepBatch a grain worker unpickles opens it unchecked and gives the same
+    batch. A StepBatch whose process opened no source still checks."""
+    from ds2_jax.datasets import build
+    from ds2_jax.pipeline import loader
+
+    config = settings.from_config_dict(make_config(corpus))
+    sharding = Sharding(4)
+    source = make_source(config, sharding)  # the main process: builds or checks
+    checks = []
+    monkeypatch.setattr(build, "check_source", lambda builder, manual_dir: checks.append(manual_dir))
+    worker_copy = pickle.loads(pickle.dumps(loader.StepBatch(DataSettings.of(config), sharding, source)))
+    assert worker_copy.data.source_checked and worker_copy._source is None
+    np.testing.assert_array_equal(worker_copy(3)["audio"], source.train_batch(3)["audio"])
+    assert checks == []  # opened unchecked
+    again = pickle.loads(pickle.dumps(worker_copy))  # a worker's copy stays checked
+    assert again.data.source_checked
+    unopened = pickle.loads(pickle.dumps(loader.StepBatch(DataSettings.of(config), sharding)))
+    unopened(0)
+    assert checks == [corpus["manual"]]  # no source opened before: it checks

@@ -17,6 +17,7 @@ main thread only stages finished batches on the devices.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 from typing import Iterator
@@ -54,7 +55,14 @@ class StepBatch:
         self._source = source
 
     def __getstate__(self):
-        return {"data": self.data, "sharding": self.sharding, "_source": None}
+        """A worker's copy: settings and sharding; where this process has opened the source (and so
+        checked it against dataset.manual_dir), the copy opens it without checking again."""
+        checked = self._source is not None or self.data.source_checked
+        return {
+            "data": dataclasses.replace(self.data, source_checked=checked),
+            "sharding": self.sharding,
+            "_source": None,
+        }
 
     def __call__(self, step) -> dict[str, np.ndarray]:
         step = int(step)

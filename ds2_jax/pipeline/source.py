@@ -39,6 +39,9 @@ class DataSettings:
     seed: int
     faults: settings.Faults = settings.Faults()  # the input workers' fault point (faults.Hooks.input_batch)
     waveform: settings.Waveform = settings.Waveform()  # training utterances' augmentation (pipeline.augment)
+    # The main process has checked the prepared data against dataset.manual_dir (datasets.build.check_source,
+    # a walk of every file): the copies its input workers get open the data without checking it again.
+    source_checked: bool = False
 
     @classmethod
     def of(cls, config: settings.Settings) -> DataSettings:

@@ -281,10 +281,11 @@ def _open_builder(data: DataSettings, sharding: Sharding):
                 logging.info("%s", build.summary(report))
             if unknown := build.unknown_line(split_reports):
                 logging.warning("%s", unknown)
-        elif sharding.process_count > 1:
-            build.check_source(builder, d.manual_dir)  # the files it was built from, or a DatasetMismatch
-        else:  # the same check; a manifest dataset whose files changed is built again (its changed splits)
-            builder = build.build(d.manual_dir, d.data_dir, d.name, options)
+        elif not data.source_checked:  # an input worker's copy is not: its main process has checked it
+            if sharding.process_count > 1:
+                build.check_source(builder, d.manual_dir)  # the files it was built from, or a DatasetMismatch
+            else:  # the same check; a manifest dataset whose files changed is built again (its changed splits)
+                builder = build.build(d.manual_dir, d.data_dir, d.name, options)
         return builder
     if d.name == "librispeech":
         # tfds's own `librispeech` builder class imports TensorFlow, so open the prepared
