@@ -40,7 +40,7 @@ import termios
 import threading
 import time
 import traceback
-from typing import Callable
+from typing import Callable, Iterator
 
 from ds2_jax import layout
 
@@ -110,11 +110,27 @@ class PeerLost(Ds2Error, RuntimeError):
 DISK_FULL_TEXT = ("No space left on device", "Disk quota exceeded", "os_error_code='28'", "os_error_code='122'")
 
 
+def chain(err: BaseException) -> Iterator[BaseException]:
+    """`err` and every error behind it, each once: its cause (raise ... from), its context (raised
+    while handling), theirs, and the members of an exception group. The classifiers below ask each:
+    orbax, tensorstore and the input workers raise their own error from the one that happened."""
+    seen, todo = set(), [err]
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        yield e
+        todo += [*getattr(e, "exceptions", ()), e.__context__, e.__cause__]
+
+
 def is_disk_full(err: BaseException) -> bool:
-    """ENOSPC/EDQUOT, or a wrapping of it (tensorstore: RESOURCE_EXHAUSTED ... No space left on device)."""
-    if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
-        return True
-    return any(t in str(err) for t in DISK_FULL_TEXT)
+    """ENOSPC/EDQUOT, or a wrapping of it (tensorstore: RESOURCE_EXHAUSTED ... No space left on device),
+    anywhere in its chain."""
+    return any(
+        (isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT)) or any(t in str(e) for t in DISK_FULL_TEXT)
+        for e in chain(err)
+    )
 
 
 # A collective whose peer process is gone: gloo (CPU) reports the closed connection, NCCL the exited
@@ -129,8 +145,8 @@ PEER_LOST_TEXT = (
 
 
 def is_peer_lost(err: BaseException) -> bool:
-    """A multi-process step's error that says another process is gone (PEER_LOST_TEXT)."""
-    return any(t in str(err) for t in PEER_LOST_TEXT)
+    """A multi-process step's error that says another process is gone (PEER_LOST_TEXT), anywhere in its chain."""
+    return any(t in str(e) for e in chain(err) for t in PEER_LOST_TEXT)
 
 
 def peer_lost(err: BaseException, process: int, processes: int) -> PeerLost:
@@ -143,9 +159,12 @@ def peer_lost(err: BaseException, process: int, processes: int) -> PeerLost:
 
 
 def is_out_of_memory(err: BaseException) -> bool:
-    """Out of (device or host) memory: XLA's RESOURCE_EXHAUSTED or 'out of memory', never a full disk."""
-    text = str(err)
-    return not is_disk_full(err) and ("RESOURCE_EXHAUSTED" in text or "out of memory" in text.lower())
+    """Out of (device or host) memory: a MemoryError, XLA's RESOURCE_EXHAUSTED or 'out of memory' anywhere
+    in its chain, never a full disk."""
+    return not is_disk_full(err) and any(
+        isinstance(e, MemoryError) or "RESOURCE_EXHAUSTED" in str(e) or "out of memory" in str(e).lower()
+        for e in chain(err)
+    )
 
 
 def out_of_memory(err: BaseException, batch_shapes: dict, config) -> OutOfMemory:

@@ -76,6 +76,13 @@ FIELD_BY_FIELD = (
     "tests/test_manifest.py::test_each_part_of_the_data_fingerprint_changed_alone_is_noticed",
     "tests/test_settings.py::test_a_resume_that_changes_one_setting_alone_refuses_it_by_name_or_records_it_as_its_role_says",
 )
+TIES = (
+    "tests/test_best_checkpoint.py::test_ties_and_orders_of_eval_results_pick_the_best_by_wer_then_cer_then_the_newest"
+)
+SHAPES = (
+    ERR + "test_every_classifier_reads_real_error_texts_in_every_shape_of_chain",
+    ERR + "test_errors_known_by_their_type_are_classified_in_every_shape",
+)
 OWN_SPLIT = "tests/test_evaluation.py::test_one_run_scores_two_splits_of_other_contents_each_over_its_own_utterances"
 
 
@@ -888,24 +895,24 @@ MUTATIONS = [
     Mutation(
         "disk_full_without_quota",
         "ds2_jax/errors.py",
-        "err.errno in (errno.ENOSPC, errno.EDQUOT)",
-        "err.errno in (errno.ENOSPC,)",
+        "e.errno in (errno.ENOSPC, errno.EDQUOT)",
+        "e.errno in (errno.ENOSPC,)",
         DISK_FULL,
         "a quota error (EDQUOT) is not reported as a full disk",
     ),
     Mutation(
         "disk_full_any_os_error",
         "ds2_jax/errors.py",
-        "err.errno in (errno.ENOSPC, errno.EDQUOT)",
-        "err.errno is not None",
+        "e.errno in (errno.ENOSPC, errno.EDQUOT)",
+        "e.errno is not None",
         DISK_FULL,
         "every OSError with an errno (permissions, read-only) is 'disk full'",
     ),
     Mutation(
         "disk_full_by_text_only",
         "ds2_jax/errors.py",
-        "if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):",
-        "if False:",
+        "(isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT)) or ",
+        "",
         DISK_FULL,
         "a full disk recognized by its message only (an OSError with another wording is missed)",
     ),
@@ -1050,8 +1057,8 @@ MUTATIONS = [
     Mutation(
         "disk_full_on_resource_exhausted",
         "ds2_jax/errors.py",
-        "    return any(t in str(err) for t in DISK_FULL_TEXT)",
-        '    return "RESOURCE_EXHAUSTED" in str(err) or any(t in str(err) for t in DISK_FULL_TEXT)',
+        "or any(t in str(e) for t in DISK_FULL_TEXT)",
+        'or "RESOURCE_EXHAUSTED" in str(e) or any(t in str(e) for t in DISK_FULL_TEXT)',
         ("tests/test_faults.py::test_out_of_memory_and_disk_full_have_one_rule_each_and_print_their_own_line",),
         "device out of memory reads 'error: disk full'",
     ),
@@ -1701,6 +1708,47 @@ MUTATIONS = [
         '"waveform.speed_max": _above(0.0, "a speed factor"),',
         ("tests/test_augment.py::test_a_bad_setting_names_its_key",),
         "waveform.speed_max=40 accepted: every utterance CTC-infeasible",
+    ),
+    # ---- issue 52, by property: ties made by hand; errors in every shape
+    Mutation(
+        "best_oldest_of_equals",
+        "ds2_jax/checkpoint.py",
+        "return min(scored, key=lambda sm: (_wer(sm[1]), -sm[0]))",
+        "return min(scored, key=lambda sm: (_wer(sm[1]), sm[0]))",
+        (TIES,),
+        "of checkpoints with equal WER and CER, --eval_step=best takes the oldest (orbax keeps the newest)",
+    ),
+    Mutation(
+        "best_ignores_cer",
+        "ds2_jax/checkpoint.py",
+        "return float(metrics[BEST_METRIC]), float(metrics.get(TIE_METRIC, 0.0))",
+        "return float(metrics[BEST_METRIC]), 0.0",
+        (TIES,),
+        "checkpoints of equal WER are not told apart by CER",
+    ),
+    Mutation(
+        "classifiers_skip_the_cause",
+        "ds2_jax/errors.py",
+        'todo += [*getattr(e, "exceptions", ()), e.__context__, e.__cause__]',
+        'todo += [*getattr(e, "exceptions", ()), e.__context__]',
+        SHAPES,
+        "a disk-full, out-of-memory or lost-peer error raised as another's cause (raise ... from) is not recognized",
+    ),
+    Mutation(
+        "classifiers_skip_groups",
+        "ds2_jax/errors.py",
+        'todo += [*getattr(e, "exceptions", ()), e.__context__, e.__cause__]',
+        "todo += [e.__context__, e.__cause__]",
+        SHAPES,
+        "an error inside an exception group is not recognized",
+    ),
+    Mutation(
+        "oom_by_text_only",
+        "ds2_jax/errors.py",
+        "isinstance(e, MemoryError) or ",
+        "",
+        SHAPES,
+        "a host MemoryError (numpy: 'Unable to allocate ...') is not out of memory",
     ),
 ]
 

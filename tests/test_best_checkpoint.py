@@ -158,3 +158,32 @@ def test_a_kill_while_the_best_are_chosen_loses_none_of_them(tmp_path):
         bad.returncode == 2
         and bad.stderr.strip() == "error: --eval_step=newest: must be a step number (>= 0) or 'best'"
     )
+
+
+@pytest.mark.parametrize(
+    "scores, best",
+    [
+        ({1: (0.5, 0.2), 2: (0.5, 0.1), 3: (0.6, 0.0)}, 2),  # equal WER: the lower CER
+        ({1: (0.5, 0.1), 2: (0.5, 0.2), 3: (0.6, 0.0)}, 1),  # ... whichever step holds it
+        ({1: (0.5, 0.2), 2: (0.5, 0.2), 3: (0.9, 0.9)}, 2),  # equal WER and CER: the newest
+        ({1: (0.9, 0.9), 2: (0.5, 0.2), 3: (0.5, 0.2)}, 3),
+        ({1: (0.4, 0.3), 2: (0.5, 0.0), 3: (0.7, 0.0)}, 1),  # WER first, CER only between equals
+    ],
+)
+@pytest.mark.parametrize("keep_best", [1, 3])
+def test_ties_and_orders_of_eval_results_pick_the_best_by_wer_then_cer_then_the_newest(
+    tmp_path, scores, best, keep_best
+):
+    """Hand-made eval results with ties: checkpoint.best (with every step kept: keep_best=3) and the
+    checkpoint orbax keeps as the best (keep_best=1, beside the newest) agree, by WER, then CER,
+    then the newest of equals."""
+    mgr = checkpoint.manager(str(tmp_path), keep=1, keep_best=keep_best)
+    for step, (wer, cer) in scores.items():
+        checkpoint.save(mgr, step, {"w": np.full(2, step, np.float32)}, wait=True, metrics={"wer": wer, "cer": cer})
+    newest = max(scores)
+    assert checkpoint.best(mgr) == (best, {"wer": scores[best][0], "cer": scores[best][1]})
+    assert mgr.all_steps() == (sorted({best, newest}) if keep_best == 1 else sorted(scores))
+    mgr.close()
+    reopened = checkpoint.manager(str(tmp_path))  # a later --eval_step=best reads them back
+    assert checkpoint.best(reopened)[0] == best
+    reopened.close()

@@ -288,3 +288,96 @@ def test_error_log_keeps_every_error_an_earlier_run_a_background_thread_and_the_
         text.index("ValueError: the error that ends the run"),
     )
     assert earlier < background < last
+
+
+# ----------------------------------------------------------------------------- every shape, every classifier
+
+# Real error texts, in their real capitalisation: (classifier, text, expected).
+REAL_TEXTS = [
+    (errors.is_out_of_memory, "RESOURCE_EXHAUSTED: Out of memory while trying to allocate 4294967296 bytes.", True),
+    (
+        errors.is_out_of_memory,
+        "RESOURCE_EXHAUSTED: Failed to allocate request for 2.00GiB (2147483648B) on device ordinal 0",
+        True,
+    ),
+    (errors.is_out_of_memory, "Allocator (GPU_0_bfc) ran out of memory trying to allocate 2.00GiB", True),
+    (errors.is_out_of_memory, "INTERNAL: Failed to launch CUDA kernel: CUDA_ERROR_OUT_OF_MEMORY: out of memory", True),
+    (errors.is_out_of_memory, "CUDA error: out of memory (cudaErrorMemoryAllocation)", True),
+    (errors.is_out_of_memory, "RESOURCE_EXHAUSTED: tensorstore: No space left on device", False),
+    (errors.is_out_of_memory, "INTERNAL: cuDNN error: CUDNN_STATUS_EXECUTION_FAILED", False),
+    (errors.is_out_of_memory, "INVALID_ARGUMENT: Shapes must be equal rank, but are 2 and 3", False),
+    (errors.is_disk_full, "OSError: [Errno 28] No space left on device: '/w/checkpoints/5'", True),
+    (errors.is_disk_full, "[Errno 122] Disk quota exceeded", True),
+    (errors.is_disk_full, "RESOURCE_EXHAUSTED: Error writing local file \"/w/x\" [os_error_code='28']", True),
+    (errors.is_disk_full, "RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1024 bytes.", False),
+    (errors.is_disk_full, "PERMISSION_DENIED: Error opening \"/w/x\" [os_error_code='13'] Permission denied", False),
+    (errors.is_peer_lost, "UNAVAILABLE: Gloo all-reduce failed: Connection reset by peer", True),
+    (
+        errors.is_peer_lost,
+        "UNAVAILABLE: The following tasks are unhealthy (stopped sending heartbeats): /job:jax_worker/task:1",
+        True,
+    ),
+    (errors.is_peer_lost, "INTERNAL: Gloo all-reduce failed: mismatched shapes", False),
+]
+
+
+def _shapes(err: BaseException) -> dict[str, BaseException]:
+    """`err` as raised, and as the code around it sees it: a cause (raise X from err), a context
+    (raised while handling err), a wrapper of a wrapper, and an exception group holding it."""
+
+    def raised(make):
+        try:
+            make()
+        except BaseException as e:  # noqa: BLE001
+            return e
+
+    def cause():
+        raise RuntimeError("checkpoint 5 could not be written") from err
+
+    def context():
+        try:
+            raise err
+        except BaseException:
+            raise RuntimeError("while saving, another error")  # noqa: B904 (the implicit context)
+
+    def nested():
+        try:
+            cause()
+        except RuntimeError as e:
+            raise ValueError("the step failed") from e
+
+    return {
+        "as raised": err,
+        "cause": raised(cause),
+        "context": raised(context),
+        "nested": raised(nested),
+        "group": ExceptionGroup("a worker failed", [ValueError("unrelated"), err]),
+    }
+
+
+@pytest.mark.parametrize(
+    "classifier, text, expected", REAL_TEXTS, ids=[f"{c.__name__}:{t[:40]}" for c, t, _ in REAL_TEXTS]
+)
+def test_every_classifier_reads_real_error_texts_in_every_shape_of_chain(classifier, text, expected):
+    """Each of errors.py's classifiers answers alike for a real XLA/CUDA/allocator/OS text whether
+    the error is raised as it is, is the cause or the context of another, is two wrappers down, or
+    is one error of a group; an unrelated wrapper around a non-matching error stays non-matching."""
+    for shape, err in _shapes(RuntimeError(text)).items():
+        assert classifier(err) is expected, shape
+
+
+@pytest.mark.parametrize(
+    "err, classifier",
+    [
+        (OSError(errno.ENOSPC, "write failed"), errors.is_disk_full),
+        (OSError(errno.EDQUOT, "write failed"), errors.is_disk_full),
+        (
+            MemoryError("Unable to allocate 8.00 GiB for an array with shape (1073741824,) and data type float64"),
+            errors.is_out_of_memory,
+        ),
+    ],
+    ids=["ENOSPC", "EDQUOT", "numpy-MemoryError"],
+)
+def test_errors_known_by_their_type_are_classified_in_every_shape(err, classifier):
+    for shape, wrapped in _shapes(err).items():
+        assert classifier(wrapped), shape
