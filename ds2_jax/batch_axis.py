@@ -42,6 +42,11 @@ def sharded() -> bool:
     return not mesh.empty and AXIS in mesh.axis_names and AXIS not in mesh.manual_axes
 
 
+def mesh_size() -> int:
+    """The devices along AXIS of the mesh the step is traced on (where `sharded()`)."""
+    return jax.sharding.get_abstract_mesh().shape[AXIS]
+
+
 def map_batch(fn: Callable, batched: Sequence[jax.Array], replicated: Sequence[jax.Array] = ()):
     """fn(*batched, *replicated), each device computing the rows of its own shard.
 

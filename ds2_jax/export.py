@@ -183,6 +183,7 @@ def define_flags(fv) -> None:
         flag_values=fv,
     )
     flags.DEFINE_string("out", None, "The ONNX file to write.", required=True, flag_values=fv)
+    flags.DEFINE_boolean("ema_weights", True, settings.EMA_FLAG_HELP, flag_values=fv)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -199,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     from ds2_jax import state, workdir_config
 
     absl_logging.set_verbosity(absl_logging.WARNING)  # orbax's restore chatter
-    config = workdir_config.load_config(args.workdir)
+    config = settings.choosing_weights(workdir_config.load_config(args.workdir), args.ema_weights)
     restored, step = state.restore_state(config, args.workdir, step)
     export_onnx(config, restored, step, args.out, emission_delay(args.workdir, config, restored, step))
     export_stablehlo(config, restored, stablehlo_path(args.out))

@@ -20,7 +20,7 @@ import jax
 import numpy as np
 
 from ds2_jax import checkpoint, layout, settings, workdir_config
-from ds2_jax.state import TrainState, restore_state
+from ds2_jax.state import TrainState, copy_tree, restore_state
 
 log = logging.getLogger("ds2_jax")
 OUTPUT_LAYER = "output"  # model.DeepSpeech2's last Dense: its width is the alphabet's
@@ -127,6 +127,7 @@ def merge(source: TrainState, fresh: TrainState, init_from: str) -> tuple[TrainS
         feature_mean=source.feature_mean,
         feature_std=source.feature_std,
         opt_state=fresh.tx.init(params),
+        ema_params=None if fresh.ema_params is None else copy_tree(params),
     )
     return state, reinit
 

@@ -164,6 +164,8 @@ RANGES: dict[str, Range] = {
     "optimizer.decay_rate": Range(0.0, 1.0, open_low=True, why="'exponential': the factor per decay_steps"),
     "optimizer.decay_steps": Range(0),
     "optimizer.max_consecutive_skips": Range(1),
+    "optimizer.accumulate_steps": Range(1, 1024, why="micro-batches per update; 1 = off"),
+    "optimizer.ema_decay": Range(0.0, 1.0, open_high=True, why="0 = off; 1 would never move"),
     "eval.max_utterances": Range(0),
     "eval.num_examples_to_print": Range(0),
     "decoding.beam_width": Range(0, why="0 = greedy only"),
@@ -621,6 +623,20 @@ class Optimizer:
         "'cosine': steps after warm-up to reach 0 (0: to num_train_steps); 'exponential': steps per decay_rate.",
     )
     max_consecutive_skips: int = setting(20, "Non-finite steps in a row before stopping.")
+    accumulate_steps: int = setting(
+        1,
+        "Gradient accumulation: each update sums the gradients of this many micro-batches of "
+        "per_device_batch_size rows per device, inside the one compiled step (lax.scan), so a global batch "
+        "of K x per_device_batch_size x devices costs the memory of one micro-batch. Steps, the schedule "
+        "and checkpoints count updates; batch norm normalizes each micro-batch alone.",
+    )
+    ema_decay: float = setting(
+        0.0,
+        "Weight EMA: the train state also keeps an exponential moving average of the parameters, "
+        "ema = d ema + (1 - d) params after each update with d = min(ema_decay, (1 + updates) / (10 + "
+        "updates)), checkpointed with them; eval, transcribe and export use it (eval.ema_weights). "
+        "0 = off; 0.999 is NeMo's. On or off is fixed for a workdir.",
+    )
 
     def __post_init__(self):
         _check_ranges(self)
@@ -640,6 +656,11 @@ class Eval:
     split: str = setting("", "--mode=eval split; '' = dataset.eval_split.")
     max_utterances: int = setting(0, "Utterances scored per split; 0 = the whole split.")
     num_examples_to_print: int = setting(3, "Reference/hypothesis pairs logged.")
+    ema_weights: bool = setting(
+        True,
+        "Where the run kept a weight EMA (optimizer.ema_decay > 0): evaluate (in training too), transcribe, "
+        "export and fine-tune from the EMA weights; False: the trained weights.",
+    )
 
     def __post_init__(self):
         _check_ranges(self)
@@ -919,6 +940,17 @@ def describe(config) -> list[dict]:
 
     walk(Settings, config, "")
     return rows
+
+
+EMA_FLAG_HELP = (
+    "Where the run kept a weight EMA (optimizer.ema_decay > 0), use the EMA weights (default); "
+    "--noema_weights: the trained weights."
+)
+
+
+def choosing_weights(config: Settings, ema: bool) -> Settings:
+    """`config` with eval.ema_weights=`ema` (the --ema_weights flag of transcribe and export)."""
+    return dataclasses.replace(config, eval=dataclasses.replace(config.eval, ema_weights=ema))
 
 
 def override(config: Settings, changes: dict[str, Any]) -> Settings:

@@ -32,6 +32,19 @@ class TrainState(train_state.TrainState):
     feature_std: jax.Array | None = None
     skipped_steps: jax.Array | None = None  # non-finite steps skipped in total
     consecutive_skips: jax.Array | None = None
+    ema_params: Any = None  # the parameters' moving average (optimizer.ema_decay > 0), else None
+
+
+def with_eval_weights(state: TrainState, ema: bool) -> TrainState:
+    """`state` with the weights evaluation, transcription and export use: its EMA parameters when
+    `ema` (eval.ema_weights) and it keeps them, else its own."""
+    return state.replace(params=state.ema_params) if ema and state.ema_params is not None else state
+
+
+def copy_tree(tree):
+    """A copy of every array (an EMA starts as the parameters, in buffers of its own: a donated
+    state may not hold one buffer twice)."""
+    return jax.tree_util.tree_map(lambda x: jnp.array(x, copy=True), tree)
 
 
 def run_optimizer(config: settings.Settings) -> settings.Optimizer:
@@ -170,6 +183,7 @@ def create_state(
         feature_std=jnp.asarray(feature_std, jnp.float32),
         skipped_steps=jnp.zeros((), jnp.int32),
         consecutive_skips=jnp.zeros((), jnp.int32),
+        ema_params=copy_tree(variables["params"]) if config.optimizer.ema_decay > 0 else None,
     )
 
 
@@ -187,7 +201,18 @@ def step_kwargs(config: settings.Settings) -> dict:
         norm_by_times=config.loss.norm_by_times,
         ctc_impl=config.loss.ctc_impl,  # 'auto': kernels.dispatch.ctc_impl, where the loss runs
         learning_rate_fn=learning_rate_schedule(run_optimizer(config)),
+        accumulate_steps=config.optimizer.accumulate_steps,
+        ema_decay=config.optimizer.ema_decay,
     )
+
+
+# step_kwargs that train.loss_function does not take
+STEP_ONLY = ("learning_rate_fn", "accumulate_steps", "ema_decay")
+
+
+def loss_arguments(kw: dict) -> dict:
+    """step_kwargs' arguments of train.loss_function."""
+    return {k: v for k, v in kw.items() if k not in STEP_ONLY}
 
 
 BEST = "best"  # a step argument naming the checkpoint of the lowest in-training eval WER
@@ -195,7 +220,8 @@ BEST = "best"  # a step argument naming the checkpoint of the lowest in-training
 
 def restore_state(config: settings.Settings, workdir: str, step: int | str | None = None) -> tuple[TrainState, int]:
     """(unreplicated state, step) of checkpoint `step` (default: latest; 'best': the lowest
-    in-training eval WER, checkpoint.best) of `workdir`.
+    in-training eval WER, checkpoint.best) of `workdir`; its params are the EMA's where it keeps
+    one and config.eval.ema_weights (`with_eval_weights`).
 
     The template's feature statistics are placeholders: the checkpoint's replace them,
     so no dataset is needed.
@@ -243,7 +269,8 @@ def restore_state(config: settings.Settings, workdir: str, step: int | str | Non
             )
     else:
         raise FileNotFoundError(f"no checkpoint at step {step} in {mgr.directory} (it has {sorted(mgr.all_steps())})")
-    return state.replace(apply_fn=template.apply_fn, tx=template.tx), int(step)
+    state = with_eval_weights(state.replace(apply_fn=template.apply_fn, tx=template.tx), config.eval.ema_weights)
+    return state, int(step)
 
 
 def best_step(mgr, workdir: str) -> int:

@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import optax
 
 from ds2_jax import (
+    batch_axis,
     checkpoint,
     ctc,
     determinism,
@@ -45,7 +46,15 @@ from ds2_jax import (
 from ds2_jax.batch_axis import psum
 from ds2_jax.pipeline import loader
 from ds2_jax.pipeline.source import make_source, with_data_alphabet
-from ds2_jax.state import TrainState, idle_steps_warning, initial_state, run_optimizer, step_kwargs
+from ds2_jax.state import (
+    TrainState,
+    idle_steps_warning,
+    initial_state,
+    loss_arguments,
+    run_optimizer,
+    step_kwargs,
+    with_eval_weights,
+)
 
 log = logging.getLogger("ds2_jax")
 AXIS = parallel.AXIS
@@ -103,23 +112,90 @@ def loss_gradients(state: TrainState, batch: dict[str, jax.Array], rng: jax.Arra
     return jax.grad(loss_function(state, batch, rng, **loss_kwargs), has_aux=True)(state.params)
 
 
+def micro_batches(batch: dict[str, jax.Array], k: int) -> dict[str, jax.Array]:
+    """<[k, B, ...]> of a batch of k x B rows per device: micro-batch i is rows [i B, (i + 1) B)
+    of each device's shard (pmap: of the batch it sees; jit: of each device's block of the global
+    batch, so no row moves between devices and both parallelisms accumulate the same rows)."""
+    devices = batch_axis.mesh_size() if batch_axis.sharded() else 1
+
+    def split(x):
+        rows = x.shape[0] // (devices * k)
+        x = x.reshape(devices, k, rows, *x.shape[1:])
+        return jnp.swapaxes(x, 0, 1).reshape(k, devices * rows, *x.shape[3:])
+
+    return jax.tree_util.tree_map(split, batch)
+
+
+def accumulated_gradients(
+    state: TrainState, batch: dict[str, jax.Array], rng: jax.Array, accumulate_steps: int, **loss_kwargs
+):
+    """`loss_gradients` over `accumulate_steps` micro-batches of the batch (`micro_batches`), in one
+    lax.scan, so the step's activations are one micro-batch's: (this device's gradient of the mean
+    loss over every feasible utterance of all of them, (batch-norm statistics after the last,
+    this device's loss sum, the global feasible count)).
+
+    The mean is over the utterances, not of the micro-batches' means: K micro-batches of B give
+    the gradient of one batch of K x B. Batch norm normalizes each micro-batch by its own
+    statistics (as a batch of B would be: the rows a step's activations see), and its running
+    statistics are updated once per micro-batch, in order, as K steps of B would.
+    """
+    parts = micro_batches(batch, accumulate_steps)
+
+    def one(carry, xs):
+        stats, grad_sum, loss_sum, count = carry
+        micro, i = xs
+        fn = loss_function(state.replace(batch_stats=stats), micro, jax.random.fold_in(rng, i), **loss_kwargs)
+
+        def summed(params):  # the micro-batch's loss sum: divided by the count of all of them below
+            _, aux = fn(params)
+            return aux[1], aux
+
+        grads, (new_stats, local_sum, micro_count, _) = jax.grad(summed, has_aux=True)(state.params)
+        grad_sum = jax.tree_util.tree_map(jnp.add, grad_sum, grads)
+        return (new_stats, grad_sum, loss_sum + local_sum, count + micro_count), None
+
+    zeros = jax.tree_util.tree_map(jnp.zeros_like, state.params)
+    init = (state.batch_stats, zeros, jnp.zeros((), jnp.float32), jnp.zeros((), jnp.float32))
+    steps = jnp.arange(accumulate_steps)
+    (new_stats, grad_sum, loss_sum, count), _ = jax.lax.scan(one, init, (parts, steps))
+    grads = jax.tree_util.tree_map(lambda g: g / jnp.maximum(count, 1.0), grad_sum)
+    return grads, (new_stats, loss_sum, count)
+
+
 def train_step(
     state: TrainState,
     batch: dict[str, jax.Array],
     rng: jax.Array,
     *,
     learning_rate_fn: Callable,
+    accumulate_steps: int = 1,
+    ema_decay: float = 0.0,
     axis_name: str | None = AXIS,
     **loss_kwargs,
 ) -> tuple[TrainState, dict[str, jax.Array]]:
     """One optimizer step on this device's shard: `loss_gradients` (its keyword arguments in
-    `loss_kwargs`), gradients psum'd over `axis_name`, Adam.
+    `loss_kwargs`), or with `accumulate_steps` K > 1 `accumulated_gradients` over K micro-batches
+    of the batch's K x B rows, gradients psum'd over `axis_name`, Adam. The step is the update:
+    the schedule, Adam's count and state.step count updates, and no state is kept between
+    micro-batches (a resume starts at an update).
 
     A step whose loss or gradient is not finite, or whose new parameters or optimizer state
     are not (a finite gradient through a learning rate, eps or b2 that divides by 0), leaves
     parameters, optimizer and batch-norm statistics unchanged: a NaN never enters the state.
+    With accumulation one non-finite micro-batch skips the whole update (its sum is not
+    finite), counted as one skipped step.
+
+    With `ema_decay` d > 0 the state's ema_params move to d' ema + (1 - d') params after each update,
+    d' = min(d, (1 + n) / (10 + n)) after n updates (tf.train.ExponentialMovingAverage's warm-up: an
+    early average follows the model instead of remembering its random start); a skipped step
+    keeps them.
     """
-    grads, (new_stats, loss_sum, count, used) = loss_gradients(state, batch, rng, axis_name=axis_name, **loss_kwargs)
+    if accumulate_steps > 1:
+        grads, (new_stats, loss_sum, count) = accumulated_gradients(
+            state, batch, rng, accumulate_steps, axis_name=axis_name, **loss_kwargs
+        )
+    else:
+        grads, (new_stats, loss_sum, count, _) = loss_gradients(state, batch, rng, axis_name=axis_name, **loss_kwargs)
     grads = psum(grads, axis_name)
     loss_sum = psum(loss_sum, axis_name)
     grad_norm = optax.global_norm(grads)
@@ -138,6 +214,10 @@ def train_step(
         skipped_steps=state.skipped_steps + (~finite).astype(jnp.int32),
         consecutive_skips=jnp.where(finite, 0, state.consecutive_skips + 1),
     )
+    if state.ema_params is not None:
+        new_state = new_state.replace(
+            ema_params=keep(moving_average(state.ema_params, updated.params, ema_decay, state.step), state.ema_params)
+        )
     weights = batch["weights"]
     utterances = psum(jnp.sum(weights), axis_name)
     step_metrics = {
@@ -152,6 +232,12 @@ def train_step(
         "learning_rate_sum": learning_rate_fn(state.step),
     }
     return new_state, step_metrics
+
+
+def moving_average(ema, params, decay: float, updates: jax.Array):
+    """ema moved towards params by one update (train_step's rule), after `updates` updates."""
+    d = jnp.minimum(decay, (1.0 + updates) / (10.0 + updates)).astype(jnp.float32)
+    return jax.tree_util.tree_map(lambda e, p: d * e + (1.0 - d) * p, ema, params)
 
 
 def all_finite(tree) -> jax.Array:
@@ -305,14 +391,15 @@ def _checkpoint_due(done: int, config: settings.Settings, ranked: int | None) ->
 def _evaluate_in_training(
     p_eval, state, done: int, source, par, config: settings.Settings, mgr, report: reporting.Reporter, hooks
 ) -> int | None:
-    """The eval of dataset.eval_split after step `done`, on the placed train state; with
+    """The eval of dataset.eval_split after step `done`, on the placed train state (its EMA weights
+    where it keeps them and eval.ema_weights); with
     keep_best_checkpoints, a checkpoint ranked by its WER (checkpoint.manager): returns its step
     (None: no checkpoint saved)."""
     hooks.eval_start(done)
     with report.evaluating(done) as on_batch:
         result = evaluation.evaluate(
             p_eval,
-            state,
+            with_eval_weights(state, config.eval.ema_weights),
             source,
             config.dataset.eval_split,
             config.eval.max_utterances,
@@ -338,13 +425,12 @@ def _save_last(mgr, start: int, done: int, host_state, report: reporting.Reporte
 def _check_device_memory(config: settings.Settings, par, state, source, kw: dict) -> memory.Estimate:
     """Refuses a batch whose step cannot fit the device, before anything compiles (memory.py);
     returns the estimate."""
-    loss_kwargs = {k: v for k, v in kw.items() if k != "learning_rate_fn"}
     est = memory.estimate(
         loss_function,
         state,
         config.per_device_batch_size,
         source.shapes(),
-        loss_kwargs,
+        loss_arguments(kw),
         staged_batches=config.prefetch_batches + 1,
     )
     log.info("%s", memory.check(est, config.per_device_batch_size, memory.device_limit(par.devices[0])))
@@ -357,8 +443,9 @@ def _check_host_step_memory(config: settings.Settings, par, p_train, est, state,
     the first step allocates them. Returns the step, calling that executable for batches of its
     shape (no second compile); the step as it was where XLA gives no memory analysis."""
     samples, label_len = max(source.shapes())
-    rows = config.per_device_batch_size
-    spec = par.abstract_batch(memory.batch_spec(rows * len(par.devices), samples, label_len))
+    rows = config.per_device_batch_size  # a micro-batch's: the activations scale with it
+    batch_rows = rows * config.optimizer.accumulate_steps * len(par.devices)
+    spec = par.abstract_batch(memory.batch_spec(batch_rows, samples, label_len))
     log.info("compiling the train step for the longest batch shape (%d samples) to check its memory", samples)
     compiled = p_train.lower(state, spec, rng).compile()
     need = memory.compiled_need(compiled, len(par.devices))
@@ -381,13 +468,15 @@ def _devices_and_data(config: settings.Settings):
     determinism.check(config, jax.default_backend())
     log.info("compilation cache: %s", parallel.enable_compilation_cache(config.compilation_cache_dir) or "off")
     par = parallel.make(config)
-    sharding = par.batch_sharding(config.per_device_batch_size)
+    accumulate = config.optimizer.accumulate_steps
+    sharding = par.batch_sharding(config.per_device_batch_size * accumulate)  # an update's rows
     log.info(
-        "devices: %s x %d process(es), %s, global batch %d",
+        "devices: %s x %d process(es), %s, global batch %d%s",
         parallel.devices_line(par.devices),
         jax.process_count(),
         par.kind,
         sharding.global_batch,
+        f" ({accumulate} micro-batches of {config.per_device_batch_size} per device)" if accumulate > 1 else "",
     )
     cpu_note = parallel.cpu_warning(config, par.devices)
     if cpu_note:
@@ -416,6 +505,7 @@ def _initial_or_restored(
     resilience.check_workdir(workdir, memory.tree_bytes(state))
     if mgr.all_steps():  # before the restore: another model's checkpoints are not "damaged"
         workdir_config.refuse_fixed_changes(config, workdir)
+        workdir_config.refuse_ema_toggle(config, workdir)
     restored, _ = checkpoint.restore_latest(mgr, state, move_damaged=jax.process_index() == 0)
     if restored is not None:
         if config.init_from:

@@ -334,6 +334,7 @@ def define_flags(fv) -> None:
     flags.DEFINE_float("alpha", None, "LM weight (default: decoding.alpha of the workdir's config).", flag_values=fv)
     flags.DEFINE_float("beta", None, "Word bonus (default: decoding.beta of the workdir's config).", flag_values=fv)
     flags.DEFINE_integer("batch_size", 8, "Files per forward pass.", flag_values=fv)
+    flags.DEFINE_boolean("ema_weights", True, settings.EMA_FLAG_HELP, flag_values=fv)
     flags.DEFINE_boolean(
         "timestamps",
         False,
@@ -427,6 +428,7 @@ def main(argv: list[str] | None = None) -> int:
             from ds2_jax import workdir_config
 
             config = workdir_config.load_config(args.workdir)  # read once: the Transcriber is handed it
+            config = settings.choosing_weights(config, args.ema_weights)
             if args.stream:
                 from ds2_jax import streaming
 

@@ -130,6 +130,21 @@ def refuse_fixed_changes(config: settings.Settings, workdir: str) -> None:
         )
 
 
+def refuse_ema_toggle(config: settings.Settings, workdir: str) -> None:
+    """Before a restore: a ValueError when `config` turns the weight EMA on or off against the
+    workdir's checkpoints (they hold an EMA or not: the state would not restore)."""
+    if not os.path.exists(os.path.join(workdir, layout.CONFIG)):
+        return
+    trained = load_config(workdir).optimizer.ema_decay
+    if (trained > 0) != (config.optimizer.ema_decay > 0):
+        raise ValueError(
+            f"optimizer.ema_decay={config.optimizer.ema_decay} but the checkpoints in {workdir} were trained with "
+            f"optimizer.ema_decay={trained}: a resumed run cannot turn the weight EMA "
+            f"{'on' if trained == 0 else 'off'}. Keep it {'off (0)' if trained == 0 else 'on (> 0)'}, or start "
+            "a new --workdir (--config.init_from=THIS_WORKDIR starts one from its weights)"
+        )
+
+
 def record_resume_changes(config: settings.Settings, workdir: str, step: int) -> list[tuple[str, object, object]]:
     """Settings `config` changes from those the workdir's checkpoints were trained with last
     (config.json, then config_changes.jsonl up to `step`): (key, before, after), logged and

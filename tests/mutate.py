@@ -69,6 +69,8 @@ FT = "tests/test_finetune.py::"
 AUG_SHARES = "tests/test_augment.py::test_process_shares_and_input_workers_give_the_one_process_batches"
 LIVE = "tests/test_faults.py::test_a_checkpoint_a_live_run_is_writing_is_waited_for_then_named_never_called_damaged"
 AUDIO = "tests/test_audio.py::"
+ACC = "tests/test_accumulate.py::"
+EMA = "tests/test_ema.py::"
 EVAL_LIMIT = SRC + "test_eval_keeps_utterances_longer_than_the_largest_bucket_each_in_the_smallest_shape"
 EPOCH_ORDER = SRC + "test_each_epoch_covers_every_utterance_once_in_a_new_order_a_function_of_seed_and_epoch"
 FIELD_BY_FIELD = (
@@ -501,8 +503,10 @@ MUTATIONS = [
     Mutation(
         "eval_on_a_host_copy",
         "ds2_jax/train.py",
-        "result = evaluation.evaluate(\n            p_eval,\n            state,\n",
-        "result = evaluation.evaluate(\n            p_eval,\n            par.put_replicated(par.get(state)),\n",
+        "result = evaluation.evaluate(\n            p_eval,\n"
+        "            with_eval_weights(state, config.eval.ema_weights),\n",
+        "result = evaluation.evaluate(\n            p_eval,\n"
+        "            with_eval_weights(par.put_replicated(par.get(state)), config.eval.ema_weights),\n",
         ("tests/test_evaluation.py::test_eval_during_training_reads_the_placed_train_state",),
         "each eval during training copies the train state to the host and places it again",
     ),
@@ -1749,6 +1753,89 @@ MUTATIONS = [
         "",
         SHAPES,
         "a host MemoryError (numpy: 'Unable to allocate ...') is not out of memory",
+    ),
+    # ---- issue 51: gradient accumulation
+    Mutation(
+        "accumulate_mean_of_means",
+        "ds2_jax/train.py",
+        "grads = jax.tree_util.tree_map(lambda g: g / jnp.maximum(count, 1.0), grad_sum)",
+        "grads = jax.tree_util.tree_map("
+        "lambda g: g / jnp.maximum(count // accumulate_steps * accumulate_steps, 1), grad_sum)",
+        (ACC + "test_k_micro_batches_of_b_give_the_update_of_one_batch_of_k_times_b",),
+        "each micro-batch weighed as holding the whole-number mean count (its mean of means), not its utterances",
+    ),
+    Mutation(
+        "accumulate_last_micro_batch",
+        "ds2_jax/train.py",
+        "grad_sum = jax.tree_util.tree_map(jnp.add, grad_sum, grads)",
+        "grad_sum = jax.tree_util.tree_map(lambda a, g: g, grad_sum, grads)",
+        (ACC + "test_k_micro_batches_of_b_give_the_update_of_one_batch_of_k_times_b",),
+        "only the last micro-batch's gradient kept",
+    ),
+    Mutation(
+        "accumulate_rows_across_devices",
+        "ds2_jax/train.py",
+        "x = x.reshape(devices, k, rows, *x.shape[1:])",
+        "x = x.reshape(k, devices, rows, *x.shape[1:]).swapaxes(0, 1)",
+        (ACC + "test_micro_batch_k_is_rows_k_b_to_k_b_plus_b_of_each_devices_shard",),
+        "jit's micro-batches cut from the global batch in the wrong order (rows of another micro-batch)",
+    ),
+    Mutation(
+        "accumulate_stats_first_only",
+        "ds2_jax/train.py",
+        "return (new_stats, grad_sum, loss_sum + local_sum, count + micro_count), None",
+        "return (stats, grad_sum, loss_sum + local_sum, count + micro_count), None",
+        (ACC + "test_batch_norm_running_statistics_are_updated_once_per_micro_batch",),
+        "batch-norm running statistics not carried from one micro-batch to the next",
+    ),
+    Mutation(
+        "accumulate_not_in_step",
+        "ds2_jax/state.py",
+        "accumulate_steps=config.optimizer.accumulate_steps,",
+        "accumulate_steps=1,",
+        (ACC + "test_the_setting_reaches_the_step_and_the_data",),
+        "optimizer.accumulate_steps never reaches the step",
+    ),
+    # ---- issue 51: weight EMA
+    Mutation(
+        "ema_no_warmup",
+        "ds2_jax/train.py",
+        "d = jnp.minimum(decay, (1.0 + updates) / (10.0 + updates)).astype(jnp.float32)",
+        "d = jnp.asarray(decay, jnp.float32)",
+        (EMA + "test_the_average_starts_at_the_parameters_and_moves_by_its_warmed_up_decay",),
+        "the EMA's decay without its warm-up (the average remembers the random start)",
+    ),
+    Mutation(
+        "ema_of_old_params",
+        "ds2_jax/train.py",
+        "moving_average(state.ema_params, updated.params, ema_decay, state.step)",
+        "moving_average(state.ema_params, state.params, ema_decay, state.step)",
+        (EMA + "test_the_average_starts_at_the_parameters_and_moves_by_its_warmed_up_decay",),
+        "the average moved towards the parameters before the update",
+    ),
+    Mutation(
+        "ema_kept_through_skip",
+        "ds2_jax/train.py",
+        "ema_params=keep(moving_average(state.ema_params, updated.params, ema_decay, state.step), state.ema_params)",
+        "ema_params=moving_average(state.ema_params, updated.params, ema_decay, state.step)",
+        (EMA + "test_a_skipped_step_leaves_the_average_where_it_was",),
+        "a skipped (non-finite) step still moves the average",
+    ),
+    Mutation(
+        "ema_not_for_eval",
+        "ds2_jax/state.py",
+        "return state.replace(params=state.ema_params) if ema and state.ema_params is not None else state",
+        "return state",
+        (EMA + "test_eval_transcribe_and_export_take_the_average_unless_told_not_to",),
+        "eval, transcribe and export use the trained weights whatever the flag",
+    ),
+    Mutation(
+        "ema_in_training_eval_raw",
+        "ds2_jax/train.py",
+        "with_eval_weights(state, config.eval.ema_weights),",
+        "state,",
+        (EMA + "test_eval_transcribe_and_export_take_the_average_unless_told_not_to",),
+        "the in-training eval (and the best checkpoint's rank) scores the trained weights",
     ),
 ]
 

@@ -9,7 +9,7 @@ import pytest
 from ds2_jax import errors, memory, train
 from ds2_jax.pipeline.batch import Sharding
 from ds2_jax.pipeline.source import make_source
-from ds2_jax.state import initial_state, step_kwargs
+from ds2_jax.state import initial_state, loss_arguments, step_kwargs
 from tests.helpers import tiny_config, tiny_settings
 
 SHAPES = [(8000, 12), (16000, 20)]  # the longer shape decides
@@ -20,7 +20,7 @@ def setup():
     config = tiny_settings(per_device_batch_size=2)
     source = make_source(config, Sharding(2))
     state = initial_state(config, source, jax.random.PRNGKey(0))
-    kwargs = {k: v for k, v in step_kwargs(config).items() if k != "learning_rate_fn"}
+    kwargs = loss_arguments(step_kwargs(config))
     return state, kwargs
 
 

@@ -288,6 +288,11 @@ BOUNDARIES = [
     ("optimizer.learning_rate", 0.0, False, {}),
     ("optimizer.learning_rate", TINY, True, {}),
     *_at_least("optimizer.max_consecutive_skips", 1),
+    *_at_least("optimizer.accumulate_steps", 1),
+    ("optimizer.ema_decay", -TINY, False, {}),
+    ("optimizer.ema_decay", 0.0, True, {}),
+    ("optimizer.ema_decay", 1.0 - TINY, True, {}),
+    ("optimizer.ema_decay", 1.0, False, {}),
     *_at_least("optimizer.decay_steps", 0),  # 0 = to the last step (for 'cosine')
     *[(k, v, ok, {"optimizer.schedule": "exponential"}) for k, v, ok, _ in _at_least("optimizer.decay_steps", 1)],
     *_at_least("eval.max_utterances", 0),

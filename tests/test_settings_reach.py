@@ -119,6 +119,8 @@ TABLE = {
     "optimizer.decay_rate": (0.5, {"optimizer.schedule": "exponential", "optimizer.decay_steps": 2}, ["optimizer"]),
     "optimizer.decay_steps": (2, {"optimizer.schedule": "cosine"}, ["optimizer"]),
     "optimizer.max_consecutive_skips": (2, {}, ["divergence_stop"]),
+    "optimizer.accumulate_steps": (2, {}, ["step_arguments", "update_rows"]),
+    "optimizer.ema_decay": (0.9, {}, ["step_arguments", "initial_state"]),
     "eval.split": ("test-clean", {}, ["loop"]),
     "eval.max_utterances": (6, {}, ["loop"]),
     "eval.num_examples_to_print": (1, {}, ["loop"]),
@@ -178,6 +180,7 @@ ALLOWED = {
     "init_from": "a whole second run: test_finetune.py",
     "freeze": "needs init_from: test_finetune.py::test_frozen_parts_keep_the_sources_values_and_the_rest_trains",
     "keep_best_checkpoints": "needs evals with WERs: test_best_checkpoint.py",
+    "eval.ema_weights": "needs a trained EMA: test_ema.py::test_eval_transcribe_and_export_take_the_average_*",
 }
 
 
@@ -408,6 +411,10 @@ def test_a_non_default_value_changes_what_its_consumer_does(key, consumer, corpu
         "optimizer": _optimizer,
         "step_arguments": _step_arguments,
         "step_function": lambda s: train.step_function(s) is train.train_step,
+        "update_rows": lambda s: train._devices_and_data(s)[1].global_batch,
+        "initial_state": lambda s: jax.tree_util.tree_structure(
+            state_lib.create_state(s, jax.random.PRNGKey(0), np.zeros(161, np.float32), np.ones(161, np.float32))
+        ),
         "model": _model,
         "filter": _filter,
         "workers": lambda s: loader.resolve_num_workers(s.dataset),
