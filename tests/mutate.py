@@ -85,6 +85,7 @@ SHAPES = (
     ERR + "test_every_classifier_reads_real_error_texts_in_every_shape_of_chain",
     ERR + "test_errors_known_by_their_type_are_classified_in_every_shape",
 )
+NON_FINITE_PARTS = "tests/test_faults.py::test_a_non_finite_value_in_any_part_of_the_state_is_refused_at_save_naming_it"
 OWN_SPLIT = "tests/test_evaluation.py::test_one_run_scores_two_splits_of_other_contents_each_over_its_own_utterances"
 
 
@@ -1836,6 +1837,39 @@ MUTATIONS = [
         "state,",
         (EMA + "test_eval_transcribe_and_export_take_the_average_unless_told_not_to",),
         "the in-training eval (and the best checkpoint's rank) scores the trained weights",
+    ),
+    # ---- issue 52, by property: non-finite state part by part; read-modify-write files; metadata round trips
+    Mutation(
+        "save_refuses_nan_only",
+        "ds2_jax/checkpoint.py",
+        "if np.issubdtype(x.dtype, np.inexact) and not np.isfinite(x).all():",
+        "if np.issubdtype(x.dtype, np.inexact) and np.isnan(x).any():",
+        (NON_FINITE_PARTS,),
+        "a checkpoint holding inf (not NaN) is written",
+    ),
+    Mutation(
+        "save_checks_the_parameters_only",
+        "ds2_jax/checkpoint.py",
+        "for path, leaf in jax.tree_util.tree_leaves_with_path(state):",
+        'for path, leaf in jax.tree_util.tree_leaves_with_path(getattr(state, "params", state)):',
+        (NON_FINITE_PARTS,),
+        "NaN in the optimizer moments, batch-norm or feature statistics is written to the checkpoint",
+    ),
+    Mutation(
+        "timing_table_rewritten",
+        "ds2_jax/timing.py",
+        "        if os.path.exists(path):\n            with open(path) as f:\n                table = json.load(f)\n",
+        "",
+        ("tests/test_timing.py::test_two_checkpoints_delays_both_survive_in_timing_json",),
+        "each measured delay rewrites timing.json: the other checkpoints' delays are lost",
+    ),
+    Mutation(
+        "export_window_as_two_hops",
+        "ds2_jax/export.py",
+        '"ds2_jax.window": str(fc.window),',
+        '"ds2_jax.window": str(2 * fc.hop),',
+        ("tests/test_timing.py::test_every_export_metadata_field_round_trips_at_non_default_values",),
+        "the export records the window as two hops (true at the default 20/10 ms only)",
     ),
 ]
 

@@ -1271,3 +1271,40 @@ def test_long_audio_is_transcribed_in_windows_with_memory_bounded_by_the_window(
     t.batch_size = 1
     texts = t.transcribe_each([long, short])
     assert isinstance(texts[0], MemoryError) and isinstance(texts[1], str)
+
+
+# ----------------------------------------------------------------------------- non-finite state, part by part
+
+
+@pytest.mark.parametrize("value", [np.nan, np.inf])
+@pytest.mark.parametrize("part", ["params", "opt_state", "batch_stats", "feature_mean", "feature_std"])
+def test_a_non_finite_value_in_any_part_of_the_state_is_refused_at_save_naming_it(tmp_path, part, value):
+    """One NaN or inf in one leaf of one part of the state (parameters, optimizer moments, batch-norm
+    statistics, feature statistics): checkpoint.save_or_explain writes nothing and names that part."""
+    import jax
+
+    from ds2_jax import checkpoint
+    from ds2_jax import state as state_lib
+    from tests.helpers import tiny_settings
+
+    config = tiny_settings()
+    state = jax.device_get(
+        state_lib.create_state(config, jax.random.PRNGKey(0), np.zeros(161, np.float32), np.ones(161, np.float32))
+    )
+    leaves = [
+        (path, leaf)
+        for path, leaf in jax.tree_util.tree_leaves_with_path(getattr(state, part))
+        if np.issubdtype(np.asarray(leaf).dtype, np.inexact)
+    ]
+    path, leaf = leaves[-1]
+    bad_leaf = np.array(leaf, copy=True)
+    bad_leaf.reshape(-1)[-1] = value
+    bad_part = jax.tree_util.tree_map_with_path(lambda p, x: bad_leaf if p == path else x, getattr(state, part))
+    mgr = checkpoint.manager(str(tmp_path))
+    checkpoint.save_or_explain(mgr, 1, state)  # the finite state saves
+    mgr.wait_until_finished()
+    with pytest.raises(FloatingPointError) as e:
+        checkpoint.save_or_explain(mgr, 2, state.replace(**{part: bad_part}))
+    assert f".{part}{jax.tree_util.keystr(path)}" in str(e.value), str(e.value)
+    assert "1 array," in str(e.value) and mgr.all_steps() == [1]
+    mgr.close()

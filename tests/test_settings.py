@@ -676,3 +676,14 @@ def test_a_resume_that_changes_one_setting_alone_refuses_it_by_name_or_records_i
     workdir_config.refuse_fixed_changes(resumed, str(tmp_path))
     changes = workdir_config.record_resume_changes(resumed, str(tmp_path), step=5)
     assert changes == ([] if role == "ignored" else [(key, was, now)])
+
+
+@pytest.mark.parametrize("key", sorted(flat_keys(settings.to_dict(settings.Settings()))))
+def test_the_workdirs_config_round_trips_each_setting_at_a_non_default_value(key, tmp_path):
+    """config.json written by a run and read back (workdir_config.save_config / load_config) gives
+    the same Settings, each setting in turn at a value other than its default."""
+    base = settings.override(settings.Settings(), _CONTEXT.get(key, {}))
+    was = workdir_config.flat(settings.to_dict(base))[key]
+    config = settings.override(base, {key: _other_value(key, was, base)})
+    workdir_config.save_config(config, str(tmp_path))
+    assert workdir_config.load_config(str(tmp_path)) == config

@@ -5,6 +5,8 @@ tests/test_word_timings.py; here the measurement's rules, on hand-made argmax pa
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -87,3 +89,76 @@ def test_a_recorded_delay_is_per_checkpoint_step(tmp_path):
     assert timing.recorded(str(tmp_path), 120) == 0.09
     assert timing.recorded(str(tmp_path), 160) is None  # another checkpoint: measured again
     assert timing.recorded(str(tmp_path / "elsewhere"), 120) is None
+
+
+def test_two_checkpoints_delays_both_survive_in_timing_json(tmp_path, monkeypatch):
+    """timing.json is read, changed and written: a second checkpoint's delay joins the first's, which
+    stays, and each reads back as its own."""
+    from types import SimpleNamespace
+
+    delays = {120: 0.09, 160: 0.06}
+    monkeypatch.setattr(timing, "eval_split_waveforms", lambda config: ("dev", ["w"] * 5))
+    monkeypatch.setattr(timing, "emission_delay", lambda transcriber, waves: (delays[transcriber.step], len(waves)))
+    for step in delays:
+        assert timing.delay_of_workdir(str(tmp_path), SimpleNamespace(step=step, config=None)) == delays[step]
+    table = json.loads((tmp_path / layout.TIMING).read_text())
+    assert table == {str(s): {"emission_delay_s": d, "utterances": 5, "split": "dev"} for s, d in delays.items()}
+    assert [timing.recorded(str(tmp_path), s) for s in delays] == list(delays.values())
+
+
+@pytest.mark.parametrize(
+    "changes, step, delay, same_as_default",
+    [
+        (
+            {
+                "model.alphabet": " abcdeñ'",
+                "features.sample_rate": 8000,
+                "features.window_ms": 37.5,
+                "features.hop_ms": 12.5,
+                "features.eps": 1e-10,
+                "model.num_conv_layers": 1,
+                "model.bidirectional": False,
+                "model.row_conv_context": 7,
+            },
+            12345,
+            0.0875,
+            set(),
+        ),
+        (
+            {"model.num_conv_layers": 3, "model.bidirectional": False, "model.row_conv_context": 0},
+            1,
+            0.25,
+            {"alphabet", "sample_rate", "hop", "window", "eps", "frame_seconds"},
+        ),
+    ],
+)
+def test_every_export_metadata_field_round_trips_at_non_default_values(changes, step, delay, same_as_default):
+    """export.metadata -> onnx_model.MetaData.of gives back every field, each set away from its
+    default (the alphabet, the spectrogram, the conv stack, a unidirectional model's lookahead with
+    and without a row convolution, the step, the delay)."""
+    import dataclasses
+
+    from ds2_jax import geometry
+
+    config = settings.override(settings.Settings(), changes)
+    got = onnx_model.MetaData.of(export.metadata(config, step, emission_delay_s=delay), "x.onnx")
+    spec, mc = config.features.spectrogram, config.model
+    want = {
+        "alphabet": text.Alphabet.of_setting(mc.alphabet),
+        "sample_rate": spec.sample_rate,
+        "hop": spec.hop,
+        "window": spec.window,
+        "eps": spec.eps,
+        "num_conv_layers": mc.num_conv_layers,
+        "frame_seconds": spec.hop * geometry.FIRST_CONV.strides[0] / spec.sample_rate,
+        "bidirectional": mc.bidirectional,
+        "lookahead_seconds": export.lookahead_seconds(config),
+        "step": step,
+        "emission_delay_s": delay,
+    }
+    assert sorted(want) == sorted(f.name for f in dataclasses.fields(onnx_model.MetaData))
+    assert {f: getattr(got, f) for f in want} == want
+    default = onnx_model.MetaData.of(export.metadata(settings.Settings(), 0), "x.onnx")
+    assert {
+        f for f in want if getattr(default, f) == want[f]
+    } == same_as_default  # the values tested are not the defaults
