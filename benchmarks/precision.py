@@ -278,8 +278,8 @@ def prepare_corpus(dataset) -> None:
         sys.executable,
         "-m",
         "ds2_jax.datasets.build",
-        f"--manual_dir={dataset.manual_dir}",
-        f"--data_dir={dataset.data_dir}",
+        f"--config.dataset.manual_dir={dataset.manual_dir}",
+        f"--config.dataset.data_dir={dataset.data_dir}",
     ]
     print("preparing the corpus once: " + " ".join(cmd[1:]), flush=True)
     subprocess.run(cmd, check=True)

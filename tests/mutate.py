@@ -1517,6 +1517,22 @@ MUTATIONS = [
         ("tests/test_tfds_source.py::test_input_workers_open_the_prepared_data_without_checking_its_source_again",),
         "a batch maker whose process opened no source takes the prepared data unchecked",
     ),
+    Mutation(
+        "build_flags_not_read",
+        "ds2_jax/datasets/build.py",
+        'sys_argv=["ds2-build", *argv],',
+        'sys_argv=["ds2-build", *argv[:1]],',
+        ("tests/test_manifest.py::test_the_build_command_reads_the_settings_a_training_run_reads",),
+        "ds2-build reads only its first --config flag: the rest never reach the build",
+    ),
+    Mutation(
+        "build_spectrogram_default",
+        "ds2_jax/datasets/build.py",
+        "return manifest.Options.of(config.dataset, config.features.spectrogram)",
+        "return manifest.Options.of(config.dataset, type(config.features.spectrogram)())",
+        ("tests/test_manifest.py::test_the_build_command_reads_the_settings_a_training_run_reads",),
+        "ds2-build resamples to the default rate whatever --config.features.sample_rate says",
+    ),
     # ---- issue 52: the two classes that survived two audits (the order of an epoch, per-split results)
     Mutation(
         "epoch_order_repeats_after_the_second",

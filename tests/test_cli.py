@@ -95,7 +95,7 @@ USAGE_MISTAKES = [
             "-m",
             "ds2_jax.datasets.build",
         ),
-        "error: --manual_dir is required",
+        "error: --config.dataset.manual_dir is required",
     ),
     (
         (

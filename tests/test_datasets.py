@@ -73,7 +73,7 @@ def test_tar_with_transcripts_first(tmp_path):
 def test_cli_prints_the_summary(built, tmp_path, capsys):
     manual = tmp_path / "manual"
     td.write_bad_inputs(str(manual / "LibriSpeech" / "dev-clean"))
-    assert build.main([f"--manual_dir={manual}", f"--data_dir={tmp_path / 'tfds'}"]) == 0
+    assert build.main([f"--config.dataset.manual_dir={manual}", f"--config.dataset.data_dir={tmp_path / 'tfds'}"]) == 0
     out = capsys.readouterr().out
     assert "dev-clean: kept 4 of 16 utterances" in out
     assert "missing_transcript=3" in out and "ctc_infeasible=1" in out and "missing_audio=1" in out

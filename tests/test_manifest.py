@@ -3,6 +3,7 @@ build to the same examples, the alphabet is derived and stored, every bad input 
 skip or one `error:` line naming the file and line, and a model trains, evaluates and
 transcribes on it end to end."""
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -160,11 +161,12 @@ def test_a_dead_build_worker_is_one_error_line(tmp_path):
             sys.executable,
             "-m",
             "ds2_jax.datasets.build",
-            "--name=manifest",
-            f"--manual_dir={d}",
-            f"--data_dir={data_dir}",
-            "--workers=2",
-            "--alphabet_min_count=1",
+            "--config.dataset.name=manifest",
+            "--config.dataset.train_splits=train",
+            f"--config.dataset.manual_dir={d}",
+            f"--config.dataset.data_dir={data_dir}",
+            "--config.dataset.build_workers=2",
+            "--config.dataset.alphabet_min_count=1",
         ],
         cwd=ROOT,
         env=repo_env(),
@@ -356,7 +358,14 @@ def test_a_derived_alphabet_leaves_out_characters_rarer_than_the_minimum_count(t
 
 def run_build(*args) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "ds2_jax.datasets.build", "--name=manifest", *args],
+        [
+            sys.executable,
+            "-m",
+            "ds2_jax.datasets.build",
+            "--config.dataset.name=manifest",
+            "--config.dataset.train_splits=train",  # a later --config.dataset.train_splits wins
+            *args,
+        ],
         cwd=ROOT,
         env=repo_env(),
         capture_output=True,
@@ -378,12 +387,17 @@ def test_a_manifest_without_a_text_column_is_one_error_line(tmp_path):
     d = tmp_path / "manual"
     d.mkdir()
     (d / "train.csv").write_text("wav_filename,wav_filesize,words\nclips/a.wav,100,hola\n")
-    line = one_error_line(run_build(f"--manual_dir={d}", f"--data_dir={tmp_path / 'tfds'}"))
+    line = one_error_line(
+        run_build(f"--config.dataset.manual_dir={d}", f"--config.dataset.data_dir={tmp_path / 'tfds'}")
+    )
     assert f"{d / 'train.csv'}:1: no text column" in line and "dataset.text_column" in line
     assert "'words'" in line  # names the columns it has
     (d / "train.csv").write_text("wav_filename,wav_filesize,words\n" + f"{clip()},100,hola\n")
     proc = run_build(
-        f"--manual_dir={d}", f"--data_dir={tmp_path / 'tfds'}", "--text_column=words", "--alphabet_min_count=1"
+        f"--config.dataset.manual_dir={d}",
+        f"--config.dataset.data_dir={tmp_path / 'tfds'}",
+        "--config.dataset.text_column=words",
+        "--config.dataset.alphabet_min_count=1",
     )  # one utterance: every character seen once
     assert proc.returncode == 0, proc.stderr
     assert "manifest/train: kept 1 of 1 utterances" in proc.stdout
@@ -396,7 +410,11 @@ def test_a_header_only_manifest_is_not_a_split_and_nothing_else_is_lost(tmp_path
     (d / "train.tsv").write_text("client_id\tpath\tsentence\nx\ta.wav\tHola.\n", encoding="utf-8")
     (d / "dev.tsv").write_text("client_id\tpath\tsentence\n", encoding="utf-8")
     (d / "reported.tsv").write_text("sentence_id\tsentence\treason\n1\tHola\tgrammar\n", encoding="utf-8")
-    proc = run_build(f"--manual_dir={d}", f"--data_dir={tmp_path / 'tfds'}", "--alphabet_min_count=1")
+    proc = run_build(
+        f"--config.dataset.manual_dir={d}",
+        f"--config.dataset.data_dir={tmp_path / 'tfds'}",
+        "--config.dataset.alphabet_min_count=1",
+    )
     assert proc.returncode == 0, proc.stderr
     assert f"{d / 'dev.tsv'} lists no utterances" in proc.stderr
     builder = build.get_builder(str(tmp_path / "tfds"), "manifest")
@@ -405,10 +423,22 @@ def test_a_header_only_manifest_is_not_a_split_and_nothing_else_is_lost(tmp_path
 
 
 def test_an_asked_split_without_a_manifest_is_one_error_line(tmp_path):
-    line = one_error_line(run_build(f"--manual_dir={CV}", f"--data_dir={tmp_path}", "--manifest_splits=train+valid"))
+    line = one_error_line(
+        run_build(
+            f"--config.dataset.manual_dir={CV}",
+            f"--config.dataset.data_dir={tmp_path}",
+            "--config.dataset.manifest_splits=train+valid",
+        )
+    )
     assert "dataset.manifest_splits='train+valid': no manifest for ['valid']" in line
     assert "'dev', 'test', 'train'" in line
-    line = one_error_line(run_build(f"--manual_dir={CV}", f"--data_dir={tmp_path}", "--train_splits=training"))
+    line = one_error_line(
+        run_build(
+            f"--config.dataset.manual_dir={CV}",
+            f"--config.dataset.data_dir={tmp_path}",
+            "--config.dataset.train_splits=training",
+        )
+    )
     assert "dataset.train_splits='training' names no manifest to derive the alphabet from" in line
 
 
@@ -591,7 +621,11 @@ def test_a_workdir_from_before_the_alphabet_setting_keeps_librispeechs_29_output
 def test_the_build_command_ends_with_the_characters_outside_the_alphabet(bad_dir, tmp_path):
     vocab = tmp_path / "vocab.txt"
     vocab.write_text("".join(c + "\n" for c in "abcdefghijlmnopqrstuvxyzñ") + "<space>\n", encoding="utf-8")
-    proc = run_build(f"--manual_dir={bad_dir}", f"--data_dir={tmp_path / 'tfds'}", f"--vocabulary={vocab}")
+    proc = run_build(
+        f"--config.dataset.manual_dir={bad_dir}",
+        f"--config.dataset.data_dir={tmp_path / 'tfds'}",
+        f"--config.dataset.vocabulary={vocab}",
+    )
     assert proc.returncode == 0, proc.stderr
     last = proc.stdout.strip().splitlines()[-1]
     assert last.startswith("characters outside the alphabet skipped 1 utterances: 'ß' in 1"), proc.stdout
@@ -800,3 +834,33 @@ def test_an_edited_replaced_deleted_or_added_audio_file_rebuilds_the_split_it_is
     with caplog.at_level("INFO"):
         build.build(str(d), data_dir, "manifest", opts)  # nothing changed: nothing built
     assert "holds the same files" in caplog.text and "building again" not in caplog.text
+
+
+def test_the_build_command_reads_the_settings_a_training_run_reads():
+    """ds2-build takes --config.dataset.* and --config.features.* as launch.py does: every build
+    option, each set away from its default, reaches the build as a training run's would."""
+    changes = {
+        "dataset.name": "manifest",
+        "dataset.manual_dir": "own data",
+        "dataset.data_dir": "d",
+        "dataset.train_splits": "tr",
+        "dataset.vocabulary": "v.txt",
+        "dataset.lower_case": False,
+        "dataset.strip_punctuation": False,
+        "dataset.path_column": "p",
+        "dataset.text_column": "t",
+        "dataset.stereo": "skip",
+        "dataset.manifest_splits": "tr+dev",
+        "dataset.build_workers": 3,
+        "dataset.alphabet_min_count": 5,
+        "features.sample_rate": 8000,
+        "features.window_ms": 25.0,
+        "features.hop_ms": 12.5,
+    }
+    built = build.settings_of_argv([f"--config.{k}={v}" for k, v in changes.items()])
+    trained = settings.override(settings.Settings(), changes)  # launch.py's --config.KEY=VALUE
+    assert built == trained
+    got = build.options_of(built)  # what main builds with
+    assert got == manifest.Options.of(trained.dataset, trained.features.spectrogram)
+    default = manifest.Options()
+    assert [f.name for f in dataclasses.fields(got) if getattr(got, f.name) == getattr(default, f.name)] == []

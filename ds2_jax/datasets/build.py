@@ -1,14 +1,18 @@
 """Builds `librispeech_local` or `manifest` from a manual dir and prints what was kept and skipped.
 
-    python -m ds2_jax.datasets.build --manual_dir=DIR [--data_dir=D]
-    python -m ds2_jax.datasets.build --name=manifest --manual_dir=DIR [--data_dir=D] [--train_splits=train] \
-        [--vocabulary=V] [--sample_rate=16000] [--workers=-1] [--alphabet_min_count=2]
+    python -m ds2_jax.datasets.build --config.dataset.manual_dir=DIR [--config.dataset.data_dir=D]
+    python -m ds2_jax.datasets.build --config.dataset.name=manifest --config.dataset.manual_dir=DIR
+        --config.dataset.train_splits=train [--config.dataset.data_dir=D] [--config.dataset.vocabulary=V]
+        [--config.features.sample_rate=16000] [--config.dataset.build_workers=-1] [--config.dataset.KEY=VALUE ...]
 
-DIR holds LibriSpeech/<split>/... or <split>.tar.gz (see librispeech_local.py), or, with
---name=manifest, <split>.tsv/.csv/.jsonl/.json manifests (see manifest.py); D is the tfds
-data dir ('' = tfds default, ~/tensorflow_datasets). Splits already built are kept:
-delete D/<name> to rebuild. A librispeech_local build that fails (a damaged archive, a full
-disk, Ctrl-C) keeps the splits it finished for the next build (datasets.kept_splits).
+The build reads the settings a training run reads (ds2_jax/settings.py), from the same
+`--config.dataset.*` and `--config.features.sample_rate` flags, over the defaults (its
+dataset.name: librispeech_local). DIR holds LibriSpeech/<split>/... or <split>.tar.gz (see
+librispeech_local.py), or, with dataset.name=manifest, <split>.tsv/.csv/.jsonl/.json manifests
+(see manifest.py); D is the tfds data dir ('' = tfds default, ~/tensorflow_datasets).
+Splits already built are kept: delete D/<name> to rebuild. A librispeech_local build that
+fails (a damaged archive, a full disk, Ctrl-C) keeps the splits it finished for the next
+build (datasets.kept_splits).
 
 The prepared dataset records the manual dir it was built from and a fingerprint of its
 file list (names and sizes; `SOURCE_RECORD`). Opening it with a manual dir whose files
@@ -223,8 +227,8 @@ def check_source(builder, manual_dir: str) -> None:
                 if missing["count"]
                 else ""
             )
-            + f". Build them again: python -m ds2_jax.datasets.build --name={builder.name} --manual_dir={manual_dir}"
-            f" --data_dir={os.path.dirname(os.path.dirname(where))} (a run does so itself)",
+            + f". Build them again: {command(builder.name, manual_dir, os.path.dirname(os.path.dirname(where)))}"
+            " (a run does so itself)",
             changed,
         )
     if current[key] == recorded[key]:
@@ -339,7 +343,7 @@ def build(
                 raise errors.disk_full(
                     f"building {name} in {root} from {manual_dir}",
                     root,
-                    "set dataset.data_dir (build: --data_dir) to a disk with room",
+                    "set dataset.data_dir (--config.dataset.data_dir) to a disk with room",
                 ) from e
             raise
         record_source(builder, _source_of(builder, manual_dir))
@@ -414,93 +418,82 @@ def summary(report: dict) -> str:
     )
 
 
-def define_flags(fv) -> None:
-    from absl import flags
-
-    flags.DEFINE_string(
-        "manual_dir",
-        None,
-        "LibriSpeech tree or *.tar.gz archives; with --name=manifest the manifests' folder.",
-        required=True,
-        flag_values=fv,
-    )
-    flags.DEFINE_string("data_dir", "", "tfds data dir ('' = tfds default).", flag_values=fv)
-    flags.DEFINE_enum("name", "librispeech_local", list(NAMES), "The dataset (dataset.name).", flag_values=fv)
-    # manifest builds: the dataset.* and features.sample_rate settings a training run passes.
-    flags.DEFINE_string(
-        "train_splits",
-        "train",
-        "manifest: the splits the alphabet is derived from, '+'-separated (dataset.train_splits).",
-        flag_values=fv,
-    )
-    flags.DEFINE_string(
-        "vocabulary", "", "manifest: a vocabulary file, one symbol a line (dataset.vocabulary).", flag_values=fv
-    )
-    flags.DEFINE_integer(
-        "sample_rate", 16_000, "manifest: audio resampled to this (features.sample_rate).", flag_values=fv
-    )
-    flags.DEFINE_integer(
-        "workers",
-        -1,
-        "manifest: decoding processes; -1 = the cores, 0 = inline (dataset.build_workers).",
-        flag_values=fv,
-    )
-    flags.DEFINE_bool("lower_case", True, "manifest: lower-case transcripts (dataset.lower_case).", flag_values=fv)
-    flags.DEFINE_bool(
-        "strip_punctuation", True, "manifest: remove punctuation (dataset.strip_punctuation).", flag_values=fv
-    )
-    flags.DEFINE_string("path_column", "", "manifest: the audio path column (dataset.path_column).", flag_values=fv)
-    flags.DEFINE_string("text_column", "", "manifest: the transcript column (dataset.text_column).", flag_values=fv)
-    flags.DEFINE_string("stereo", "downmix", "manifest: 'downmix' or 'skip' (dataset.stereo).", flag_values=fv)
-    flags.DEFINE_integer(
-        "alphabet_min_count",
-        2,
-        "manifest: a derived alphabet's characters are seen at least this "
-        "often in the train splits (dataset.alphabet_min_count).",
-        flag_values=fv,
-    )
-    flags.DEFINE_string(
-        "manifest_splits",
-        "",
-        "manifest: the manifests to build, '+'-separated; '' = all (dataset.manifest_splits).",
-        flag_values=fv,
+def command(name: str, manual_dir: str, data_dir: str) -> str:
+    """The build's command line for dataset `name` (add the run's other --config.dataset.* flags)."""
+    return (
+        f"python -m ds2_jax.datasets.build --config.dataset.name={name} "
+        f"--config.dataset.manual_dir={manual_dir or 'DIR'} --config.dataset.data_dir={data_dir or 'D'}"
     )
 
 
-def options_of_flags(args) -> manifest.Options:
-    """The manifest build options of the command line, checked as the settings they mirror."""
+def build_defaults():
+    """The ConfigDict the build's --config.* flags override: every setting's default, dataset.name
+    librispeech_local (synthetic data needs no build)."""
     from ds2_jax import settings
 
-    config = settings.override(
-        settings.Settings(),
-        {
-            "dataset.name": "manifest",
-            "dataset.manual_dir": args.manual_dir,
-            "dataset.train_splits": args.train_splits,
-            "dataset.vocabulary": args.vocabulary,
-            "features.sample_rate": args.sample_rate,
-            "dataset.build_workers": args.workers,
-            "dataset.lower_case": args.lower_case,
-            "dataset.strip_punctuation": args.strip_punctuation,
-            "dataset.path_column": args.path_column,
-            "dataset.text_column": args.text_column,
-            "dataset.stereo": args.stereo,
-            "dataset.manifest_splits": args.manifest_splits,
-            "dataset.alphabet_min_count": args.alphabet_min_count,
-        },
-    )
+    config = settings.to_config_dict()
+    config.dataset.name = NAMES[0]
+    return config
+
+
+def define_flags(fv, argv: list[str]) -> None:
+    """--config.KEY=VALUE for every setting, as a training run takes them (ml_collections config
+    flags over build_defaults()); `argv`: the arguments the flags are parsed from."""
+    from ml_collections import config_flags
+
+    from ds2_jax import cli
+
+    defaults = build_defaults()
+    try:
+        config_flags.DEFINE_config_dict(
+            "config",
+            defaults,
+            "Settings (ds2_jax/settings.py): --config.dataset.KEY=VALUE and --config.features.sample_rate, "
+            "as a training run takes them.",
+            flag_values=fv,
+            lock_config=True,
+            sys_argv=["ds2-build", *argv],
+        )
+    except (AttributeError, KeyError) as e:  # an override of a key the settings lack
+        cli.usage_error(cli.unknown_config_key_message(argv, "config", defaults) or f"bad config override: {e}")
+
+
+def settings_of_argv(argv: list[str]):
+    """The checked Settings of the build's command line (`argv`: without the program name); a
+    mistake in it, a dataset.name the build does not prepare, or no dataset.manual_dir, is a
+    usage error (exit 2); a bad value a ValueError naming the setting."""
+    from ds2_jax import cli, settings
+
+    args, _ = cli.parse_args(argv, lambda fv: define_flags(fv, argv), __doc__)
+    config_dict = args.config
+    if config_dict.dataset.name not in NAMES:
+        cli.usage_error(
+            f"--config.dataset.name={config_dict.dataset.name}: the build prepares {' or '.join(NAMES)} "
+            "(synthetic data needs none; librispeech is tfds's own build)"
+        )
+    if not config_dict.dataset.manual_dir:
+        cli.usage_error(
+            "--config.dataset.manual_dir is required: the LibriSpeech tree or *.tar.gz archives, or with "
+            "--config.dataset.name=manifest the manifests' folder"
+        )
+    return settings.from_config_dict(config_dict)
+
+
+def options_of(config) -> manifest.Options | None:
+    """The manifest build options of a run's Settings (None for librispeech_local: it has none)."""
+    if config.dataset.name != "manifest":
+        return None
     return manifest.Options.of(config.dataset, config.features.spectrogram)
 
 
 def main(argv=None) -> int:
-    from ds2_jax import cli
 
-    args, _ = cli.parse_args(argv, define_flags, __doc__)
+    config = settings_of_argv(list(sys.argv[1:] if argv is None else argv))
     logging.basicConfig(level=logging.INFO, format="%(message)s")  # plain lines, as every command prints
-    options = options_of_flags(args) if args.name == "manifest" else None
-    builder = build(args.manual_dir, args.data_dir, args.name, options)
-    print(f"{args.name} prepared in {builder.data_dir}")
-    if args.name == "manifest":
+    d = config.dataset
+    builder = build(d.manual_dir, d.data_dir, d.name, options_of(config))
+    print(f"{d.name} prepared in {builder.data_dir}")
+    if d.name == "manifest":
         print(
             f"  alphabet: {manifest.read_alphabet(os.fspath(builder.data_dir)).describe()} "
             f"({os.path.join(os.fspath(builder.data_dir), manifest.ALPHABET_FILE)})"

@@ -222,7 +222,7 @@ def no_manifest(manual_dir: str, options: Options) -> str:
         return (
             f"{manual_dir} holds no train/dev/test manifest, only Common Voice's {', '.join(side)} (supersets and "
             f"side lists, not built unless asked): to train on {side[0]}.tsv set dataset.manifest_splits={side[0]} "
-            f"and dataset.train_splits={side[0]} (build: --manifest_splits={side[0]} --train_splits={side[0]}), or "
+            f"and dataset.train_splits={side[0]} (--config.dataset.manifest_splits=... for the build too), or "
             "split it into train.tsv, dev.tsv and test.tsv"
         )
     return (

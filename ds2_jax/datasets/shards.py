@@ -173,7 +173,7 @@ def _died(processes: list, job: ShardJob) -> errors.BuildWorkerError:
     return errors.BuildWorkerError(
         f"a dataset build worker process died ({how}) while writing {job.describe()} or a shard beside it: "
         "nothing was prepared. A SIGKILL is most often the out-of-memory killer (lower dataset.build_workers); "
-        "otherwise rerun with dataset.build_workers=0 (--workers=0) to build in one process and see which file"
+        "otherwise rerun with --config.dataset.build_workers=0 to build in one process and see which file"
     )
 
 
