@@ -71,6 +71,7 @@ setup(
             "ds2-build-lm=ds2_jax.commands:build_lm",
             "ds2-tune-lm=ds2_jax.commands:tune_lm",
             "ds2-plot=ds2_jax.commands:plot",
+            "ds2-average=ds2_jax.commands:average",
         ]
     },
 )

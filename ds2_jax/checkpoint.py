@@ -101,10 +101,15 @@ def _quiet_unranked_saves() -> None:
 def best(mgr: ocp.CheckpointManager) -> tuple[int, dict] | None:
     """(step, metrics) of the checkpoint with the lowest in-training eval WER, then CER (the newest
     of equals, as orbax's BestN keeps them); None when no checkpoint has metrics."""
+    scored = ranked(mgr)
+    return (scored[0], _metrics(mgr, scored[0])) if scored else None
+
+
+def ranked(mgr: ocp.CheckpointManager) -> list[int]:
+    """The steps of the checkpoints saved with an eval's metrics, best first: lowest WER, then CER,
+    then the newest of equals (as orbax's BestN keeps them)."""
     scored = [(step, m) for step in mgr.all_steps() if (m := _metrics(mgr, step)) is not None]
-    if not scored:
-        return None
-    return min(scored, key=lambda sm: (_wer(sm[1]), -sm[0]))
+    return [step for step, _ in sorted(scored, key=lambda sm: (_wer(sm[1]), -sm[0]))]
 
 
 def _metrics(mgr: ocp.CheckpointManager, step: int) -> dict | None:

@@ -7,6 +7,7 @@ ds2-export               python -m ds2_jax.export: a checkpoint -> an ONNX model
 ds2-build-lm             python -m ds2_jax.tools.build_lm: an n-gram ARPA LM from transcripts
 ds2-tune-lm              python -m ds2_jax.tools.tune_lm: alpha/beta grid on a split
 ds2-plot                 python -m ds2_jax.plot: a workdir's curves
+ds2-average              python -m ds2_jax.average: the mean of a run's last or best N checkpoints
 """
 
 from __future__ import annotations
@@ -61,3 +62,7 @@ def tune_lm() -> None:
 
 def plot() -> None:
     _explained("ds2_jax.plot")
+
+
+def average() -> None:
+    _explained("ds2_jax.average")

@@ -10,6 +10,7 @@ names from here (a test holds that no other module spells them).
     W/error.log                   tracebacks of explained errors (errors)
     W/run.lock                    the running training's lock (resilience)
     W/timing.json                 the model's emission delay per checkpoint (timing)
+    W/averaged.json               a checkpoint average's source and steps (average)
     W/eval-<split>-<step>-<decoder>[-max<N>].json         evaluation results (evaluation)
     W/tune_lm-<split>-<step>-beam<B>-lm-<lm>[-max<N>].json LM weight tuning (tools.tune_lm)
 """
@@ -26,6 +27,7 @@ LOG = "log.txt"
 ERROR_LOG = "error.log"
 LOCK = "run.lock"
 TIMING = "timing.json"  # {step: {emission_delay_s, utterances, split}}
+AVERAGED = "averaged.json"  # {source, steps, how}: a workdir written by ds2-average (average)
 
 
 def log_file(process_index: int) -> str:

@@ -71,6 +71,7 @@ LIVE = "tests/test_faults.py::test_a_checkpoint_a_live_run_is_writing_is_waited_
 AUDIO = "tests/test_audio.py::"
 ACC = "tests/test_accumulate.py::"
 EMA = "tests/test_ema.py::"
+AVG = "tests/test_average.py::"
 EVAL_LIMIT = SRC + "test_eval_keeps_utterances_longer_than_the_largest_bucket_each_in_the_smallest_shape"
 EPOCH_ORDER = SRC + "test_each_epoch_covers_every_utterance_once_in_a_new_order_a_function_of_seed_and_epoch"
 FIELD_BY_FIELD = (
@@ -1886,6 +1887,39 @@ MUTATIONS = [
         '"ds2_jax.window": str(2 * fc.hop),',
         ("tests/test_timing.py::test_every_export_metadata_field_round_trips_at_non_default_values",),
         "the export records the window as two hops (true at the default 20/10 ms only)",
+    ),
+    # ---- issue 51: checkpoint averaging
+    Mutation(
+        "average_keeps_newest_stats",
+        "ds2_jax/average.py",
+        "batch_stats=mean_of([s.batch_stats for s in states]),",
+        "batch_stats=newest.batch_stats,",
+        (AVG + "test_the_average_of_two_checkpoints_is_their_arithmetic_mean",),
+        "the batch-norm statistics of the newest checkpoint kept beside averaged weights",
+    ),
+    Mutation(
+        "average_first_n",
+        "ds2_jax/average.py",
+        "return steps[-last:]",
+        "return steps[:last]",
+        (AVG + "test_the_average_of_two_checkpoints_is_their_arithmetic_mean",),
+        "--last=N averages the oldest N checkpoints",
+    ),
+    Mutation(
+        "average_ema_not_averaged",
+        "ds2_jax/average.py",
+        "ema_params=None if newest.ema_params is None else mean_of([s.ema_params for s in states]),",
+        "ema_params=newest.ema_params,",
+        (AVG + "test_the_average_of_two_checkpoints_is_their_arithmetic_mean",),
+        "the EMA weights (what eval uses) left at the newest checkpoint's",
+    ),
+    Mutation(
+        "average_best_worst_first",
+        "ds2_jax/checkpoint.py",
+        "return [step for step, _ in sorted(scored, key=lambda sm: (_wer(sm[1]), -sm[0]))]",
+        "return [step for step, _ in sorted(scored, key=lambda sm: (_wer(sm[1]), -sm[0]), reverse=True)]",
+        (AVG + "test_best_averages_the_checkpoints_of_lowest_eval_wer",),
+        "--best=N averages the checkpoints of highest WER",
     ),
 ]
 

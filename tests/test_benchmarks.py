@@ -524,3 +524,19 @@ def test_noisy_speech_reports_each_seed_and_each_trainings_mean():
         "| clean | mean | 4.0% | 8.0% | 37.0% | 74.0% |",
         "| noise50 | mean | 4.2% | 8.5% | 13.0% | 26.0% |",
     ]
+
+
+def test_train_recipe_reports_each_seed_and_the_means():
+    from benchmarks import train_recipe
+
+    rows = [
+        {"seed": s, **{f"{n}_{m}": v + i / 100 for i, n in enumerate(train_recipe.SCORES) for m in ("cer", "wer")}}
+        | {"k1_step_s": 0.5 + s, "k4_step_s": 0.7 + s}
+        for s, v in ((0, 0.10), (1, 0.20))
+    ]
+    means = train_recipe.means(rows)
+    assert means["trained_cer"] == pytest.approx(0.15) and means["k4_wer"] == pytest.approx(0.18)
+    assert means["k4_step_s"] == pytest.approx(1.2)
+    lines = train_recipe.table(rows).splitlines()
+    assert len(lines) == 2 + 2 + 1
+    assert lines[-1] == "| mean | 15.0% | 16.0% | 17.0% | 18.0% | 15.0% | 16.0% | 17.0% | 18.0% | 1.000 | 1.200 |"
