@@ -87,6 +87,11 @@ SHAPES = (
     ERR + "test_errors_known_by_their_type_are_classified_in_every_shape",
 )
 NON_FINITE_PARTS = "tests/test_faults.py::test_a_non_finite_value_in_any_part_of_the_state_is_refused_at_save_naming_it"
+CV_RELEASE = (
+    "tests/test_manifest.py::test_a_common_voice_release_folder_builds_exactly_train_dev_and_test",
+    "tests/test_manifest.py::test_a_common_voice_release_builds_validated_alone_when_asked",
+)
+AWKWARD = "tests/test_manifest.py::test_awkward_transcripts_and_paths_come_through_every_manifest_layout_as_written"
 OWN_SPLIT = "tests/test_evaluation.py::test_one_run_scores_two_splits_of_other_contents_each_over_its_own_utterances"
 
 
@@ -1920,6 +1925,47 @@ MUTATIONS = [
         "return [step for step, _ in sorted(scored, key=lambda sm: (_wer(sm[1]), -sm[0]), reverse=True)]",
         (AVG + "test_best_averages_the_checkpoints_of_lowest_eval_wer",),
         "--best=N averages the checkpoints of highest WER",
+    ),
+    # ---- issue 52, by property: a real-shaped Common Voice release; awkward text through every parser
+    Mutation(
+        "cv_side_files_built",
+        "ds2_jax/datasets/manifest.py",
+        "    return {s: p for s, p in found.items() if s not in CV_SIDE_FILES}",
+        "    return found",
+        CV_RELEASE,
+        "a Common Voice release builds validated, invalidated, other, ... as splits beside train/dev/test",
+    ),
+    Mutation(
+        "cv_other_tsv_is_a_split",
+        "ds2_jax/datasets/manifest.py",
+        '    "other",\n',
+        "",
+        CV_RELEASE,
+        "Common Voice's other.tsv (clips not yet reviewed) is built as a split",
+    ),
+    Mutation(
+        "tsv_quotes_parsed",
+        "ds2_jax/datasets/manifest.py",
+        'csv.reader(f, delimiter="\\t", quoting=csv.QUOTE_NONE)',
+        'csv.reader(f, delimiter="\\t")',
+        (AWKWARD,),
+        "a TSV transcript with a quote is parsed as a quoted field (Common Voice's quotes are text)",
+    ),
+    Mutation(
+        "csv_quotes_ignored",
+        "ds2_jax/datasets/manifest.py",
+        "if tsv else csv.reader(f)",
+        "if tsv else csv.reader(f, quoting=csv.QUOTE_NONE)",
+        (AWKWARD,),
+        "a CSV field quoted for its commas is split at them",
+    ),
+    Mutation(
+        "utterance_id_cut_at_the_first_dot",
+        "ds2_jax/datasets/manifest.py",
+        'return os.path.splitext(rel)[0].replace(os.sep, "/")',
+        'return rel.split(".")[0].replace(os.sep, "/")',
+        (AWKWARD,),
+        "an audio path with a dot before its extension gets a cut id (two files can share it)",
     ),
 ]
 

@@ -864,3 +864,119 @@ def test_the_build_command_reads_the_settings_a_training_run_reads():
     assert got == manifest.Options.of(trained.dataset, trained.features.spectrogram)
     default = manifest.Options()
     assert [f.name for f in dataclasses.fields(got) if getattr(got, f.name) == getattr(default, f.name)] == []
+
+
+# ----------------------------------------------------------------------------- a real-shaped Common Voice release
+
+
+@pytest.fixture(scope="module")
+def cv_release(tmp_path_factory):
+    """corpora/tiny_es/common_voice laid out as a Common Voice release folder holds it: train/dev/test.tsv,
+    validated.tsv (their superset and 4 more), invalidated.tsv, other.tsv, reported.tsv,
+    clip_durations.tsv, validated_sentences.tsv, unvalidated_sentences.tsv and clips/."""
+    d = tmp_path_factory.mktemp("cv_release") / "es"
+    shutil.copytree(CV, d)
+    rows = {s: (d / f"{s}.tsv").read_text(encoding="utf-8").splitlines() for s in SPLITS}
+    header = rows["train"][0]
+    extra = rows["train"][1:5]  # validated holds clips of no split too: 4 rows of train, renamed
+    for i, line in enumerate(extra):
+        src = line.split("\t")[1]
+        shutil.copy(d / "clips" / src, d / "clips" / f"common_voice_es_900{i}.mp3")
+    extra = [line.replace(line.split("\t")[1], f"common_voice_es_900{i}.mp3") for i, line in enumerate(extra)]
+    validated = [header] + [r for s in SPLITS for r in rows[s][1:]] + extra
+    (d / "validated.tsv").write_text("\n".join(validated) + "\n", encoding="utf-8")
+    (d / "invalidated.tsv").write_text("\n".join([header] + rows["dev"][1:3]) + "\n", encoding="utf-8")
+    (d / "other.tsv").write_text("\n".join([header] + rows["test"][1:4]) + "\n", encoding="utf-8")
+    (d / "reported.tsv").write_text(
+        "sentence_id\tsentence\tlocale\treason\nabc\t¿El campesino busca la canción?\tes\tgrammar-or-spelling\n",
+        encoding="utf-8",
+    )
+    clips = sorted(os.listdir(d / "clips"))
+    (d / "clip_durations.tsv").write_text(
+        "clip\tduration[ms]\n" + "".join(f"{c}\t{1000 + i}\n" for i, c in enumerate(clips)), encoding="utf-8"
+    )
+    (d / "validated_sentences.tsv").write_text(
+        "sentence_id\tsentence\tsentence_domain\tsource\tis_used\tclips_count\nabc\tEl niño\t\tx\t1\t3\n",
+        encoding="utf-8",
+    )
+    (d / "unvalidated_sentences.tsv").write_text(
+        "sentence_id\tsentence\tsentence_domain\tsource\nabd\tLa niña\t\tx\n", encoding="utf-8"
+    )
+    return d, {s: len(rows[s]) - 1 for s in SPLITS}, len(validated) - 1
+
+
+def test_a_common_voice_release_folder_builds_exactly_train_dev_and_test(cv_release, tmp_path):
+    """Every file a release holds, as it holds them: the build makes train, dev and test alone, each
+    with its own utterances; the side files are neither splits nor counted as bad lines."""
+    folder, counts, _ = cv_release
+    builder = build.build(str(folder), str(tmp_path / "tfds"), "manifest", options(build_workers=0))
+    assert sorted(builder.info.splits) == sorted(SPLITS)
+    for split, n in counts.items():
+        assert builder.info.splits[split].num_examples == n, split
+        assert report_of(builder, split)["kept"] == n, split
+
+
+def test_a_common_voice_release_builds_validated_alone_when_asked(cv_release, tmp_path):
+    """dataset.manifest_splits=validated (train_splits=validated): that split alone, every row of it."""
+    folder, _, validated = cv_release
+    builder = build.build(
+        str(folder),
+        str(tmp_path / "tfds"),
+        "manifest",
+        options(build_workers=0, manifest_splits="validated", train_splits="validated"),
+    )
+    assert list(builder.info.splits) == ["validated"]
+    assert builder.info.splits["validated"].num_examples == validated, report_of(builder, "validated")
+
+
+# ----------------------------------------------------------------------------- awkward text through every parser
+
+AWKWARD_TEXT = [
+    'he said "hi" twice',
+    '"a leading quote',
+    "a, b, and c,",
+    "it's 'single' quoted",
+    "naïve café, ñandú — ¿qué?",
+    "Straße 東京 ok",
+]
+AWKWARD_PATHS = [
+    "clips/v1.2 take.wav",
+    "clips/a b.wav",
+    "clips/c:d.wav",
+    "clips/ñú é.wav",
+    "clips/x,y.wav",
+    "clips/'q' \"r\".wav",
+    "día 2/ü.wav",
+]
+
+
+def _write_layout(folder, layout: str, rows: list[tuple[str, str]]) -> str:
+    """`rows` (path, transcript) as a manifest of `layout`, written as its tools write it."""
+    import csv as csv_
+
+    path = folder / f"train.{layout}"
+    if layout == "tsv":  # Common Voice: tab-separated, quotes are text (QUOTE_NONE)
+        path.write_text("path\tsentence\n" + "".join(f"{p}\t{t}\n" for p, t in rows), encoding="utf-8")
+    elif layout == "csv":
+        with open(path, "w", newline="", encoding="utf-8") as f:
+            w = csv_.writer(f)
+            w.writerow(["path", "sentence"])
+            w.writerows(rows)
+    elif layout == "jsonl":
+        path.write_text("".join(json.dumps({"audio_filepath": p, "text": t}) + "\n" for p, t in rows), encoding="utf-8")
+    else:
+        path.write_text(json.dumps([{"audio_filepath": p, "text": t} for p, t in rows], ensure_ascii=False, indent=1))
+    return str(path)
+
+
+@pytest.mark.parametrize("layout", ["tsv", "csv", "jsonl", "json"])
+def test_awkward_transcripts_and_paths_come_through_every_manifest_layout_as_written(tmp_path, layout):
+    """Quotes, commas, apostrophes and non-ASCII text in transcripts (tabs and newlines too, where the
+    layout can hold them), and paths with spaces, ':', ',', quotes and non-ASCII letters: each manifest
+    layout gives back every row, its transcript and its path exactly as written, its id the path."""
+    text_ = AWKWARD_TEXT + ([] if layout == "tsv" else ["a\ttab inside", "two\nlines"])
+    rows = [(AWKWARD_PATHS[i % len(AWKWARD_PATHS)].replace(".wav", f"{i}.wav"), t) for i, t in enumerate(text_)]
+    m = manifest.read_manifest(_write_layout(tmp_path, layout, rows), options())
+    assert not m.bad_lines, m.bad_lines
+    got = [(os.path.relpath(e.audio, tmp_path), e.text, e.id) for e in m.entries]
+    assert got == [(p, t, os.path.splitext(p)[0]) for p, t in rows]
