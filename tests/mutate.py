@@ -1740,8 +1740,8 @@ MUTATIONS = [
     Mutation(
         "best_oldest_of_equals",
         "ds2_jax/checkpoint.py",
-        "return min(scored, key=lambda sm: (_wer(sm[1]), -sm[0]))",
-        "return min(scored, key=lambda sm: (_wer(sm[1]), sm[0]))",
+        "return [step for step, _ in sorted(scored, key=lambda sm: (_wer(sm[1]), -sm[0]))]",
+        "return [step for step, _ in sorted(scored, key=lambda sm: (_wer(sm[1]), sm[0]))]",
         (TIES,),
         "of checkpoints with equal WER and CER, --eval_step=best takes the oldest (orbax keeps the newest)",
     ),
