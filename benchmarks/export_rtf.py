@@ -1,5 +1,5 @@
 """Real-time factor (seconds of compute per second of audio) of transcription's two paths on this
-machine's CPU: the JAX Transcriber of a workdir and the onnxruntime OnnxTranscriber of its export.
+machine's CPU: the JAX engine of a workdir and the onnxruntime engine of its export (ds2_jax.infer).
 
     python -m benchmarks.export_rtf --workdir=W --model=model.onnx --threads=1 FILES...
 
@@ -30,14 +30,16 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["XLA_FLAGS"] = (
             os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
         ).strip()
-    from ds2_jax import settings, transcribe
+    from ds2_jax import audio as audio_lib
+    from ds2_jax import settings
+    from ds2_jax.infer import jax_backend, onnx_backend
 
-    waves = [transcribe.load_audio(f) for f in files]
+    waves = [audio_lib.read(f, 16_000) for f in files]
     audio_seconds = sum(map(len, waves)) / 16_000
     greedy = settings.Decoding(beam_width=0)
     paths = {
-        "jax": transcribe.Transcriber(fv.workdir, greedy, batch_size=8),
-        "onnx": transcribe.OnnxTranscriber(fv.model, greedy, batch_size=8, threads=fv.threads),
+        "jax": jax_backend.JaxEngine(fv.workdir, greedy, batch_size=8),
+        "onnx": onnx_backend.OnnxEngine(fv.model, greedy, batch_size=8, threads=fv.threads),
     }
     result = {
         "threads": fv.threads or os.cpu_count(),

@@ -1,6 +1,6 @@
 """Compute time per chunk of ds2_jax.streaming on this machine's CPU, for a unidirectional model of
 the demo's size (configs/demo.py with model.bidirectional=False, random weights: the time does not
-depend on them), and its lookahead delay (export.lookahead_seconds).
+depend on them), and its lookahead delay (onnx_model.lookahead_seconds).
 
     python -m benchmarks.stream_latency FILE [--chunk_ms=160,320,640]
 
@@ -21,8 +21,10 @@ def main(argv: list[str] | None = None) -> int:
     import numpy as np
 
     from configs import demo
-    from ds2_jax import export, settings, streaming, transcribe
+    from ds2_jax import audio as audio_lib
+    from ds2_jax import settings
     from ds2_jax import state as state_lib
+    from ds2_jax.infer import onnx_model, streaming
 
     args = sys.argv[1:] if argv is None else argv
     chunks = [
@@ -35,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     config = settings.from_config_dict(config)
     bins = config.features.num_bins
     state = state_lib.create_state(config, jax.random.PRNGKey(0), np.zeros(bins, np.float32), np.ones(bins, np.float32))
-    audio = transcribe.load_audio(path)
+    audio = audio_lib.read(path, 16_000)
     for chunk_ms in chunks:
         size = chunk_ms * 16
         times = []
@@ -55,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
                     "median_ms": round(float(np.median(times)), 2),
                     "p90_ms": round(float(np.percentile(times, 90)), 2),
                     "rtf": round(float(np.median(times)) / chunk_ms, 4),
-                    "lookahead_s": round(export.lookahead_seconds(config), 3),
+                    "lookahead_s": round(onnx_model.lookahead_seconds(config), 3),
                     "load_average": round(os.getloadavg()[0], 2),
                 }
             ),

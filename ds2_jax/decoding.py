@@ -66,7 +66,7 @@ def word_timings(
     """The words of one argmax path (greedy_texts' words, in order) with their times: a word
     spans the frames from its first character's first emission to its last character's last
     (repeats included); output frame t covers [t, t + 1) * frame_seconds (hop x the first conv's
-    time stride: ds2_jax.transcribe.Transcriber.frame_seconds), moved `delay` seconds earlier (the
+    time stride: ds2_jax.infer.engine.Engine.frame_seconds), moved `delay` seconds earlier (the
     model's emission delay, ds2_jax.timing), never before 0."""
     words: list[TimedWord] = []
     chars: list[str] = []

@@ -5,52 +5,21 @@ jit over the mesh, or eager), so evaluating during training reads the train stat
 devices, where it is. It returns argmax ids, so greedy decoding moves only small ints to
 the host; with a beam decoder configured it also returns the <float32>[B, T, 29]
 log-probabilities, which flashlight-text searches on the host's cores (ds2_jax.decoding).
-Transcription (ds2_jax.transcribe) runs `infer`, the same outputs without the loss.
+Transcription (ds2_jax.infer) runs ds2_jax.forward.infer, the same outputs without the loss.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-import jax
 import jax.numpy as jnp
 
-from ds2_jax import ctc, features, metrics, model, parallel
+from ds2_jax import ctc, metrics, parallel
 from ds2_jax.batch_axis import psum
+from ds2_jax.forward import decoder_inputs, forward, infer  # noqa: F401  (eval_step.infer: transcription's step)
 from ds2_jax.state import TrainState
 
 NUM_WORST = 10  # Worst utterances (by CER) kept in the eval json.
-
-
-def forward(state: TrainState, audio, audio_lengths, *, model_cfg, feature_cfg, axis_name: str | None = None):
-    """Inference forward pass with running batch-norm statistics.
-
-    Args:
-      audio: <int16>[B, S] zero-padded waveforms; audio_lengths: <int32>[B].
-    Returns:
-      (<float32>[B, T, 29] logits, <int32>[B] valid output frames).
-    """
-    net = model.DeepSpeech2(model_cfg, axis_name=axis_name)
-    feats, frames = features.featurize(audio, audio_lengths, state.feature_mean, state.feature_std, feature_cfg)
-    logits, out_lengths = net.apply(
-        {"params": state.params, "batch_stats": state.batch_stats}, feats, frames, train=False
-    )
-    return logits.astype(jnp.float32), out_lengths
-
-
-def decoder_inputs(logits, lengths, log_probs: bool) -> dict:
-    """{'ids': <int32>[B, T] argmax path, 'lengths': <int32>[B] valid frames, 'log_probs':
-    <float32>[B, T, 29] (only with log_probs=True)}: what greedy and beam decoding read."""
-    outputs = {"ids": ctc.greedy_ids(logits), "lengths": lengths}
-    if log_probs:
-        outputs["log_probs"] = jax.nn.log_softmax(logits, axis=-1)
-    return outputs
-
-
-def infer(state: TrainState, audio, audio_lengths, *, model_cfg, feature_cfg, log_probs: bool = False) -> dict:
-    """decoder_inputs of a batch of waveforms (one device, no labels): transcription's step."""
-    logits, lengths = forward(state, audio, audio_lengths, model_cfg=model_cfg, feature_cfg=feature_cfg)
-    return decoder_inputs(logits, lengths, log_probs)
 
 
 def eval_step(

@@ -3,7 +3,7 @@
     python -m ds2_jax.export --workdir=W [--step=S|best] --out=model.onnx
 
 The graph maps the log spectrogram to log-probabilities; the spectrogram itself is computed
-outside it, by onnx_model.log_spectrogram (numpy, constants in the metadata), because jax2onnx
+outside it, by infer.onnx_model.log_spectrogram (numpy, constants in the metadata), because jax2onnx
 0.17 converts neither the featurizer's rfft (its DFT node is one onnxruntime rejects) nor the
 framing's slices of a symbolic length:
   inputs   spectrogram <float32>[batch, frames, bins] (unnormalized, as features.log_spectrogram),
@@ -12,8 +12,9 @@ framing's slices of a symbolic length:
 Batch and frames are dynamic. Inside: the normalization by the checkpoint's feature statistics,
 then the model in inference mode (batch-norm running statistics, float32, the reference
 recurrence lax.scan as an ONNX Loop, direct convs). The file's metadata (`metadata`) holds what a
-runner needs: the alphabet, sample rate, hop, window, eps, output frame seconds, lookahead;
-ds2_jax.onnx_model reads it, and `python -m ds2_jax.transcribe --model=model.onnx` runs it.
+runner needs: the alphabet, sample rate, hop, window, eps, output frame seconds, lookahead and the
+emission delay ('unmeasured' where it could not be: see --delay_audio); ds2_jax.infer.onnx_model
+reads it, and `python -m ds2_jax.transcribe --model=model.onnx` runs it.
 
 Beside it, `stablehlo_path(out)` (model.stablehlo) holds the whole of it, featurizer included, as
 a jax.export artifact: audio <int16>[batch, samples >= window], audio_lengths <int32>[batch] ->
@@ -28,44 +29,16 @@ import dataclasses
 import os
 import sys
 
-from ds2_jax import errors, geometry, onnx_model, settings
+from ds2_jax import errors, settings
+from ds2_jax.infer import onnx_model
 
 OPSET = 21  # onnxruntime >= 1.20 runs it; jax2onnx's default (23) needs a newer runtime than many have
 
 
-def metadata(config: settings.Settings, step: int, emission_delay_s: float = 0.0) -> dict[str, str]:
-    """The ds2_jax keys of the ONNX file's metadata (onnx_model.MetaData reads them back);
-    `emission_delay_s`: the model's, for word timings (ds2_jax.timing)."""
-    fc, mc = config.features.spectrogram, config.model
-    stride = geometry.FIRST_CONV.strides[0]
-    return {
-        onnx_model.FORMAT_KEY: onnx_model.FORMAT,
-        "ds2_jax.alphabet": mc.alphabet,  # '' = LibriSpeech's 28 (text.LIBRISPEECH)
-        "ds2_jax.sample_rate": str(fc.sample_rate),
-        "ds2_jax.hop": str(fc.hop),
-        "ds2_jax.window": str(fc.window),
-        "ds2_jax.eps": repr(fc.eps),
-        "ds2_jax.num_conv_layers": str(mc.num_conv_layers),
-        "ds2_jax.frame_seconds": repr(fc.hop * stride / fc.sample_rate),  # one output frame
-        "ds2_jax.bidirectional": str(mc.bidirectional).lower(),
-        "ds2_jax.lookahead_seconds": repr(lookahead_seconds(config)),
-        "ds2_jax.step": str(step),
-        "ds2_jax.emission_delay_s": repr(float(emission_delay_s)),
-    }
-
-
-def lookahead_seconds(config: settings.Settings) -> float:
-    """How far past an output frame's own audio its value looks (unidirectional models; a
-    bidirectional one sees the whole file): the analysis window beyond its hop, each conv's right
-    padding, and the row convolution's context."""
-    fc, mc = config.features.spectrogram, config.model
-    specs = geometry.conv_specs(mc.num_conv_layers)
-    frames, spacing = 0, 1  # lookahead in spectrogram frames; spectrogram frames per layer input frame
-    for spec in specs:
-        frames += spec.padding[0] * spacing
-        spacing *= spec.strides[0]
-    frames += mc.row_conv_context * spacing
-    return (frames * fc.hop + fc.window - fc.hop) / fc.sample_rate
+def metadata(config: settings.Settings, step: int, emission_delay_s: float | None = None) -> dict[str, str]:
+    """The ds2_jax keys of the ONNX file's metadata (onnx_model.MetaData spells them, and reads them
+    back); `emission_delay_s`: the model's, for word timings (infer.delay), None where unmeasured."""
+    return onnx_model.MetaData.of_config(config, step, emission_delay_s).props()
 
 
 def inference_function(config: settings.Settings, state):
@@ -111,13 +84,13 @@ def export_stablehlo(config: settings.Settings, state, out: str) -> None:
     import jax
     import jax.numpy as jnp
 
-    from ds2_jax import eval_step, files
+    from ds2_jax import files, forward
 
     fc = config.features.spectrogram
     cfg = inference_model_config(config)
 
     def log_probs(audio, audio_lengths):
-        logits, lengths = eval_step.forward(state, audio, audio_lengths, model_cfg=cfg, feature_cfg=fc)
+        logits, lengths = forward.forward(state, audio, audio_lengths, model_cfg=cfg, feature_cfg=fc)
         return jax.nn.log_softmax(logits, axis=-1), lengths
 
     batch, samples = jax.export.symbolic_shape("batch, samples", constraints=[f"samples >= {fc.window}"])
@@ -128,7 +101,7 @@ def export_stablehlo(config: settings.Settings, state, out: str) -> None:
         f.write(exported.serialize())
 
 
-def export_onnx(config: settings.Settings, state, step: int, out: str, emission_delay_s: float = 0.0) -> None:
+def export_onnx(config: settings.Settings, state, step: int, out: str, emission_delay_s: float | None) -> None:
     """Writes the ONNX model of `state` to `out` (atomically: a reader never sees half a file)."""
     import logging
 
@@ -158,16 +131,32 @@ def export_onnx(config: settings.Settings, state, step: int, out: str, emission_
     onnx.checker.check_model(out)
 
 
-def emission_delay(workdir: str, config: settings.Settings, restored, step: int) -> float:
-    """The checkpoint's emission delay for word timings: recorded, or measured now with the state
-    already restored (ds2_jax.timing)."""
-    from ds2_jax import timing, transcribe
+def emission_delay(
+    workdir: str, config: settings.Settings, restored, step: int, delay_audio: list[str]
+) -> tuple[float | None, str]:
+    """(the checkpoint's emission delay for word timings, or None; where it came from): measured on
+    `delay_audio` (files with a lead-in of silence; recorded in the workdir), else the one recorded
+    for this step (training's eval split, by transcribe --timestamps), else None."""
+    from ds2_jax import audio, layout
+    from ds2_jax.infer import delay, jax_backend
 
-    known = timing.recorded(workdir, step)
+    if delay_audio:
+        greedy = jax_backend.JaxEngine(
+            workdir, settings.Decoding(beam_width=0), config=config, restored=(restored, step)
+        )
+        waves = [audio.read(p, greedy.sample_rate) for p in delay_audio]
+        value, count = delay.emission_delay(greedy, waves)
+        if not count:
+            return None, f"none of the {len(waves)} --delay_audio files gave a word after a lead-in of silence"
+        delay.record(workdir, step, value, count, "--delay_audio")
+        return value, f"measured on {count} of the {len(waves)} --delay_audio files"
+    known = delay.recorded(workdir, step)
     if known is not None:
-        return known
-    greedy = transcribe.Transcriber(workdir, settings.Decoding(beam_width=0), config=config, restored=(restored, step))
-    return timing.delay_of_workdir(workdir, greedy)
+        return known, f"recorded in {layout.TIMING}"
+    return None, (
+        f"no --delay_audio given and none recorded for step {step} in {layout.TIMING} "
+        "(transcribe --workdir --timestamps measures it on the eval split)"
+    )
 
 
 def define_flags(fv) -> None:
@@ -184,6 +173,14 @@ def define_flags(fv) -> None:
     )
     flags.DEFINE_string("out", None, "The ONNX file to write.", required=True, flag_values=fv)
     flags.DEFINE_boolean("ema_weights", True, settings.EMA_FLAG_HELP, flag_values=fv)
+    flags.DEFINE_list(
+        "delay_audio",
+        [],
+        "Audio files (comma-separated) whose speech starts after some silence: the model's emission "
+        "delay for word timings is measured on them (infer.delay). Without them, the delay recorded for "
+        "the step in the workdir's timing.json; where there is none, the file says 'unmeasured'.",
+        flag_values=fv,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -202,7 +199,17 @@ def main(argv: list[str] | None = None) -> int:
     absl_logging.set_verbosity(absl_logging.WARNING)  # orbax's restore chatter
     config = settings.choosing_weights(workdir_config.load_config(args.workdir), args.ema_weights)
     restored, step = state.restore_state(config, args.workdir, step)
-    export_onnx(config, restored, step, args.out, emission_delay(args.workdir, config, restored, step))
+    delay, source = emission_delay(args.workdir, config, restored, step, args.delay_audio)
+    if delay is None:
+        print(
+            f"warning: the emission delay is unmeasured ({source}): word times of this export will be "
+            "uncorrected; give --delay_audio=<files with silence before the speech>",
+            file=sys.stderr,
+            flush=True,
+        )
+    else:
+        print(f"emission delay {delay:.3f} s ({source})", file=sys.stderr, flush=True)
+    export_onnx(config, restored, step, args.out, delay)
     export_stablehlo(config, restored, stablehlo_path(args.out))
     print(
         f"wrote {args.out}: step {step} of {os.path.abspath(args.workdir)}, "

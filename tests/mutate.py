@@ -1139,7 +1139,7 @@ MUTATIONS = [
     ),
     Mutation(
         "transcribe_whole_files",
-        "ds2_jax/transcribe.py",
+        "ds2_jax/infer/engine.py",
         "        if num_samples <= window:",
         "        if True:",
         ("tests/test_faults.py::test_long_audio_is_transcribed_in_windows_with_memory_bounded_by_the_window",),
@@ -1147,8 +1147,8 @@ MUTATIONS = [
     ),
     Mutation(
         "read_long_file_whole",
-        "ds2_jax/transcribe.py",
-        "        if 0 < frames <= block:",
+        "ds2_jax/audio.py",
+        "            if frames <= block:",
         "        if True:",
         ("tests/test_transcribe.py::test_a_long_file_is_read_block_by_block_like_in_one_piece",),
         "a long file is read whole as float32 channels (an hour of 44.1 kHz stereo: 1.3 GB)",
@@ -1432,7 +1432,7 @@ MUTATIONS = [
     ),
     Mutation(
         "delay_from_every_word",
-        "ds2_jax/timing.py",
+        "ds2_jax/infer/delay.py",
         "        if words:\n            lags.append(words[0].start - onset)",
         "        for word in words:\n            lags.append(word.start - onset)",
         ("tests/test_timing.py::test_delay_is_the_median_lag_of_first_words_after_a_lead_in_of_silence",),
@@ -1440,7 +1440,7 @@ MUTATIONS = [
     ),
     Mutation(
         "stream_forgets_rnn_state",
-        "ds2_jax/streaming.py",
+        "ds2_jax/infer/streaming.py",
         "self.carry, ys = _rnn_layer(",
         "_, ys = _rnn_layer(",
         ("tests/test_streaming.py::test_chunks_of_any_size_give_the_whole_files_log_probs",),
@@ -1448,7 +1448,7 @@ MUTATIONS = [
     ),
     Mutation(
         "stream_no_right_padding",
-        "ds2_jax/streaming.py",
+        "ds2_jax/infer/streaming.py",
         "self.buffer.append(np.zeros((p, *frames.shape[1:]), np.float32))",
         "self.buffer.append(np.zeros((0, *frames.shape[1:]), np.float32))",
         ("tests/test_streaming.py::test_chunks_of_any_size_give_the_whole_files_log_probs",),
@@ -1591,15 +1591,15 @@ MUTATIONS = [
     # ---- issue 49: own data never silently wrong
     Mutation(
         "float_audio_read_as_int16",
-        "ds2_jax/datasets/audio.py",
-        'dtype="int16" if f.subtype in INT_SUBTYPES else "float32"',
-        'dtype="int16"',
+        "ds2_jax/audio.py",
+        'dtype = "int16" if f.subtype in INT_SUBTYPES else "float32"',
+        'dtype = "int16"',
         (AUDIO + "test_every_lossless_subtype_is_stored_at_the_same_scale",),
         "float and double files read as int16 by libsndfile (unscaled: silence)",
     ),
     Mutation(
         "clipped_samples_not_counted",
-        "ds2_jax/datasets/audio.py",
+        "ds2_jax/audio.py",
         "clipped = int(np.count_nonzero(np.abs(audio) > 1.0))",
         "clipped = 0",
         (AUDIO + "test_floats_beyond_full_scale_are_clipped_and_counted",),
@@ -1607,7 +1607,7 @@ MUTATIONS = [
     ),
     Mutation(
         "cut_header_not_checked",
-        "ds2_jax/datasets/audio.py",
+        "ds2_jax/audio.py",
         "if int(actual) < int(declared) < UNKNOWN_LENGTH:",
         "if False:",
         (AUDIO + "test_a_file_cut_short_is_a_counted_skip",),
@@ -1615,7 +1615,7 @@ MUTATIONS = [
     ),
     Mutation(
         "decoded_frames_not_checked",
-        "ds2_jax/datasets/audio.py",
+        "ds2_jax/audio.py",
         "if 0 < audio.shape[0] < declared:",
         "if False:",
         (AUDIO + "test_a_file_cut_short_is_a_counted_skip",),
@@ -1966,6 +1966,23 @@ MUTATIONS = [
         'return rel.split(".")[0].replace(os.sep, "/")',
         (AWKWARD,),
         "an audio path with a dot before its extension gets a cut id (two files can share it)",
+    ),
+    # the inference wing (issue 50): its wall, the one loader's numerics, an unmeasured delay
+    Mutation(
+        "wing_reaches_the_pipeline",
+        "ds2_jax/infer/jax_backend.py",
+        "        from ds2_jax import forward, state, workdir_config\n",
+        "        from ds2_jax import forward, state, timing, workdir_config  # noqa: F401\n",
+        ("tests/test_infer.py::test_the_wing_never_imports_the_training_side_at_any_depth",),
+        "the engine imports ds2_jax.timing, which reads the eval split through the input pipeline",
+    ),
+    Mutation(
+        "unmeasured_delay_written_as_zero",
+        "ds2_jax/infer/onnx_model.py",
+        "delay = UNMEASURED if self.emission_delay_s is None else repr(float(self.emission_delay_s))",
+        "delay = repr(float(self.emission_delay_s or 0.0))",
+        ("tests/test_timing.py::test_the_export_carries_the_delay_and_an_unmeasured_or_older_export_reads_as_none",),
+        "an export that could not measure the emission delay writes 0: word times silently uncorrected",
     ),
 ]
 

@@ -11,7 +11,8 @@ import sys
 import numpy as np
 import pytest
 
-from ds2_jax import checkpoint, evaluation, metrics, train, transcribe
+from ds2_jax import checkpoint, evaluation, metrics, train
+from ds2_jax.infer import jax_backend
 from ds2_jax.tools import build_lm
 from tests import helpers
 from tests.helpers import tiny_config
@@ -88,7 +89,7 @@ def test_eval_of_best_scores_the_step_with_the_lowest_in_training_wer(tmp_path, 
     # the same utterances, the same state
     assert (result["wer"], result["cer"]) == pytest.approx(wers[best], abs=1e-9)
     assert (result["best_checkpoint"]["wer"], result["best_checkpoint"]["cer"]) == pytest.approx(wers[best], abs=1e-9)
-    assert transcribe.Transcriber(workdir, step="best").step == best  # transcribe --step=best
+    assert jax_backend.JaxEngine(workdir, step="best").step == best  # transcribe --step=best
     lm = str(tmp_path / "lm.arpa")  # tune_lm --step=best: the same checkpoint, by the same resolution
     build_lm.write_arpa(*build_lm.estimate(build_lm.sentences(["the cat sat", "a dog ran"]), 2), lm)
     tune = subprocess.run(

@@ -9,7 +9,9 @@ import sys
 import numpy as np
 import pytest
 
-from ds2_jax import export, onnx_model, transcribe
+from ds2_jax import audio as audio_lib
+from ds2_jax import export
+from ds2_jax.infer import jax_backend, onnx_backend, onnx_model
 from tests.helpers import CORPUS, ROOT, repo_env
 
 pytest.importorskip("jax2onnx")  # the export extra, part of the test extra
@@ -56,7 +58,7 @@ def smoke(tmp_path_factory) -> tuple[str, str]:
 
 def _batch(paths: list[str]) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
     """(waveforms, <int16>[B, S] zero-padded, <int32>[B] lengths) of the files."""
-    waves = [transcribe.load_audio(p) for p in paths]
+    waves = [audio_lib.read(p, 16_000) for p in paths]
     audio = np.zeros((len(waves), max(map(len, waves))), np.int16)
     for i, w in enumerate(waves):
         audio[i, : len(w)] = w
@@ -68,8 +70,8 @@ def _both_paths(workdir: str, model: str, paths: list[str]):
     from ds2_jax import settings
 
     beam = settings.Decoding(beam_width=0)
-    jax_t = transcribe.Transcriber(workdir, beam, batch_size=4)
-    onnx_t = transcribe.OnnxTranscriber(model, beam, batch_size=4)
+    jax_t = jax_backend.JaxEngine(workdir, beam, batch_size=4)
+    onnx_t = onnx_backend.OnnxEngine(model, beam, batch_size=4)
     waves, audio, lengths = _batch(paths)
     import jax
 
@@ -101,7 +103,7 @@ def test_the_stablehlo_artifact_is_the_whole_model_featurizer_included(smoke):
 
     workdir, model = smoke
     exported = jax.export.deserialize(open(export.stablehlo_path(model), "rb").read())
-    ref = transcribe.Transcriber(workdir)
+    ref = jax_backend.JaxEngine(workdir)
     kw = state.step_kwargs(ref.config)
     for paths in (_flacs(3), _flacs(1)):
         _, audio, lengths = _batch(paths)
@@ -225,3 +227,22 @@ def test_the_readmes_python_runs_without_jax_and_prints_what_transcribe_prints(s
     )
     head, *words = cli.stdout.splitlines()
     assert proc.stdout.splitlines() == [head.split("\t", 1)[1], *(" ".join(w.split("\t")[1:]) for w in words)]
+
+
+def test_an_export_that_cannot_measure_the_delay_says_so_and_never_writes_0(smoke, capsys):
+    """The smoke export had no --delay_audio and no recorded delay: its metadata says 'unmeasured'
+    (read back as None), export says why, and transcribe --model --timestamps warns that its word
+    times are uncorrected."""
+    import jax
+
+    from ds2_jax import state, transcribe, workdir_config
+
+    workdir, model = smoke
+    assert onnx_model.OnnxModel(model).meta.emission_delay_s is None
+    config = workdir_config.load_config(workdir)
+    restored, step = state.restore_state(config, workdir, None)
+    delay, why = export.emission_delay(workdir, config, jax.device_get(restored), step, [])
+    assert delay is None and "--delay_audio" in why
+    capsys.readouterr()
+    assert transcribe.main(["--model", model, "--timestamps", _flacs(1)[0]]) == 0
+    assert "uncorrected" in capsys.readouterr().err

@@ -1244,20 +1244,20 @@ def test_long_audio_is_transcribed_in_windows_with_memory_bounded_by_the_window(
     """A long file runs as overlapping windows (here 3 s, 1 s of context each side): no
     forward pass sees more than a window, the joined outputs have the whole file's frames
     and match a single pass away from the edges; a failing batch fails only its files."""
-    from ds2_jax import transcribe
+    from ds2_jax.infer import engine, jax_backend
 
-    t = transcribe.Transcriber(six_steps[0], batch_size=4)
+    t = jax_backend.JaxEngine(six_steps[0], batch_size=4)
     rng = np.random.default_rng(0)
     long = (rng.standard_normal(16_000 * 11) * 3000).astype(np.int16)  # 11 s
     whole = t.frame_outputs([long])[0]  # one pass (the default window is longer)
-    monkeypatch.setattr(transcribe, "WINDOW_SECONDS", 3.0)
-    monkeypatch.setattr(transcribe, "CONTEXT_SECONDS", 1.0)
+    monkeypatch.setattr(engine, "WINDOW_SECONDS", 3.0)
+    monkeypatch.setattr(engine, "CONTEXT_SECONDS", 1.0)
     shapes = []
     forward = t._forward
     t._forward = lambda audio, lengths: shapes.append(audio.shape) or forward(audio, lengths)
     short = long[: 16_000 * 2]
     windowed, alone = t.frame_outputs([long, short])
-    assert max(s[1] for s in shapes) <= transcribe.PAD_SECONDS * 16_000  # 3 s windows, padded to 4 s
+    assert max(s[1] for s in shapes) <= engine.PAD_SECONDS * 16_000  # 3 s windows, padded to 4 s
     assert windowed.shape == whole.shape and len(t.windows(len(long))) > 3
     assert np.mean(windowed == whole) > 0.98  # greedy ids: 1 s of context each side is plenty here
     np.testing.assert_array_equal(alone, t.frame_outputs([short])[0])

@@ -10,8 +10,10 @@ import jax
 import numpy as np
 import pytest
 
-from ds2_jax import eval_step, export, streaming, transcribe
+from ds2_jax import audio as audio_lib
+from ds2_jax import eval_step, transcribe
 from ds2_jax import state as state_lib
+from ds2_jax.infer import onnx_model, streaming
 from tests.helpers import CORPUS, ROOT, repo_env, tiny_settings
 
 # Streaming runs the same float32 ops per frame, in other shapes: measured max |difference| 7e-7.
@@ -52,7 +54,7 @@ def _whole_file(config, state, audio) -> np.ndarray:
 )
 def test_chunks_of_any_size_give_the_whole_files_log_probs(overrides):
     config, state = _unidirectional(**overrides)
-    audio = transcribe.load_audio(FLAC)
+    audio = audio_lib.read(FLAC, 16_000)
     whole = _whole_file(config, state, audio)
     for chunk in (10240, 1237):  # 640 ms, and one that splits windows and conv strides
         stream = streaming.Stream(config, state)
@@ -64,14 +66,14 @@ def test_chunks_of_any_size_give_the_whole_files_log_probs(overrides):
 
 
 def test_each_frame_comes_once_its_lookahead_has_arrived():
-    """Frame j needs the samples up to its own hop plus export.lookahead_seconds: no earlier (the
+    """Frame j needs the samples up to its own hop plus onnx_model.lookahead_seconds: no earlier (the
     whole-file values could not be known), no later (latency)."""
     config, state = _unidirectional()
     fc = config.features.spectrogram
     stride = 3  # geometry.FIRST_CONV's time stride
-    lookahead = round(export.lookahead_seconds(config) * fc.sample_rate)
+    lookahead = round(onnx_model.lookahead_seconds(config) * fc.sample_rate)
     assert lookahead == (5 + 5 * stride + config.model.row_conv_context * stride) * fc.hop + fc.window - fc.hop
-    audio = transcribe.load_audio(FLAC)
+    audio = audio_lib.read(FLAC, 16_000)
     stream, emitted = streaming.Stream(config, state), 0
     for fed in range(800, 16_000, 800):
         emitted += len(stream.feed(audio[fed - 800 : fed]))
@@ -108,4 +110,8 @@ def test_a_bidirectional_model_is_refused_with_one_error_line(tmp_path):
         timeout=300,
     )
     err = proc.stderr.strip()
-    assert proc.returncode == 1 and err.startswith("error: --stream needs a unidirectional model") and "\n" not in err
+    assert (
+        proc.returncode == 1
+        and err.startswith("error: --stream: streaming needs a unidirectional model")
+        and "\n" not in err
+    )

@@ -10,7 +10,9 @@ import json
 import numpy as np
 import pytest
 
-from ds2_jax import decoding, export, layout, onnx_model, settings, text, timing
+from ds2_jax import decoding, export, layout, settings, text, timing
+from ds2_jax.infer import delay as delay_lib
+from ds2_jax.infer import onnx_model
 
 RATE = 16_000
 FRAME = 0.03
@@ -41,11 +43,11 @@ class _Paths:
 
 
 def test_speech_onset_is_the_first_sample_above_two_percent_of_the_peak():
-    assert timing.speech_onset(_wave(0.25), RATE) == pytest.approx(0.25, abs=2 / RATE)
+    assert delay_lib.speech_onset(_wave(0.25), RATE) == pytest.approx(0.25, abs=2 / RATE)
     quiet = _wave(0.1)
     quiet[800] = 50  # under 2% of the 3000 peak: not speech
-    assert timing.speech_onset(quiet, RATE) == pytest.approx(0.1, abs=2 / RATE)
-    assert timing.speech_onset(np.zeros(RATE, np.int16), RATE) is None
+    assert delay_lib.speech_onset(quiet, RATE) == pytest.approx(0.1, abs=2 / RATE)
+    assert delay_lib.speech_onset(np.zeros(RATE, np.int16), RATE) is None
 
 
 def test_delay_is_the_median_lag_of_first_words_after_a_lead_in_of_silence():
@@ -61,9 +63,9 @@ def test_delay_is_the_median_lag_of_first_words_after_a_lead_in_of_silence():
         _path("_" * 12),  # no word: left out
         RuntimeError("a failed batch"),
     ]
-    delay, count = timing.emission_delay(_Paths(outputs), waves)
+    delay, count = delay_lib.emission_delay(_Paths(outputs), waves)
     assert count == 3 and delay == pytest.approx(0.14, abs=2 / RATE)  # the median (the mean: 0.15); onsets to a sample
-    assert timing.emission_delay(_Paths([_path("__")]), [_wave(0.2)]) == (0.0, 0)
+    assert delay_lib.emission_delay(_Paths([_path("__")]), [_wave(0.2)]) == (0.0, 0)
 
 
 def test_word_times_move_earlier_by_the_delay_and_never_before_zero():
@@ -77,18 +79,24 @@ def test_word_times_move_earlier_by_the_delay_and_never_before_zero():
     assert all(w.start == 0.0 and w.end == 0.0 for w in early)
 
 
-def test_the_export_carries_the_delay_and_an_older_export_reads_as_none():
+def test_the_export_carries_the_delay_and_an_unmeasured_or_older_export_reads_as_none():
+    """A delay the export could not measure is written 'unmeasured', never 0: a runner reads None
+    (word times uncorrected, and it says so), as it does for an export from before the key."""
     props = export.metadata(settings.Settings(), 7, emission_delay_s=0.0625)
     assert onnx_model.MetaData.of(props, "x.onnx").emission_delay_s == 0.0625
+    assert onnx_model.MetaData.of(props, "x.onnx").props() == props  # one spelling of the keys, both ways
+    unmeasured = export.metadata(settings.Settings(), 7, emission_delay_s=None)
+    assert unmeasured["ds2_jax.emission_delay_s"] == onnx_model.UNMEASURED
+    assert onnx_model.MetaData.of(unmeasured, "x.onnx").emission_delay_s is None
     older = {k: v for k, v in props.items() if k != "ds2_jax.emission_delay_s"}
-    assert onnx_model.MetaData.of(older, "x.onnx").emission_delay_s == 0.0
+    assert onnx_model.MetaData.of(older, "x.onnx").emission_delay_s is None
 
 
 def test_a_recorded_delay_is_per_checkpoint_step(tmp_path):
     (tmp_path / layout.TIMING).write_text('{"120": {"emission_delay_s": 0.09, "utterances": 5, "split": "dev"}}')
-    assert timing.recorded(str(tmp_path), 120) == 0.09
-    assert timing.recorded(str(tmp_path), 160) is None  # another checkpoint: measured again
-    assert timing.recorded(str(tmp_path / "elsewhere"), 120) is None
+    assert delay_lib.recorded(str(tmp_path), 120) == 0.09
+    assert delay_lib.recorded(str(tmp_path), 160) is None  # another checkpoint: measured again
+    assert delay_lib.recorded(str(tmp_path / "elsewhere"), 120) is None
 
 
 def test_two_checkpoints_delays_both_survive_in_timing_json(tmp_path, monkeypatch):
@@ -98,12 +106,12 @@ def test_two_checkpoints_delays_both_survive_in_timing_json(tmp_path, monkeypatc
 
     delays = {120: 0.09, 160: 0.06}
     monkeypatch.setattr(timing, "eval_split_waveforms", lambda config: ("dev", ["w"] * 5))
-    monkeypatch.setattr(timing, "emission_delay", lambda transcriber, waves: (delays[transcriber.step], len(waves)))
+    monkeypatch.setattr(delay_lib, "emission_delay", lambda engine, waves: (delays[engine.step], len(waves)))
     for step in delays:
         assert timing.delay_of_workdir(str(tmp_path), SimpleNamespace(step=step, config=None)) == delays[step]
     table = json.loads((tmp_path / layout.TIMING).read_text())
     assert table == {str(s): {"emission_delay_s": d, "utterances": 5, "split": "dev"} for s, d in delays.items()}
-    assert [timing.recorded(str(tmp_path), s) for s in delays] == list(delays.values())
+    assert [delay_lib.recorded(str(tmp_path), s) for s in delays] == list(delays.values())
 
 
 @pytest.mark.parametrize(
@@ -152,7 +160,7 @@ def test_every_export_metadata_field_round_trips_at_non_default_values(changes, 
         "num_conv_layers": mc.num_conv_layers,
         "frame_seconds": spec.hop * geometry.FIRST_CONV.strides[0] / spec.sample_rate,
         "bidirectional": mc.bidirectional,
-        "lookahead_seconds": export.lookahead_seconds(config),
+        "lookahead_seconds": onnx_model.lookahead_seconds(config),
         "step": step,
         "emission_delay_s": delay,
     }

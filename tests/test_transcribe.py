@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 import soundfile
 
+from ds2_jax import audio as audio_lib
 from ds2_jax import errors, settings, transcribe
+from ds2_jax.infer import jax_backend
 from tests.helpers import CORPUS
 
 TEST_CLEAN = os.path.join(CORPUS, "LibriSpeech", "test-clean")
@@ -31,16 +33,16 @@ def test_load_audio_downmixes_resamples_and_keeps_16k_int16_exact(tmp_path):
     flac, _ = _utterances(1)[0]
     audio, rate = soundfile.read(flac, dtype="int16")
     assert rate == 16_000
-    np.testing.assert_array_equal(transcribe.load_audio(flac), audio)
+    np.testing.assert_array_equal(audio_lib.read(flac, 16_000), audio)
     wav = str(tmp_path / "a.wav")
     soundfile.write(wav, audio, rate)
-    np.testing.assert_array_equal(transcribe.load_audio(wav), audio)
+    np.testing.assert_array_equal(audio_lib.read(wav, 16_000), audio)
     stereo = str(tmp_path / "stereo.flac")
     soundfile.write(stereo, np.stack([audio, np.zeros_like(audio)], 1), rate)
-    np.testing.assert_allclose(transcribe.load_audio(stereo), audio / 2, atol=1)  # channel mean
+    np.testing.assert_allclose(audio_lib.read(stereo, 16_000), audio / 2, atol=1)  # channel mean
     low = str(tmp_path / "8k.wav")
     soundfile.write(low, audio[::2], 8_000)  # not band-limited; only the length matters here
-    assert abs(len(transcribe.load_audio(low)) - len(audio)) <= 2
+    assert abs(len(audio_lib.read(low, 16_000)) - len(audio)) <= 2
 
 
 def _cer(ref: str, hyp: str) -> float:
@@ -66,7 +68,7 @@ def test_transcribes_wav_flac_8k_44k_stereo_and_reports_a_bad_file(trained, tmp_
     }
     soundfile.write(files["wav"], audio, rate, subtype="PCM_16")
     soundfile.write(files["8k"], soxr.resample(audio, rate, 8_000), 8_000, subtype="PCM_16")
-    soundfile.write(files["8k_as_16k"], transcribe.load_audio(files["8k"]), 16_000, subtype="PCM_16")
+    soundfile.write(files["8k_as_16k"], audio_lib.read(files["8k"], 16_000), 16_000, subtype="PCM_16")
     audio2, _ = soundfile.read(flac2, dtype="float32")
     up = soxr.resample(audio2, rate, 44_100)
     soundfile.write(files["44k_stereo"], np.stack([up, up], 1), 44_100, subtype="PCM_16")
@@ -125,7 +127,7 @@ def test_missing_empty_and_undecodable_files_say_what_is_wrong(tmp_path):
         (no_frames, "no samples"),
     ]:
         with pytest.raises(errors.AudioError, match=reason.replace("(", "\\(").replace(")", "\\)")):
-            transcribe.load_audio(str(path))
+            audio_lib.read(str(path), 16_000)
 
 
 def test_audio_below_16k_is_resampled_with_a_warning(tmp_path, caplog):
@@ -133,14 +135,14 @@ def test_audio_below_16k_is_resampled_with_a_warning(tmp_path, caplog):
     low = str(tmp_path / "8k.wav")
     soundfile.write(low, np.zeros(8000, np.int16), 8_000)
     with caplog.at_level("WARNING", logger="ds2_jax"):
-        audio = transcribe.load_audio(low)
+        audio = audio_lib.read(low, 16_000)
     assert len(audio) == 16_000
     assert f"{low}: 8000 Hz audio resampled to 16000 Hz; the model was trained on 16000 Hz" in caplog.text
     caplog.clear()
     high = str(tmp_path / "44k.wav")
     soundfile.write(high, np.zeros(44_100, np.int16), 44_100)
     with caplog.at_level("WARNING", logger="ds2_jax"):
-        transcribe.load_audio(high)
+        audio_lib.read(high, 16_000)
     assert caplog.text == ""  # downsampling loses nothing the model uses
 
 
@@ -153,11 +155,11 @@ def test_a_long_file_is_read_block_by_block_like_in_one_piece(tmp_path, monkeypa
     wav16, wav44 = str(tmp_path / "16k.wav"), str(tmp_path / "44k.wav")
     soundfile.write(wav16, audio, 16_000)
     soundfile.write(wav44, np.repeat(audio, 3, axis=0)[: 44_100 * 3], 44_100)
-    whole16, whole44 = transcribe.load_audio(wav16), transcribe.load_audio(wav44)
-    monkeypatch.setattr(transcribe, "READ_BLOCK_SECONDS", 0.25)
-    np.testing.assert_array_equal(transcribe.load_audio(wav16), whole16)
+    whole16, whole44 = audio_lib.read(wav16, 16_000), audio_lib.read(wav44, 16_000)
+    monkeypatch.setattr(audio_lib, "READ_BLOCK_SECONDS", 0.25)
+    np.testing.assert_array_equal(audio_lib.read(wav16, 16_000), whole16)
     tracemalloc.start()
-    blocks44 = transcribe.load_audio(wav44)
+    blocks44 = audio_lib.read(wav44, 16_000)
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     assert peak < 44_100 * 3 * 2 * 4 / 2, peak  # under half the file as float32 channels
@@ -367,8 +369,8 @@ def test_first_word_starts_within_one_output_frame_of_the_speech_onset(trained):
     known start here: silence put between words or utterances is unlike the demo's training
     data, and its 160-step model then emits phantom words.)"""
     paths = [p for p, _ in _utterances(39)][::3]
-    waves = [transcribe.load_audio(p) for p in paths]
-    transcriber = transcribe.Transcriber(trained.workdir, settings.Decoding(beam_width=0))
+    waves = [audio_lib.read(p, 16_000) for p in paths]
+    transcriber = jax_backend.JaxEngine(trained.workdir, settings.Decoding(beam_width=0))
     frame = transcriber.frame_seconds
     for wave, result in zip(waves, transcriber.transcribe_timed(waves)):
         text, timed = result

@@ -17,6 +17,8 @@ import pytest
 import soundfile
 
 from ds2_jax import layout, settings, timing, train, transcribe
+from ds2_jax.infer import delay as delay_lib
+from ds2_jax.infer import jax_backend
 from tests.helpers import tiny_config
 
 RATE = 16_000
@@ -114,14 +116,14 @@ def test_every_words_start_is_within_one_output_frame_of_the_truth(tone_model, t
     (hop or stride), a start taken from the wrong letter or word, a shift growing along the file or
     a wrong or missing delay all land outside."""
     rows = _write_manifest(str(tmp_path), "test", 24, seed=2)
-    transcriber = transcribe.Transcriber(tone_model, settings.Decoding(beam_width=0))
+    transcriber = jax_backend.JaxEngine(tone_model, settings.Decoding(beam_width=0))
     frame = transcriber.frame_seconds
     assert frame == pytest.approx(0.03)  # hop 10 ms x the first conv's stride of 3
     delay = timing.delay_of_workdir(tone_model, transcriber)
     assert 0.5 * frame < delay < 5 * frame  # late, by less than its receptive field
     with open(os.path.join(tone_model, layout.TIMING)) as f:
         assert json.load(f)[str(transcriber.step)]["utterances"] == 16  # the eval split ("dev"), each once
-    monkeypatch.setattr(timing, "emission_delay", lambda *a: pytest.fail("measured again, not read"))
+    monkeypatch.setattr(delay_lib, "emission_delay", lambda *a: pytest.fail("measured again, not read"))
     assert timing.delay_of_workdir(tone_model, transcriber) == delay
     transcriber.emission_delay = delay
     waves = [soundfile.read(os.path.join(tmp_path, r["audio_filepath"]), dtype="int16")[0] for r in rows]
@@ -150,14 +152,17 @@ def test_every_words_start_is_within_one_output_frame_of_the_truth(tone_model, t
 
 @pytest.mark.slow
 def test_the_export_carries_the_delay_and_its_runner_times_words_alike(tone_model, tmp_path, capsys):
-    """export writes the checkpoint's emission delay into the ONNX metadata (measured there if
-    transcribe never ran), and `transcribe --model --timestamps` prints the JAX path's word times."""
+    """export measures the emission delay on the --delay_audio it is given, records it for the step and
+    writes it into the ONNX metadata; `transcribe --model --timestamps` prints the JAX path's word times."""
     pytest.importorskip("jax2onnx")
-    from ds2_jax import export, onnx_model
+    from ds2_jax import export
+    from ds2_jax.infer import onnx_model
 
     out = str(tmp_path / "tones.onnx")
-    assert export.main(["--workdir", tone_model, "--out", out]) == 0
-    recorded = timing.recorded(tone_model, transcribe.Transcriber(tone_model, settings.Decoding(beam_width=0)).step)
+    heard = [os.path.join(tmp_path, r["audio_filepath"]) for r in _write_manifest(str(tmp_path), "dev", 8, seed=4)]
+    assert export.main(["--workdir", tone_model, "--out", out, "--delay_audio", ",".join(heard)]) == 0
+    assert "emission delay" in capsys.readouterr().err
+    recorded = delay_lib.recorded(tone_model, jax_backend.JaxEngine(tone_model, settings.Decoding(beam_width=0)).step)
     assert recorded is not None and onnx_model.OnnxModel(out).meta.emission_delay_s == recorded > 0
     rows = _write_manifest(str(tmp_path), "test", 2, seed=3)
     paths = [os.path.join(tmp_path, r["audio_filepath"]) for r in rows]

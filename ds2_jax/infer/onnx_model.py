@@ -7,7 +7,8 @@ the transcribe path through it import no jax, so an application needs neither ja
 
 The graph takes the log spectrogram; `log_spectrogram` computes it in numpy, as
 features.log_spectrogram does in jnp, with the constants of the file's metadata (the ds2_jax.*
-keys, `MetaData`), which also say how to read its frames.
+keys, `MetaData`), which also say how to read its frames. MetaData is the one spelling of those
+keys: export writes `MetaData.of_config(...).props()`, a runner reads `MetaData.of(props)`.
 """
 
 from __future__ import annotations
@@ -17,12 +18,28 @@ import os
 
 import numpy as np
 
-from ds2_jax import text
+from ds2_jax import geometry, settings, text
 
 FORMAT_KEY = "ds2_jax.format"
 FORMAT = "1"
 INPUTS = ("spectrogram", "frames")
 OUTPUTS = ("log_probs", "lengths")
+PREFIX = "ds2_jax."
+# The value of ds2_jax.emission_delay_s in a file whose export could not measure the delay.
+UNMEASURED = "unmeasured"
+
+
+def lookahead_seconds(config: settings.Settings) -> float:
+    """How far past an output frame's own audio its value looks (unidirectional models; a
+    bidirectional one sees the whole file): the analysis window beyond its hop, each conv's right
+    padding, and the row convolution's context."""
+    fc, mc = config.features.spectrogram, config.model
+    frames, spacing = 0, 1  # lookahead in spectrogram frames; spectrogram frames per layer input frame
+    for spec in geometry.conv_specs(mc.num_conv_layers):
+        frames += spec.padding[0] * spacing
+        spacing *= spec.strides[0]
+    frames += mc.row_conv_context * spacing
+    return (frames * fc.hop + fc.window - fc.hop) / fc.sample_rate
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,7 +56,46 @@ class MetaData:
     bidirectional: bool
     lookahead_seconds: float
     step: int
-    emission_delay_s: float = 0.0  # subtracted from word times (ds2_jax.timing); 0 in exports before it
+    # Subtracted from word times (ds2_jax.infer.delay); None where the export could not measure it
+    # (the file says UNMEASURED) or predates it: word times are then uncorrected, and a runner says so.
+    emission_delay_s: float | None = None
+
+    @classmethod
+    def of_config(cls, config: settings.Settings, step: int, emission_delay_s: float | None) -> "MetaData":
+        """The metadata of a model trained with `config` at checkpoint `step`."""
+        fc, mc = config.features.spectrogram, config.model
+        return cls(
+            alphabet=text.Alphabet.of_setting(mc.alphabet),
+            sample_rate=fc.sample_rate,
+            hop=fc.hop,
+            window=fc.window,
+            eps=fc.eps,
+            num_conv_layers=mc.num_conv_layers,
+            frame_seconds=fc.hop * geometry.FIRST_CONV.strides[0] / fc.sample_rate,
+            bidirectional=mc.bidirectional,
+            lookahead_seconds=lookahead_seconds(config),
+            step=step,
+            emission_delay_s=emission_delay_s,
+        )
+
+    def props(self) -> dict[str, str]:
+        """The file's ds2_jax keys, as strings (`of` reads them back)."""
+        delay = UNMEASURED if self.emission_delay_s is None else repr(float(self.emission_delay_s))
+        values = {
+            "format": FORMAT,
+            "alphabet": self.alphabet.setting,
+            "sample_rate": str(self.sample_rate),
+            "hop": str(self.hop),
+            "window": str(self.window),
+            "eps": repr(self.eps),
+            "num_conv_layers": str(self.num_conv_layers),
+            "frame_seconds": repr(self.frame_seconds),
+            "bidirectional": str(self.bidirectional).lower(),
+            "lookahead_seconds": repr(self.lookahead_seconds),
+            "step": str(self.step),
+            "emission_delay_s": delay,
+        }
+        return {PREFIX + k: v for k, v in values.items()}
 
     @classmethod
     def of(cls, props: dict[str, str], path: str) -> "MetaData":
@@ -64,12 +120,16 @@ class MetaData:
                 bidirectional=props["ds2_jax.bidirectional"] == "true",
                 lookahead_seconds=float(props["ds2_jax.lookahead_seconds"]),
                 step=int(props["ds2_jax.step"]),
-                emission_delay_s=float(props.get("ds2_jax.emission_delay_s", "0")),
+                emission_delay_s=_delay(props.get("ds2_jax.emission_delay_s", UNMEASURED)),
             )
         except (KeyError, ValueError) as e:
             raise ValueError(
                 f"{path}: a ds2_jax export with damaged metadata ({type(e).__name__}: {e}); export it again"
             ) from e
+
+
+def _delay(value: str) -> float | None:
+    return None if value == UNMEASURED else float(value)
 
 
 def log_spectrogram(audio: np.ndarray, meta: MetaData) -> np.ndarray:
@@ -118,7 +178,7 @@ class OnnxModel:
     def decoder_inputs(self, audio: np.ndarray, audio_lengths: np.ndarray) -> dict[str, np.ndarray]:
         """{'log_probs': <float32>[B, T, vocab], 'ids': <int32>[B, T] argmax path, 'lengths': <int32>[B]}
         of <int16>[B, S] zero-padded waveforms (S >= one window) and their <int32>[B] lengths: what
-        greedy and beam decoding read (as eval_step.infer's)."""
+        greedy and beam decoding read (as ds2_jax.forward.infer's)."""
         spectrogram = log_spectrogram(audio, self.meta)
         frames = num_frames(audio_lengths, self.meta).astype(np.int32)
         log_probs, lengths = self.session.run(list(OUTPUTS), {INPUTS[0]: spectrogram, INPUTS[1]: frames})

@@ -27,17 +27,14 @@ import numpy as np
 
 from ds2_jax import features, geometry, model, settings
 from ds2_jax.activation import clipped_relu
+from ds2_jax.infer import engine
 from ds2_jax.rnn import reference
 
 
 def refuse_bidirectional(config: settings.Settings) -> None:
-    """A ValueError saying why a bidirectional model cannot stream."""
+    """An engine.StreamingRefused saying why a bidirectional model cannot stream."""
     if config.model.bidirectional:
-        raise ValueError(
-            "--stream needs a unidirectional model (model.bidirectional=False, with its row-convolution "
-            "lookahead): this one is bidirectional, and its backward RNN starts from the end of each "
-            "utterance, so nothing is known before the audio ends; transcribe whole files instead"
-        )
+        raise engine.StreamingRefused(engine.REFUSAL)
 
 
 # The compute of each stage, compiled once per input shape (a fixed chunk size gives a few);
