@@ -1984,6 +1984,23 @@ MUTATIONS = [
         ("tests/test_timing.py::test_the_export_carries_the_delay_and_an_unmeasured_or_older_export_reads_as_none",),
         "an export that could not measure the emission delay writes 0: word times silently uncorrected",
     ),
+    # ---- issue 52, by property: every boundary at equality (the CTC check of each builder)
+    Mutation(
+        "librispeech_build_needs_a_spare_frame",
+        "ds2_jax/datasets/librispeech_local.py",
+        "if out_frames < geometry.ctc_min_frames(labels):",
+        "if out_frames <= geometry.ctc_min_frames(labels):",
+        ("tests/test_datasets.py::test_each_builder_keeps_an_utterance_whose_frames_equal_what_its_labels_need",),
+        "the LibriSpeech build skips an utterance whose frames are exactly what its labels need",
+    ),
+    Mutation(
+        "manifest_build_ignores_repeats",
+        "ds2_jax/datasets/shards.py",
+        "if frames < geometry.ctc_min_frames(labels):",
+        "if frames < len(labels):",
+        ("tests/test_datasets.py::test_each_builder_keeps_an_utterance_whose_frames_equal_what_its_labels_need",),
+        "the manifest build keeps a transcript with repeats that its frames cannot emit (no blank between)",
+    ),
 ]
 
 

@@ -1,12 +1,13 @@
 """librispeech_local: every bad input is skipped with its counted reason, tree and tar alike."""
 
+import dataclasses
 import json
 import os
 
 import numpy as np
 import pytest
 
-from ds2_jax import errors
+from ds2_jax import errors, settings
 from ds2_jax.datasets import build, kept_splits, librispeech_local
 from tests import librispeech_testdata as td
 
@@ -405,3 +406,64 @@ def test_a_kept_split_of_several_shards_comes_back_in_its_order(tmp_path, monkey
         return [source[i]["id"] for i in range(len(source))]
 
     assert ids(again) == ids(whole)
+
+
+# ----------------------------------------------------------------------------- feasibility at equality, each builder
+
+
+def _samples_for_frames(frames: int) -> int:
+    """The fewest samples whose 2-conv model output has `frames` frames (the builders' CTC check)."""
+    from ds2_jax import geometry
+
+    n = 0
+    while geometry.output_frames(geometry.num_frames(n), 2) < frames:
+        n += 16
+    while n > 0 and geometry.output_frames(geometry.num_frames(n - 1), 2) >= frames:
+        n -= 1
+    return n
+
+
+@pytest.mark.parametrize("builder", ["librispeech_local", "manifest"])
+def test_each_builder_keeps_an_utterance_whose_frames_equal_what_its_labels_need(tmp_path, builder):
+    """The build-time CTC check of each builder at equality: frames exactly what the labels need (one
+    per label, one more per repeat) are kept; one frame fewer is a counted ctc_infeasible skip."""
+    import soundfile
+
+    from ds2_jax import geometry, text
+    from ds2_jax.datasets import build, manifest
+    from ds2_jax.pipeline.source import DataSettings
+
+    cases = []  # (id, samples, transcript, kept)
+    for k, transcript in enumerate(["abcdefghij", "aabbcc ddee"]):  # 10 labels; 11 labels + 4 repeats
+        need = geometry.ctc_min_frames(text.encode(transcript))
+        n = _samples_for_frames(need)
+        assert geometry.output_frames(geometry.num_frames(n - 1), 2) == need - 1
+        cases += [(f"1-10-{2 * k:04d}", n, transcript, True), (f"1-10-{2 * k + 1:04d}", n - 1, transcript, False)]
+    manual = tmp_path / "manual"
+    if builder == "librispeech_local":
+        td.write_chapter(
+            str(manual / "LibriSpeech" / "train-clean-100"),
+            1,
+            10,
+            {f"{i}.flac": td.flac_bytes(td.tone(n)) for i, n, _, _ in cases},
+            "".join(f"{i} {t.upper()}\n" for i, _, t, _ in cases).encode(),
+        )
+        prepared = build.build(str(manual), str(tmp_path / "tfds"), "librispeech_local")
+        split = "train_clean_100"
+        report = json.load(open(librispeech_local.report_path(os.fspath(prepared.data_dir), split)))
+    else:
+        (manual / "clips").mkdir(parents=True)
+        for i, n, _, _ in cases:
+            soundfile.write(str(manual / "clips" / f"{i}.wav"), td.tone(n), td.RATE, subtype="PCM_16")
+        (manual / "train.tsv").write_text("path\tsentence\n" + "".join(f"clips/{i}.wav\t{t}\n" for i, _, t, _ in cases))
+        config = settings.override(
+            settings.Settings(),
+            {"dataset.name": "manifest", "dataset.manual_dir": str(manual), "dataset.train_splits": "train"},
+        )
+        options = manifest.Options.of(DataSettings.of(config).dataset, config.features.spectrogram)
+        options = dataclasses.replace(options, workers=0, alphabet_min_count=1)
+        prepared = build.build(str(manual), str(tmp_path / "tfds"), "manifest", options)
+        split = "train"
+        report = json.load(open(manifest.report_path(os.fspath(prepared.data_dir), split)))
+    assert prepared.info.splits[split].num_examples == 2, report
+    assert report["kept"] == 2 and report["skipped"]["ctc_infeasible"] == 2, report
