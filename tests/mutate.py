@@ -1879,7 +1879,7 @@ MUTATIONS = [
     ),
     Mutation(
         "timing_table_rewritten",
-        "ds2_jax/timing.py",
+        "ds2_jax/infer/delay.py",
         "        if os.path.exists(path):\n            with open(path) as f:\n                table = json.load(f)\n",
         "",
         ("tests/test_timing.py::test_two_checkpoints_delays_both_survive_in_timing_json",),
@@ -1887,9 +1887,9 @@ MUTATIONS = [
     ),
     Mutation(
         "export_window_as_two_hops",
-        "ds2_jax/export.py",
-        '"ds2_jax.window": str(fc.window),',
-        '"ds2_jax.window": str(2 * fc.hop),',
+        "ds2_jax/infer/onnx_model.py",
+        "            window=fc.window,",
+        "            window=2 * fc.hop,",
         ("tests/test_timing.py::test_every_export_metadata_field_round_trips_at_non_default_values",),
         "the export records the window as two hops (true at the default 20/10 ms only)",
     ),
