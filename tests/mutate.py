@@ -1539,6 +1539,14 @@ MUTATIONS = [
         ("tests/test_manifest.py::test_the_build_command_reads_the_settings_a_training_run_reads",),
         "ds2-build resamples to the default rate whatever --config.features.sample_rate says",
     ),
+    Mutation(
+        "build_config_file_ignored",
+        "ds2_jax/datasets/build.py",
+        '            path = a.split("=", 1)[1]\n',
+        "            pass\n",
+        ("tests/test_manifest.py::test_the_build_command_reads_a_training_config_file_and_its_overrides",),
+        "ds2-build --config=FILE builds the defaults, not what the file's training run reads",
+    ),
     # ---- issue 52: the two classes that survived two audits (the order of an epoch, per-split results)
     Mutation(
         "epoch_order_repeats_after_the_second",

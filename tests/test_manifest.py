@@ -866,6 +866,30 @@ def test_the_build_command_reads_the_settings_a_training_run_reads():
     assert [f.name for f in dataclasses.fields(got) if getattr(got, f.name) == getattr(default, f.name)] == []
 
 
+def test_the_build_command_reads_a_training_config_file_and_its_overrides():
+    """ds2-build --config=FILE builds what launch.py --config=FILE trains on; a missing file or a
+    config of data that needs no build is one `error:` line, exit 2."""
+    from configs import tiny_es
+
+    file = os.path.join(ROOT, "configs", "tiny_es.py")
+    built = build.settings_of_argv([f"--config={file}", "--config.features.sample_rate=8000"])
+    trained = settings.override(settings.from_config_dict(tiny_es.get_config()), {"features.sample_rate": 8000})
+    assert built == trained and built.dataset.name == "manifest" and built.model.rnn_cell == "gru"
+    for argv, message in (
+        (["--config=configs/tiny_ess.py"], "no such file; did you mean configs/tiny_es.py"),
+        (["--config", "configs/smoke.py", "--config.dataset.manual_dir=x"], "the build prepares librispeech_local"),
+    ):
+        proc = subprocess.run(
+            [sys.executable, "-m", "ds2_jax.datasets.build", *argv],
+            cwd=ROOT,
+            env=repo_env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert proc.returncode == 2 and message in proc.stderr and len(proc.stderr.splitlines()) == 1, proc.stderr
+
+
 # ----------------------------------------------------------------------------- a real-shaped Common Voice release
 
 

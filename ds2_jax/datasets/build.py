@@ -1,13 +1,14 @@
 """Builds `librispeech_local` or `manifest` from a manual dir and prints what was kept and skipped.
 
     python -m ds2_jax.datasets.build --config.dataset.manual_dir=DIR [--config.dataset.data_dir=D]
+    python -m ds2_jax.datasets.build --config=configs/tiny_es.py [--config.KEY=VALUE ...]  # as training reads it
     python -m ds2_jax.datasets.build --config.dataset.name=manifest --config.dataset.manual_dir=DIR
         --config.dataset.train_splits=train [--config.dataset.data_dir=D] [--config.dataset.vocabulary=V]
         [--config.features.sample_rate=16000] [--config.dataset.build_workers=-1] [--config.dataset.KEY=VALUE ...]
 
 The build reads the settings a training run reads (ds2_jax/settings.py), from the same
-`--config.dataset.*` and `--config.features.sample_rate` flags, over the defaults (its
-dataset.name: librispeech_local). DIR holds LibriSpeech/<split>/... or <split>.tar.gz (see
+`--config=FILE` and `--config.dataset.*` / `--config.features.sample_rate` flags (without a
+FILE: the defaults, dataset.name librispeech_local). DIR holds LibriSpeech/<split>/... or <split>.tar.gz (see
 librispeech_local.py), or, with dataset.name=manifest, <split>.tsv/.csv/.jsonl/.json manifests
 (see manifest.py); D is the tfds data dir ('' = tfds default, ~/tensorflow_datasets).
 Splits already built are kept: delete D/<name> to rebuild. A librispeech_local build that
@@ -419,31 +420,56 @@ def summary(report: dict) -> str:
 
 
 def command(name: str, manual_dir: str, data_dir: str) -> str:
-    """The build's command line for dataset `name` (add the run's other --config.dataset.* flags)."""
+    """The build's command line for dataset `name` (with a run's --config=FILE and other flags, it
+    builds what that run reads)."""
     return (
         f"python -m ds2_jax.datasets.build --config.dataset.name={name} "
         f"--config.dataset.manual_dir={manual_dir or 'DIR'} --config.dataset.data_dir={data_dir or 'D'}"
     )
 
 
-def build_defaults():
-    """The ConfigDict the build's --config.* flags override: every setting's default, dataset.name
-    librispeech_local (synthetic data needs no build)."""
-    from ds2_jax import settings
+def _config_file(argv: list[str]) -> tuple[str | None, list[str]]:
+    """(the FILE of --config=FILE in argv or None, argv without it)."""
+    path, rest, args = None, [], iter(argv)
+    for a in args:
+        if a.startswith("--config="):
+            path = a.split("=", 1)[1]
+        elif a == "--config":
+            path = next(args, None)
+        else:
+            rest.append(a)
+    return path, rest
 
-    config = settings.to_config_dict()
-    config.dataset.name = NAMES[0]
-    return config
+
+def build_defaults(config_file: str | None = None):
+    """The ConfigDict the build's --config.* flags override: a config file's get_config() (FILE[:ARG],
+    as launch.py reads it), else every setting's default with dataset.name librispeech_local
+    (synthetic data needs no build)."""
+    import importlib.util
+
+    from ds2_jax import cli, settings
+
+    if not config_file:
+        config = settings.to_config_dict()
+        config.dataset.name = NAMES[0]
+        return config
+    path, _, arg = config_file.partition(":")
+    if message := cli.missing_config_file_message("config", config_file):
+        cli.usage_error(message)
+    spec = importlib.util.spec_from_file_location("_ds2_build_config", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.get_config(*([arg] if arg else []))
 
 
-def define_flags(fv, argv: list[str]) -> None:
+def define_flags(fv, argv: list[str], config_file: str | None = None) -> None:
     """--config.KEY=VALUE for every setting, as a training run takes them (ml_collections config
-    flags over build_defaults()); `argv`: the arguments the flags are parsed from."""
+    flags over build_defaults(config_file)); `argv`: the arguments the flags are parsed from."""
     from ml_collections import config_flags
 
     from ds2_jax import cli
 
-    defaults = build_defaults()
+    defaults = build_defaults(config_file)
     try:
         config_flags.DEFINE_config_dict(
             "config",
@@ -464,7 +490,8 @@ def settings_of_argv(argv: list[str]):
     usage error (exit 2); a bad value a ValueError naming the setting."""
     from ds2_jax import cli, settings
 
-    args, _ = cli.parse_args(argv, lambda fv: define_flags(fv, argv), __doc__)
+    config_file, argv = _config_file(argv)
+    args, _ = cli.parse_args(argv, lambda fv: define_flags(fv, argv, config_file), __doc__)
     config_dict = args.config
     if config_dict.dataset.name not in NAMES:
         cli.usage_error(

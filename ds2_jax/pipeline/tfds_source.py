@@ -271,8 +271,8 @@ def _open_builder(data: DataSettings, sharding: Sharding):
             if sharding.process_count > 1:
                 raise RuntimeError(
                     f"{d.name} is not prepared in dataset.data_dir={d.data_dir!r}; with "
-                    f"several processes, build it first: {build.command(d.name, d.manual_dir, d.data_dir)}, with this "
-                    "run's other --config.dataset.* flags"
+                    f"several processes, build it first: {build.command(d.name, d.manual_dir, d.data_dir)} "
+                    "with this run's --config=FILE and other --config.* flags"
                 )
             logging.info("building %s from dataset.manual_dir=%r", d.name, d.manual_dir)
             builder = build.build(d.manual_dir, d.data_dir, d.name, options)
