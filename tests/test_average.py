@@ -67,7 +67,7 @@ def test_the_average_of_two_checkpoints_is_their_arithmetic_mean(run, tmp_path):
 
 
 def test_the_averaged_workdir_evaluates_and_transcribes_like_any_other(run, tmp_path):
-    from ds2_jax.transcribe import Transcriber
+    from ds2_jax import infer
 
     config, workdir = run
     out = str(tmp_path / "avg")
@@ -75,7 +75,7 @@ def test_the_averaged_workdir_evaluates_and_transcribes_like_any_other(run, tmp_
     result = evaluation.evaluate_splits(config, out)[config.dataset.eval_split]
     assert result["utterances"] == 4 and np.isfinite(result["loss"])
     waveform = (np.sin(np.arange(8000) / 5.0) * 4000).astype(np.int16)
-    texts = Transcriber(out, config=settings.choosing_weights(config, True)).transcribe([waveform])
+    texts = infer.open_engine(workdir=out, config=settings.choosing_weights(config, True)).transcribe([waveform])
     assert len(texts) == 1 and isinstance(texts[0], str)
 
 

@@ -107,9 +107,9 @@ def test_the_average_is_checkpointed_and_resumed_exactly(runs):
 
 
 def test_eval_transcribe_and_export_take_the_average_unless_told_not_to(runs):
-    """restore_state (eval, transcribe's Transcriber, export, fine-tuning) gives the EMA as params by default;
+    """restore_state (eval, transcribe's engine, export, fine-tuning) gives the EMA as params by default;
     --noema_weights (eval.ema_weights=False) the trained ones; the in-training eval scored the EMA."""
-    from ds2_jax.transcribe import Transcriber
+    from ds2_jax import infer
 
     config, straight, _ = runs
     ema, _ = state_lib.restore_state(config, straight)
@@ -118,7 +118,7 @@ def test_eval_transcribe_and_export_take_the_average_unless_told_not_to(runs):
         np.testing.assert_array_equal(x, y)
     assert max(np.abs(x - y).max() for x, y in zip(leaves(ema.params), leaves(raw.params))) > 1e-5
     for flag, want in ((True, raw.ema_params), (False, raw.params)):
-        t = Transcriber(straight, config=settings.choosing_weights(config, flag))
+        t = infer.open_engine(workdir=straight, config=settings.choosing_weights(config, flag))
         for x, y in zip(leaves(t.state.params), leaves(want)):
             np.testing.assert_array_equal(x, y)
     in_training = [json.loads(r) for r in open(os.path.join(straight, "metrics.jsonl"))]
