@@ -31,9 +31,10 @@ DECISIONS = [
     ("auto", "simple", 3, BF16, 2048, 2, H200, "mosaic"),  # padded to the kernel's batch
     ("auto", "simple", 16, BF16, 2048, 1, H200, "mosaic"),
     ("auto", "simple", 17, BF16, 2048, 2, H200, "mosaic"),  # two calls of 16 rows (padded)
-    ("auto", "simple", 48, BF16, 2048, 2, H200, "mosaic"),  # measured faster than scan_vjp up to here
-    ("auto", "simple", 49, BF16, 2048, 2, H200, "scan_vjp"),  # above MOSAIC_AUTO_ROWS
-    ("auto", "simple", 64, BF16, 2048, 2, H200, "scan_vjp"),  # measured slower than scan_vjp
+    ("auto", "simple", 48, BF16, 2048, 2, H200, "mosaic"),  # one call, the state in 4 pieces
+    ("auto", "simple", 64, BF16, 2048, 2, H200, "mosaic"),  # one call of 64 rows
+    ("auto", "simple", 128, BF16, 2048, 2, H200, "mosaic"),  # measured faster than scan_vjp up to here
+    ("auto", "simple", 129, BF16, 2048, 2, H200, "scan_vjp"),  # above MOSAIC_AUTO_ROWS
     ("mosaic", "simple", 64, BF16, 2048, 2, H200, "mosaic"),  # explicit: one call, the state in pieces
     ("auto", "simple", 16, BF16, 4096, 1, H200, "scan_vjp"),  # half of W alone exceeds shared memory
     ("auto", "simple", 16, F32, 256, 2, H200, "pallas"),  # Mosaic: bfloat16 only
@@ -71,7 +72,7 @@ def test_mosaic_fit_is_the_kernels_own(dtype, hidden, directions):
     """The policy's copy of the Mosaic kernels' limits says what mosaic_rnn.unsupported says
     (off Hopper unsupported skips the SM count; so does a machine whose count is unknown)."""
     hopper = dispatch.Machine("gpu", "9.0", None)
-    for rows in (16, dispatch.MOSAIC_AUTO_ROWS):
+    for rows in (16, mosaic_rnn.MAX_ROWS):
         runs = mosaic_rnn.unsupported(dtype, rows, directions, hidden) is None
         assert dispatch.mosaic_runs(rows, dtype, hidden, directions, hopper) == runs, rows
         assert not dispatch.mosaic_runs(rows, dtype, hidden, directions, A100)

@@ -178,21 +178,21 @@ def test_mosaic_rows_are_what_shared_memory_holds(hidden):
     assert mosaic_rnn.max_rows(4096) == 0  # half of W alone fills shared memory
 
 
-# Calls of more than 16 rows came out wrong on one H200 (2026-12-05-gpu-batch-kernels/NOTES.md):
-# production calls take 16 rows (mosaic_rnn.PREFERRED_ROWS_PER_CALL) until these pass.
-WIDER = pytest.mark.xfail(reason="the 32-64-row Mosaic calls are wrong on the H200 (cause not found)", strict=False)
-
-
+# Every call width the dispatch takes (16-64 rows, the state whole or in pieces): calls of 32-64
+# rows once raced (rank 1's partial reached rank 0 unordered) and disagreed call to call.
 @pytest.mark.parametrize(
     "t, h, b, pieces",
     [
         (7, 256, 16, 1),
         (267, 2048, 16, 1),
-        pytest.param(7, 256, 48, 1, marks=WIDER),
-        pytest.param(267, 2048, 32, 1, marks=WIDER),
-        pytest.param(267, 2048, 64, 4, marks=WIDER),
-        pytest.param(267, 2048, 64, 8, marks=WIDER),
-        pytest.param(9, 512, 32, 4, marks=WIDER),
+        (7, 256, 32, 1),
+        (7, 256, 48, 1),
+        (7, 256, 64, 1),
+        (267, 2048, 32, 1),
+        (267, 2048, 48, 4),
+        (267, 2048, 64, 4),
+        (267, 2048, 64, 8),
+        (9, 512, 32, 4),
     ],
 )
 def test_mosaic_kernel_matches_float32(t, h, b, pieces):

@@ -31,11 +31,10 @@ import jax.numpy as jnp
 from ds2_jax import settings
 from ds2_jax.kernels import common, mosaic_rnn, triton_rnn
 
-# Rows per device up to which 'auto' takes the Mosaic kernels (calls of 16 rows, one after
-# another): where the seed step measured faster than with scan_vjp (one H100, bf16, ms per step,
-# Mosaic vs scan_vjp: 32 rows 19.0 vs 24.5, 48 rows 26.9 vs 30.6, 64 rows 35.5 vs 33.9;
-# benchmarks/results/2026-12-05-gpu-honest/NOTES.md). Above 48 rows, scan_vjp.
-MOSAIC_AUTO_ROWS = 48
+# Rows per device up to which 'auto' takes the Mosaic kernels (calls of up to 64 rows at hidden
+# 2048, one after another): where the seed step measured faster than with scan_vjp
+# (benchmarks/results/2026-12-06-gpu-wide-calls/NOTES.md). Above it, scan_vjp.
+MOSAIC_AUTO_ROWS = 128
 _LOGGED: set = set()
 _QUIET: list = []  # non-empty inside unlogged()
 

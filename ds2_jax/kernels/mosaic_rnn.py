@@ -39,11 +39,8 @@ from ds2_jax.kernels.gates import input_gradient, passes_gradient, previous_stat
 COLS = 64  # wgmma M: the columns one CTA pair computes
 ROW_MULTIPLE = 16  # wgmma N (the batch one call takes) is a multiple of this
 MAX_ROWS = 64  # and at most this: the [64, N] fp32 accumulator and the partner's partial in registers
-# Rows one call takes unless asked otherwise. 16: on one H200 the 32-64-row calls came out wrong
-# (relative error 0.09-0.21 against float32 at 32 rows whole and 64 rows in 4 pieces; 64 in 8
-# pieces 3e-3) while 16 rows pass every check: larger calls stay for the benchmark
-# (recurrence_kernel --mosaic_plans) until that is found (BUILD_NOTES "Kernels").
-PREFERRED_ROWS_PER_CALL: int | None = 16
+# Rows one call takes unless asked otherwise (None: the most that fit shared memory, max_rows).
+PREFERRED_ROWS_PER_CALL: int | None = None
 HIDDEN_MULTIPLE = 2 * COLS
 # The backward input where the clipped ReLU is shut. Finite, unlike -inf, so that the
 # identity product (0 * SHUT = 0) keeps it, and far below any real pre-activation.
