@@ -92,6 +92,11 @@ CV_RELEASE = (
     "tests/test_manifest.py::test_a_common_voice_release_builds_validated_alone_when_asked",
 )
 AWKWARD = "tests/test_manifest.py::test_awkward_transcripts_and_paths_come_through_every_manifest_layout_as_written"
+AUG_SIGNAL = (
+    "tests/test_augment.py::test_a_noise_recording_at_another_rate_keeps_its_pitch_and_duration",
+    "tests/test_augment.py::test_every_noise_and_impulse_response_recording_is_drawn",
+    "tests/test_augment.py::test_the_speed_and_gain_draws_cover_their_settings_range_and_no_more",
+)
 OWN_SPLIT = "tests/test_evaluation.py::test_one_run_scores_two_splits_of_other_contents_each_over_its_own_utterances"
 
 
@@ -2008,6 +2013,39 @@ MUTATIONS = [
         "if frames < len(labels):",
         ("tests/test_datasets.py::test_each_builder_keeps_an_utterance_whose_frames_equal_what_its_labels_need",),
         "the manifest build keeps a transcript with repeats that its frames cannot emit (no blank between)",
+    ),
+    # ---- issue 52, by property: augmentation by what it does to the signal
+    Mutation(
+        "noise_rate_ignored",
+        "ds2_jax/pipeline/augment.py",
+        "    if rec.rate != rate:\n",
+        "    if False:\n",
+        AUG_SIGNAL,
+        "a noise or impulse-response recording at another rate is used unresampled (other pitch and duration)",
+    ),
+    Mutation(
+        "last_noise_never_drawn",
+        "ds2_jax/pipeline/augment.py",
+        "rec = self.noise[int(pick * len(self.noise))]",
+        "rec = self.noise[int(pick * (len(self.noise) - 1))]",
+        AUG_SIGNAL,
+        "the last noise recording of the folder is never drawn",
+    ),
+    Mutation(
+        "last_rir_never_drawn",
+        "ds2_jax/pipeline/augment.py",
+        "self.rirs[int(u[3] * len(self.rirs))]",
+        "self.rirs[int(u[3] * (len(self.rirs) - 1))]",
+        AUG_SIGNAL,
+        "the last impulse response of the folder is never drawn",
+    ),
+    Mutation(
+        "speed_draws_half_the_range",
+        "ds2_jax/pipeline/augment.py",
+        "x = speed(x, c.speed_min + u[1] * (c.speed_max - c.speed_min))",
+        "x = speed(x, c.speed_min + u[1] * (c.speed_max - c.speed_min) / 2)",
+        AUG_SIGNAL,
+        "speed factors are drawn from the lower half of [speed_min, speed_max] only",
     ),
 ]
 

@@ -219,3 +219,88 @@ def test_a_non_finite_or_silent_noise_or_rir_recording_is_refused_naming_it(tmp_
             ValueError, match=rf"waveform.{key}_dir=.*: 1 of 3 recordings cannot be used: .*bad.wav \({why}"
         ):
             augment.Augmenter(cfg, seed=0, sample_rate=RATE)
+
+
+# ----------------------------------------------------------------------------- by what it does to the signal
+
+
+def _peak_hz(x: np.ndarray, rate: int = RATE) -> float:
+    spectrum = np.abs(np.fft.rfft(x * np.hanning(len(x))))
+    return float(np.argmax(spectrum) * rate / len(x))
+
+
+def _tone_file(path, hz: float, seconds: float, rate: int) -> None:
+    """A tone rising from silence to 0.5 over the recording (the ramp shows where it repeats)."""
+    import soundfile
+
+    t = np.arange(int(seconds * rate)) / rate
+    soundfile.write(str(path), (0.5 * t / seconds * np.sin(2 * np.pi * hz * t)).astype(np.float32), rate)
+
+
+@pytest.mark.parametrize("rate", [8000, 22050, 44100])
+def test_a_noise_recording_at_another_rate_keeps_its_pitch_and_duration(tmp_path, rate):
+    """A 1 kHz tone of 0.25 s (rising) recorded at `rate` used as noise at 16 kHz: still 1 kHz, and
+    still 0.25 s long (tiled to a second, it repeats every 4000 samples, not every 2000)."""
+    folder = tmp_path / "noise"
+    folder.mkdir()
+    _tone_file(folder / "tone.wav", 1000.0, 0.25, rate)
+    aug = augment.Augmenter(waveform(noise_dir=str(folder), noise_prob=1.0), seed=0, sample_rate=RATE)
+    seg = aug.noise_segment(RATE, 0.0, np.random.default_rng(0))
+    assert len(seg) == RATE
+    assert _peak_hz(seg) == pytest.approx(1000.0, abs=5)
+    period = RATE // 4  # 0.25 s at 16 kHz
+    np.testing.assert_allclose(seg[period : period + 3000], seg[:3000], atol=0.02)
+    assert not np.allclose(seg[period // 2 : period // 2 + 3000], seg[:3000], atol=0.02)
+
+
+def test_every_noise_and_impulse_response_recording_is_drawn(tmp_path):
+    """Three noise recordings (tones of 300, 1100 and 2500 Hz) and three impulse responses (echoes
+    after 5, 10 and 20 ms): over 90 rows each recording is drawn, about a third of the time."""
+    noise, rirs = tmp_path / "noise", tmp_path / "rirs"
+    noise.mkdir()
+    rirs.mkdir()
+    import soundfile
+
+    for hz in (300, 1100, 2500):
+        _tone_file(noise / f"{hz}.wav", hz, 0.3, RATE)
+    for ms in (5, 10, 20):
+        rir = np.zeros(RATE // 20, np.float32)
+        rir[0], rir[ms * RATE // 1000] = 1.0, 0.9
+        soundfile.write(str(rirs / f"{ms}.wav"), rir, RATE)
+    x = np.zeros(RATE // 4, np.int16)
+    x[100] = 20000  # a click: its echo tells the impulse response
+    seen_noise, seen_rir = [], []
+    aug_n = augment.Augmenter(
+        waveform(noise_dir=str(noise), noise_prob=1.0, noise_snr_db_min=0.0, noise_snr_db_max=0.0),
+        seed=0,
+        sample_rate=RATE,
+    )
+    aug_r = augment.Augmenter(waveform(rir_dir=str(rirs), rir_prob=1.0), seed=0, sample_rate=RATE)
+    for row in range(90):
+        added = aug_n(x, step=1, row=row).astype(np.float32) - x
+        seen_noise.append(min((300, 1100, 2500), key=lambda hz: abs(hz - _peak_hz(added))))
+        y = np.abs(aug_r(x, step=1, row=row).astype(np.float32))
+        echo = 100 + int(np.argmax(y[110:]) + 10)
+        seen_rir.append(round((echo - 100) * 1000 / RATE))
+    for seen, values in ((seen_noise, (300, 1100, 2500)), (seen_rir, (5, 10, 20))):
+        counts = {v: seen.count(v) for v in values}
+        assert sum(counts.values()) == 90 and all(15 <= c <= 45 for c in counts.values()), counts
+
+
+def test_the_speed_and_gain_draws_cover_their_settings_range_and_no_more():
+    """Over 200 rows the drawn speed factors and gains fill [min, max] (within 5% of each end) and
+    never leave it: the draws follow their settings."""
+    x = tone(0.5)
+    aug = augment.Augmenter(
+        waveform(speed_prob=1.0, speed_min=0.8, speed_max=1.25, gain_prob=1.0, gain_db_min=-6.0, gain_db_max=3.0),
+        seed=0,
+        sample_rate=RATE,
+    )
+    factors, gains = [], []
+    for row in range(200):
+        y = aug(x, step=2, row=row)
+        factors.append(len(x) / len(y))
+        sped = augment.speed(x.astype(np.float32) / 32768.0, factors[-1])
+        gains.append(20 * np.log10(np.sqrt(np.mean((y / 32768.0) ** 2)) / np.sqrt(np.mean(sped[: len(y)] ** 2))))
+    assert 0.8 - 0.01 <= min(factors) <= 0.8 + 0.025 and 1.25 - 0.03 <= max(factors) <= 1.25 + 0.01
+    assert -6.0 - 0.1 <= min(gains) <= -6.0 + 0.5 and 3.0 - 0.5 <= max(gains) <= 3.0 + 0.1
