@@ -137,6 +137,7 @@ def _two_steps(kind: str, kernels: dict):
     return losses, par.get(state), hlo
 
 
+@pytest.mark.slow  # 15-60 s on 2 idle cores (2026-12-05): make test runs it, test-fast does not
 @pytest.mark.parametrize("kernels, rtol", [(KERNELS, 1e-5), (MOSAIC, 1e-3)], ids=["pallas", "mosaic"])
 def test_jit_with_the_kernels_trains_like_pmap_and_gathers_no_batch(kernels, rtol):
     if kernels is MOSAIC and not mosaic_rnn.supported():

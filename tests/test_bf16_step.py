@@ -56,6 +56,7 @@ def gradients(config, dtype, rnn_impl, state, batch) -> dict:
     return {k: np.asarray(v) for k, v in precision_parts.flat_paths(jax.device_get(grads)).items()}
 
 
+@pytest.mark.slow  # 15-60 s on 2 idle cores (2026-12-05): make test runs it, test-fast does not
 @pytest.mark.parametrize("rnn_impl", RNN_IMPLS)
 def test_every_bf16_gradient_is_within_the_floor_of_float32(seed_step, rnn_impl):
     config, state, batches = seed_step

@@ -66,6 +66,7 @@ def test_eval_during_training_reads_the_placed_train_state(kind, tmp_path, monke
             assert got is want
 
 
+@pytest.mark.slow  # 15-60 s on 2 idle cores (2026-12-05): make test runs it, test-fast does not
 def test_pmap_jit_and_eager_evaluate_a_checkpoint_alike_placing_it_once(tmp_path, monkeypatch):
     w = str(tmp_path)
     common = {

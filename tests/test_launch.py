@@ -18,6 +18,7 @@ def launch(*args, check=True):
     return proc
 
 
+@pytest.mark.slow  # 15-60 s on 2 idle cores (2026-12-05): make test runs it, test-fast does not
 def test_train_resume_and_eval(tmp_path):
     w = str(tmp_path / "w")
     cosine = ("--config.optimizer.schedule=cosine", "--config.optimizer.decay_steps=6")  # ends at step 6

@@ -75,6 +75,7 @@ def corpus_train_config(corpus, **overrides):
     return c
 
 
+@pytest.mark.slow  # 15-60 s on 2 idle cores (2026-12-05): make test runs it, test-fast does not
 @pytest.mark.timeout(600)
 def test_resume_with_workers_is_bit_identical(corpus, tmp_path):
     full = train.train_and_evaluate(corpus_train_config(corpus, num_train_steps=5), str(tmp_path / "full"))

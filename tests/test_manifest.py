@@ -467,6 +467,7 @@ def test_a_corrupt_file_is_a_skip_in_a_worker_too(tmp_path):
 # ----------------------------------------------------------------------------- end to end
 
 
+@pytest.mark.slow  # 15-60 s on 2 idle cores (2026-12-05): make test runs it, test-fast does not
 @pytest.mark.e2e
 def test_train_eval_and_transcribe_on_common_voice_any_split_names(tmp_path):
     workdir, data = tmp_path / "w", tmp_path / "tfds"

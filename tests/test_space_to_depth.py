@@ -59,6 +59,7 @@ def test_rejects_what_it_cannot_compute():
         space_to_depth.conv(x, w, (2, 2), [(1, 1), (1, 1)], rhs_dilation=(2, 2))
 
 
+@pytest.mark.slow  # 15-60 s on 2 idle cores (2026-12-05): make test runs it, test-fast does not
 def test_model_gives_the_same_logits_and_gradients_with_either_conv():
     feats = jax.random.normal(jax.random.PRNGKey(1), (2, 40, 161))
     lengths = jnp.array([40, 23])

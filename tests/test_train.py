@@ -69,6 +69,7 @@ def _one_step(config, state, batch):
     return step(state, batch, rng)
 
 
+@pytest.mark.slow  # 15-60 s on 2 idle cores (2026-12-05): make test runs it, test-fast does not
 def test_compiled_and_eager_step_agree():
     # Short utterances: the eager step runs every time step of the RNN and CTC op by op.
     config = tiny_settings(
@@ -120,6 +121,7 @@ class Killed(BaseException):
 TIMING = ("step_time_s", "utterances_per_s", "input_wait_s")  # the only metrics a resume may change
 
 
+@pytest.mark.slow  # 15-60 s on 2 idle cores (2026-12-05): make test runs it, test-fast does not
 def test_killed_and_resumed_run_matches_uninterrupted_in_every_field_and_counter(tmp_path, monkeypatch):
     """Every field of the train state and every metrics counter after two kills and resumes
     equals the uninterrupted run's. SpecAugment and waveform augmentation are on; non-finite steps (2, 5-8) lie on both
