@@ -199,6 +199,7 @@ def test_a_setting_a_resume_may_change_silently_changes_no_batch_and_no_step_arg
         "eval.split": "test-clean",
         "eval.max_utterances": 3,
         "eval.num_examples_to_print": 1,
+        "eval.ema_weights": False,
         "decoding.beam_width": 4,
         "decoding.alpha": 1.0,
         "decoding.beta": 0.0,
