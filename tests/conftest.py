@@ -64,15 +64,17 @@ def trained(tmp_path_factory) -> Trained:
 
 @pytest.hookimpl(trylast=True)  # after pytest-xdist's own hook, which adds the group to each node id
 def pytest_collection_modifyitems(config, items):
-    """The slow tests run first. Under pytest-xdist (make test: -n 2 --dist loadgroup) the tests of the `trained` model
+    """The files of slow tests run first. Under pytest-xdist (make test: -n 2 --dist loadgroup) the tests of the `trained` model
     share one worker, so the model is trained once per session: each carries
     @pytest.mark.xdist_group("trained"), written on the test (a mark added here is not seen by
     xdist). xdist groups by a node-id suffix ('...@trained'): where it cannot add one (pytest
     9.2 with pytest-xdist 3.8), every worker would train the model, so that is an error too."""
-    # The slow tests first: under xdist each worker then starts a long test while the other has work
-    # left, instead of one long test starting last while the other worker idles (stable: the rest
-    # keep their order). xdist hands out the `trained` group first anyway (its largest scope).
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    # The files holding slow tests first: under xdist each worker then starts a long test while the
+    # other has work left, instead of one long test starting last while the other worker idles. Whole
+    # files, in their order, so that a module-scoped fixture is built once, not once for the slow tests
+    # and again for the rest. xdist hands out the `trained` group first anyway (its largest scope).
+    slow_files = {item.nodeid.split("::")[0] for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.nodeid.split("::")[0] not in slow_files)
     uses = [item for item in items if "trained" in getattr(item, "fixturenames", ())]
     ungrouped = [
         item.nodeid for item in uses if "trained" not in [m.args[0] for m in item.iter_markers("xdist_group") if m.args]
