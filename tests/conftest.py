@@ -64,8 +64,8 @@ def trained(tmp_path_factory) -> Trained:
 
 @pytest.hookimpl(trylast=True)  # after pytest-xdist's own hook, which adds the group to each node id
 def pytest_collection_modifyitems(config, items):
-    """The files of slow tests run first. Under pytest-xdist (make test: -n 2 --dist loadgroup) the tests of the `trained` model
-    share one worker, so the model is trained once per session: each carries
+    """The files of slow tests run first. Under pytest-xdist (make test: -n 2 --dist loadgroup)
+    the tests of the `trained` model share one worker, so the model is trained once per session: each carries
     @pytest.mark.xdist_group("trained"), written on the test (a mark added here is not seen by
     xdist). xdist groups by a node-id suffix ('...@trained'): where it cannot add one (pytest
     9.2 with pytest-xdist 3.8), every worker would train the model, so that is an error too."""
