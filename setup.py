@@ -30,6 +30,10 @@ TORCH = "torch==2.13.0"
 # onnxruntime). jax2onnx 0.17 asks for jax >= 0.8.1, flax >= 0.12.1 and orbax-checkpoint < 0.11.37.
 EXPORT = ["jax2onnx>=0.17", "onnx>=1.20", "onnxruntime>=1.24"]
 
+# ds2-serve (ds2_jax.serve): an ASGI app under uvicorn, WebSockets, Prometheus metrics; the browser
+# test drives Debian's chromium with playwright's client (no browser download).
+SERVE = ["starlette>=0.40", "uvicorn>=0.30", "websockets>=12", "prometheus_client>=0.20"]
+
 EXTRAS = {
     "test": [
         "pytest>=7.4,<9.2",
@@ -40,6 +44,9 @@ EXTRAS = {
         "psutil>=5.9",
         "ruff>=0.6",  # make lint (.ci/run): lint and format, configured in pyproject.toml
         *EXPORT,
+        *SERVE,
+        "httpx>=0.27",  # the server's HTTP tests
+        "playwright>=1.45",  # the page's test in chromium (.ci/run installs Debian's chromium)
     ],  # benchmarks and the export are tested too
     "bench": [TORCH, "matplotlib>=3.7", "psutil>=5.9"],  # psutil: worker memory in benchmarks.input_pipeline
     # A CUDA 12 jax: the pip CUDA/cuDNN/NCCL wheels, so only an NVIDIA driver >= 525 is needed
@@ -50,6 +57,7 @@ EXTRAS = {
     "lm": ["flashlight-text>=0.0.7"],
     "plot": ["matplotlib>=3.7"],  # ds2_jax.plot; make demo installs it
     "export": EXPORT,
+    "serve": [*SERVE, "onnxruntime>=1.24"],
 }
 
 setup(
@@ -57,6 +65,7 @@ setup(
     version="0.1.0",
     description="DeepSpeech2 in JAX/Flax: compiled, data-parallel training on LibriSpeech.",
     packages=find_packages(include=["ds2_jax", "ds2_jax.*"]),
+    package_data={"ds2_jax.serve": ["static/*.html", "static/*.js"]},
     python_requires=">=3.11",
     install_requires=INSTALL_REQUIRES,
     extras_require=EXTRAS,
@@ -72,6 +81,7 @@ setup(
             "ds2-tune-lm=ds2_jax.commands:tune_lm",
             "ds2-plot=ds2_jax.commands:plot",
             "ds2-average=ds2_jax.commands:average",
+            "ds2-serve=ds2_jax.commands:serve",
         ]
     },
 )

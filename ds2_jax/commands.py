@@ -8,6 +8,7 @@ ds2-build-lm             python -m ds2_jax.tools.build_lm: an n-gram ARPA LM fro
 ds2-tune-lm              python -m ds2_jax.tools.tune_lm: alpha/beta grid on a split
 ds2-plot                 python -m ds2_jax.plot: a workdir's curves
 ds2-average              python -m ds2_jax.average: the mean of a run's last or best N checkpoints
+ds2-serve                python -m ds2_jax.serve: a model behind HTTP, a WebSocket and a page
 """
 
 from __future__ import annotations
@@ -66,3 +67,7 @@ def plot() -> None:
 
 def average() -> None:
     _explained("ds2_jax.average")
+
+
+def serve() -> None:
+    _explained("ds2_jax.serve.server")

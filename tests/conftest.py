@@ -36,25 +36,25 @@ class Trained:
 _UNGROUPED: list[str] = []  # why the tests of `trained` could not be given one worker
 
 
-@pytest.fixture(scope="session")
-def trained(tmp_path_factory) -> Trained:
-    """The demo model trained briefly on the bundled corpus, once per session."""
-    if _UNGROUPED:
-        pytest.fail(_UNGROUPED[0], pytrace=False)
+def _train_demo(root, data_dir, **overrides) -> Trained:
+    """The demo model trained TRAIN_STEPS steps on the bundled corpus in `root`, with `overrides`;
+    the corpus built once into `data_dir` (tfds), shared by the trained models."""
     from configs import demo  # imported here: the GPU numerics run without ml_collections
     from ds2_jax import settings, train
     from ds2_jax.tools import build_lm
     from tests.helpers import CORPUS, TRAIN_STEPS
 
-    root = tmp_path_factory.mktemp("demo")
     config = demo.get_config()
     config.dataset.manual_dir = CORPUS
-    config.dataset.data_dir = str(root / "tfds")
+    config.dataset.data_dir = str(data_dir)
     config.num_devices = 1  # the demo's run on one CPU device: 8 fake devices only add overhead
     config.num_train_steps = TRAIN_STEPS
     config.optimizer.decay_steps = TRAIN_STEPS
     config.eval_every_steps = 0
     config.checkpoint_every_steps = TRAIN_STEPS
+    for key, value in overrides.items():
+        section, name = key.split(".")
+        config[section][name] = value
     workdir = str(root / "w")
     train.train_and_evaluate(config, workdir)
     lm = str(root / "lm.arpa")
@@ -62,10 +62,31 @@ def trained(tmp_path_factory) -> Trained:
     return Trained(settings.from_config_dict(config), workdir, lm)
 
 
+@pytest.fixture(scope="session")
+def trained(tmp_path_factory) -> Trained:
+    """The demo model trained briefly on the bundled corpus, once per session."""
+    if _UNGROUPED:
+        pytest.fail(_UNGROUPED[0], pytrace=False)
+    return _train_demo(tmp_path_factory.mktemp("demo"), tmp_path_factory.getbasetemp() / "demo_tfds")
+
+
+@pytest.fixture(scope="session")
+def trained_streaming(tmp_path_factory) -> Trained:
+    """The demo model made unidirectional (model.bidirectional=False: it streams), trained as `trained`."""
+    if _UNGROUPED:
+        pytest.fail(_UNGROUPED[0], pytrace=False)
+    return _train_demo(
+        tmp_path_factory.mktemp("demo_streaming"),
+        tmp_path_factory.getbasetemp() / "demo_tfds",
+        **{"model.bidirectional": False},
+    )
+
+
 @pytest.hookimpl(trylast=True)  # after pytest-xdist's own hook, which adds the group to each node id
 def pytest_collection_modifyitems(config, items):
     """The files of slow tests run first. Under pytest-xdist (make test: -n 2 --dist loadgroup)
-    the tests of the `trained` model share one worker, so the model is trained once per session: each carries
+    the tests of the `trained` models (and `trained_streaming`) share one worker, so each is trained once per
+    session: each carries
     @pytest.mark.xdist_group("trained"), written on the test (a mark added here is not seen by
     xdist). xdist groups by a node-id suffix ('...@trained'): where it cannot add one (pytest
     9.2 with pytest-xdist 3.8), every worker would train the model, so that is an error too."""
@@ -75,7 +96,7 @@ def pytest_collection_modifyitems(config, items):
     # and again for the rest. xdist hands out the `trained` group first anyway (its largest scope).
     slow_files = {item.nodeid.split("::")[0] for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: item.nodeid.split("::")[0] not in slow_files)
-    uses = [item for item in items if "trained" in getattr(item, "fixturenames", ())]
+    uses = [item for item in items if {"trained", "trained_streaming"} & set(getattr(item, "fixturenames", ()))]
     ungrouped = [
         item.nodeid for item in uses if "trained" not in [m.args[0] for m in item.iter_markers("xdist_group") if m.args]
     ]

@@ -2047,6 +2047,30 @@ MUTATIONS = [
         AUG_SIGNAL,
         "speed factors are drawn from the lower half of [speed_min, speed_max] only",
     ),
+    Mutation(
+        "connections_never_refused",
+        "ds2_jax/serve/app.py",
+        "        if self.active >= self.limit:",
+        "        if False:",
+        ("tests/test_serve.py::test_streams_and_connections_past_their_limits_get_a_503",),
+        "requests past --max_connections are all taken in: memory and latency grow without bound",
+    ),
+    Mutation(
+        "uploads_never_batched",
+        "ds2_jax/serve/app.py",
+        "            while len(batch) < self.limits.max_batch:",
+        "            while False:",
+        ("tests/test_serve.py::test_uploads_that_arrive_together_run_as_one_batch",),
+        "uploads that arrive together each run their own forward pass",
+    ),
+    Mutation(
+        "stream_rate_not_resampled",
+        "ds2_jax/serve/app.py",
+        "        if rate != engine.sample_rate:\n            import soxr",
+        "        if False:\n            import soxr",
+        ("tests/test_serve.py::test_a_stream_at_another_rate_is_resampled",),
+        "PCM declared at 48 kHz fed to a 16 kHz model as it is",
+    ),
 ]
 
 
