@@ -69,7 +69,8 @@ def analyse(name, xs, w, ys):
             row_share = bad[rows].mean(1)
             msg = (
                 f"dir {d}: first bad step {s} (t={ts[s]}): {bad.sum()} entries, nan {np.isnan(y).sum()}, "
-                f"rows {rows.min()}-{rows.max()} ({len(rows)}), 16-col bands {bands}, 64-col blocks {blocks}/{h // 64}, "
+                f"rows {rows.min()}-{rows.max()} ({len(rows)}), 16-col bands {bands}, "
+                f"64-col blocks {blocks}/{h // 64}, "
                 f"wrong share of a wrong row: median {np.median(row_share):.2f}"
             )
             if s >= 2:
@@ -105,6 +106,7 @@ def main():
             ys = fake_kernel(xs, w, inject)
         else:
             import jax.numpy as jnp
+
             from ds2_jax.kernels import mosaic_rnn
 
             ys = np.asarray(
