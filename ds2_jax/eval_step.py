@@ -16,7 +16,7 @@ import jax.numpy as jnp
 
 from ds2_jax import ctc, metrics, parallel
 from ds2_jax.batch_axis import psum
-from ds2_jax.forward import decoder_inputs, forward, infer  # noqa: F401  (eval_step.infer: transcription's step)
+from ds2_jax.forward import decoder_inputs, forward
 from ds2_jax.state import TrainState
 
 NUM_WORST = 10  # Worst utterances (by CER) kept in the eval json.

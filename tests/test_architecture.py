@@ -275,6 +275,7 @@ REACHED_THROUGH = {
     "ds2_jax.kernels.ctc": "test_ctc.py",  # ctc.ctc_loss with impl 'pallas' against optax and PyTorch
     "ds2_jax.kernels.gates": "test_recurrence.py",  # every kernel and cell against the 'scan' reference
     "ds2_jax.launcher": "test_launch.py",  # launch.py is its one line; the drills run it end to end
+    "ds2_jax.serve.__main__": "test_serve.py",  # python -m ds2_jax.serve --helpfull
 }
 
 

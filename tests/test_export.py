@@ -75,11 +75,11 @@ def _both_paths(workdir: str, model: str, paths: list[str]):
     waves, audio, lengths = _batch(paths)
     import jax
 
-    from ds2_jax import eval_step, state
+    from ds2_jax import forward, state
 
     kw = state.step_kwargs(jax_t.config)
     ref = jax.jit(
-        lambda a, n: eval_step.infer(
+        lambda a, n: forward.infer(
             jax_t.state, a, n, model_cfg=kw["model_cfg"], feature_cfg=kw["feature_cfg"], log_probs=True
         )
     )(audio, lengths)
@@ -99,7 +99,7 @@ def test_the_stablehlo_artifact_is_the_whole_model_featurizer_included(smoke):
     """model.stablehlo (jax.export) maps audio to the JAX path's log-probs, any batch and length."""
     import jax
 
-    from ds2_jax import eval_step, state
+    from ds2_jax import forward, state
 
     workdir, model = smoke
     exported = jax.export.deserialize(open(export.stablehlo_path(model), "rb").read())
@@ -108,7 +108,7 @@ def test_the_stablehlo_artifact_is_the_whole_model_featurizer_included(smoke):
     for paths in (_flacs(3), _flacs(1)):
         _, audio, lengths = _batch(paths)
         got_log_probs, got_lengths = exported.call(audio, lengths)
-        want = eval_step.infer(
+        want = forward.infer(
             ref.state, audio, lengths, model_cfg=kw["model_cfg"], feature_cfg=kw["feature_cfg"], log_probs=True
         )
         np.testing.assert_array_equal(np.asarray(got_lengths), np.asarray(want["lengths"]))

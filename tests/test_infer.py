@@ -16,6 +16,7 @@ import soundfile
 
 from ds2_jax import audio as audio_lib
 from ds2_jax.datasets import audio as dataset_audio
+from ds2_jax.infer import load
 from tests.helpers import CORPUS, ROOT, repo_env
 
 FLAC = os.path.join(CORPUS, "LibriSpeech", "test-clean", "118", "1180", "118-1180-0001.flac")
@@ -28,7 +29,6 @@ FORBIDDEN = (
     "ds2_jax.train",
     "ds2_jax.evaluation",
     "ds2_jax.timing",
-    "ds2_jax.launcher",
     "ds2_jax.finetune",
     "tensorflow_datasets",
     "tensorflow",
@@ -88,8 +88,8 @@ def test_importing_and_running_the_wing_loads_nothing_of_the_training_side(tmp_p
         "import sys, jax, numpy as np\n"
         "from ds2_jax import audio, checkpoint, workdir_config, state as S\n"
         "from tests.helpers import tiny_settings\n"
-        "import ds2_jax.infer as infer, ds2_jax.infer.engine, ds2_jax.infer.jax_backend, ds2_jax.infer.onnx_backend\n"
-        "import ds2_jax.infer.streaming, ds2_jax.infer.delay, ds2_jax.infer.onnx_model\n"
+        "import ds2_jax.infer.load as infer, ds2_jax.infer.engine, ds2_jax.infer.jax_backend\n"
+        "import ds2_jax.infer.onnx_backend, ds2_jax.infer.streaming, ds2_jax.infer.delay, ds2_jax.infer.onnx_model\n"
         "c = tiny_settings(**{'model.bidirectional': False})\n"
         "b = c.features.num_bins\n"
         "st = S.create_state(c, jax.random.PRNGKey(0), np.zeros(b, np.float32), np.ones(b, np.float32))\n"
@@ -157,3 +157,11 @@ def test_bad_audio_is_a_reason_not_a_crash(tmp_path):
     assert dataset_audio.load(str(tmp_path / "none.wav"), 16_000).reason == "missing_audio"
     stereo = _write(tmp_path / "st.wav", np.zeros((100, 2), np.int16), 16_000, "PCM_16")
     assert dataset_audio.load(stereo, 16_000, "skip").reason == "not_mono"
+
+
+def test_open_engine_takes_one_model_and_names_a_missing_file(tmp_path):
+    for kwargs in ({}, {"model": "m.onnx", "workdir": "w"}):
+        with pytest.raises(ValueError, match="give one of model"):
+            load.open_engine(**kwargs)
+    with pytest.raises(FileNotFoundError, match="nowhere.onnx"):
+        load.open_engine(model=str(tmp_path / "nowhere.onnx"))

@@ -23,6 +23,7 @@ from websockets.sync.client import connect  # noqa: E402
 from ds2_jax import audio as audio_lib  # noqa: E402
 from ds2_jax import settings, transcribe  # noqa: E402
 from ds2_jax.infer import jax_backend  # noqa: E402
+from ds2_jax.serve import app, limits, server  # noqa: E402
 from tests.helpers import CORPUS, tiny_settings  # noqa: E402
 from tests.serving import serving  # noqa: E402
 
@@ -248,3 +249,36 @@ def test_uploads_that_arrive_together_run_as_one_batch(uni):
                 )
             )
             assert passes <= most if max_batch > 1 else passes == 8
+
+
+@pytest.mark.parametrize(
+    "flags, says",
+    [
+        ([], "give one of --model"),
+        (["--model=m.onnx", "--workdir=w"], "give one of --model"),
+        (["--model=m.onnx", "--step=3"], "--step reads a workdir"),
+        (["--model=m.onnx", "--max_streams=0"], "--max_streams=0: must be"),
+        (["--model=m.onnx", "--idle_timeout_s=nan"], "--idle_timeout_s=nan: must be"),
+        (["--model=m.onnx", "--port=70000"], "--port=70000: must be"),
+    ],
+)
+def test_serve_flags_are_checked_before_the_model_loads(flags, says, capsys):
+    with pytest.raises(SystemExit) as exited:
+        server.main(flags)
+    assert exited.value.code == 2 and says in capsys.readouterr().err
+
+
+def test_the_command_binds_loopback_by_default_and_every_limit_is_a_flag():
+    import subprocess
+    import sys
+
+    from tests.helpers import ROOT, repo_env
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "ds2_jax.serve", "--helpfull"], cwd=ROOT, env=repo_env(), capture_output=True, text=True
+    )
+    assert "127.0.0.1" in proc.stdout
+    assert all(f"--{name}" in proc.stdout for name in limits.HELP)
+    assert set(limits.HELP) == set(limits.RANGES) == {f.name for f in __import__("dataclasses").fields(limits.Limits)}
+    with pytest.raises(ValueError, match="beam_width=0"):
+        app.make_app(type("Beam", (), {"beam": object()})())

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from ds2_jax import audio as audio_lib
-from ds2_jax import eval_step, transcribe
+from ds2_jax import forward, transcribe
 from ds2_jax import state as state_lib
 from ds2_jax.infer import onnx_model, streaming
 from tests.helpers import CORPUS, ROOT, repo_env, tiny_settings
@@ -39,7 +39,7 @@ def _unidirectional(**overrides):
 
 def _whole_file(config, state, audio) -> np.ndarray:
     kw = state_lib.step_kwargs(config)
-    logits, n = eval_step.forward(
+    logits, n = forward.forward(
         state, audio[None], np.array([len(audio)]), model_cfg=kw["model_cfg"], feature_cfg=kw["feature_cfg"]
     )
     return np.asarray(jax.nn.log_softmax(logits[0, : int(n[0])], axis=-1))

@@ -40,10 +40,11 @@ def define_flags(fv) -> None:
 
 def load_engine(args):
     """The greedy engine of --model or --workdir."""
-    from ds2_jax import cli, infer
+    from ds2_jax import cli
+    from ds2_jax.infer import load
 
     step = cli.checkpoint_step(args.step, "--step")
-    return infer.open_engine(
+    return load.open_engine(
         model=args.model,
         workdir=args.workdir,
         decoder=settings.Decoding(beam_width=0),
