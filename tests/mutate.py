@@ -2071,6 +2071,43 @@ MUTATIONS = [
         ("tests/test_serve.py::test_a_stream_at_another_rate_is_resampled",),
         "PCM declared at 48 kHz fed to a 16 kHz model as it is",
     ),
+    # ---- issue 52's self-audit: the survivors' classes, tested since
+    Mutation(
+        "ctc_negative_loss_unclipped",
+        "ds2_jax/ctc.py",
+        "jnp.where(ok, jnp.maximum(loss, 0.0), 0.0)",
+        "jnp.where(ok, loss, 0.0)",
+        ("tests/test_ctc.py::test_a_certain_path_has_a_loss_of_zero_never_below",),
+        "a feasible loss that float32 rounds below zero reaches the step unclipped",
+    ),
+    Mutation(
+        "freq_mask_short_of_its_maximum",
+        "ds2_jax/features.py",
+        "jax.random.randint(keys[k], (b, 1), 0, freq_mask_width + 1)",
+        "jax.random.randint(keys[k], (b, 1), 0, freq_mask_width)",
+        (
+            "tests/test_features.py::test_spec_augment_widths_are_drawn_over_their_whole_range_zero_and_the_maximum_included",
+        ),
+        "a SpecAugment frequency mask never reaches its maximum width",
+    ),
+    Mutation(
+        "filter_keeps_bad_text",
+        "ds2_jax/pipeline/filters.py",
+        "keep = ~(short | long | idx.bad_text | infeasible)",
+        "keep = ~(short | long | infeasible)",
+        ("tests/test_tfds_source.py::test_each_filter_drops_an_utterance_for_its_own_reason_alone",),
+        "the source keeps utterances with characters outside the alphabet",
+    ),
+    Mutation(
+        "eval_extra_shape_narrower",
+        "ds2_jax/pipeline/plan.py",
+        "shapes.append((max(extra[0], shapes[-1][0]), max(extra[1], shapes[-1][1])))",
+        "shapes.append(extra)",
+        (
+            "tests/test_plan.py::test_eval_shapes_hold_every_utterance_in_the_smallest_shape_it_fits_and_grow_in_both_dimensions",
+        ),
+        "the extra eval shape can be narrower than the largest bucket in one dimension",
+    ),
 ]
 
 

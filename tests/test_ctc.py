@@ -125,3 +125,20 @@ def test_frames_exactly_what_the_labels_need_have_one_path_and_its_loss(impl):
     want = [-sum(logp[i, t, c] for t, c in enumerate(p)) for i, p in enumerate(paths)]
     np.testing.assert_allclose(np.asarray(loss)[:2], want, rtol=1e-5)
     assert float(loss[2]) == 0.0
+
+
+def test_a_certain_path_has_a_loss_of_zero_never_below():
+    """Logits that make one alignment all but certain: float32 rounding takes optax's loss a hair
+    below zero (-2e-9 here); the loss a step sees is clipped at 0, for every row."""
+    rows, T, L = 6, 9, 5
+    labels = np.tile(np.arange(1, L + 1, dtype=np.int32), (rows, 1))
+    logits = np.zeros((rows, T, 29), np.float32)
+    for r, big in enumerate((20.0, 25.0, 30.0, 40.0, 50.0, 80.0)):
+        for t in range(T):
+            logits[r, t, t + 1 if t < L else 0] = big
+    raw = ctc._optax_loss(jnp.asarray(logits), jnp.full((rows,), T), jnp.asarray(labels), jnp.full((rows,), L))
+    assert (np.asarray(raw) < 0).any()  # the case this test is about
+    loss, ok = ctc.per_utterance_loss(
+        jnp.asarray(logits), jnp.full((rows,), T), jnp.asarray(labels), jnp.full((rows,), L), impl="optax"
+    )
+    assert np.asarray(ok).all() and (np.asarray(loss) >= 0).all() and np.asarray(loss).max() < 1e-6

@@ -94,3 +94,18 @@ def test_feature_statistics_count_each_utterances_valid_frames_only():
     assert frames.shape[0] == sum(geometry.num_frames(len(w)) for w in waves)
     np.testing.assert_allclose(mean, frames.mean(0), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(std, frames.std(0), rtol=1e-4, atol=1e-5)
+
+
+def test_spec_augment_widths_are_drawn_over_their_whole_range_zero_and_the_maximum_included():
+    """One frequency mask of at most 7 bins, then one time mask of at most floor(0.25 * 40) = 10
+    frames, over 512 rows: every width from 0 to its maximum is drawn, none beyond (the draws follow
+    their settings at both ends)."""
+    rows = 512
+    feats = jnp.ones((rows, 40, 30))
+    lengths = jnp.full((rows,), 40)
+    freq = np.asarray(features.spec_augment(feats, lengths, jax.random.PRNGKey(3), 1, 7, 0, 0.0))
+    time = np.asarray(features.spec_augment(feats, lengths, jax.random.PRNGKey(4), 0, 0, 1, 0.25))
+    freq_widths = (freq[:, 0, :] == 0).sum(-1)
+    time_widths = (time[:, :, 0] == 0).sum(-1)
+    assert sorted(set(freq_widths.tolist())) == list(range(8))
+    assert sorted(set(time_widths.tolist())) == list(range(11))

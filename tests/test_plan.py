@@ -51,3 +51,22 @@ def test_eval_shapes_put_each_utterance_in_the_smallest_shape_it_fits_and_add_on
     shapes, bucket = plan.eval_shapes(np.array([100, 330, 950, 1200]), np.array([3, 20, 30, 40]), buckets().shapes, 160)
     assert shapes[:3] == buckets().shapes and shapes[3] == (1280, 40)
     assert list(bucket) == [0, 1, 2, 3]  # 330 samples with 20 labels: bucket 1 (label 20 > 16)
+
+
+def test_eval_shapes_hold_every_utterance_in_the_smallest_shape_it_fits_and_grow_in_both_dimensions():
+    """Random eval splits against the training buckets (longer and shorter ones, long transcripts on
+    short audio and the reverse): every utterance fits its shape, fits no smaller one, and each shape
+    is at least the one before in samples and in labels, the extra one included."""
+    rng = np.random.default_rng(0)
+    train = buckets().shapes
+    for _ in range(200):
+        n = int(rng.integers(1, 12))
+        samples = rng.integers(10, 1400, n)
+        labels = rng.integers(1, 45, n)
+        shapes, bucket = plan.eval_shapes(samples, labels, train, 160)
+        assert shapes[: len(train)] == train and len(shapes) <= len(train) + 1
+        for a, b in zip(shapes, shapes[1:]):
+            assert b[0] >= a[0] and b[1] >= a[1], shapes
+        for s, m, k in zip(samples, labels, bucket):
+            assert s <= shapes[k][0] and m <= shapes[k][1], (s, m, shapes[k])
+            assert not any(s <= sh[0] and m <= sh[1] for sh in shapes[:k]), (s, m, k, shapes)

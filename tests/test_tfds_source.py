@@ -445,3 +445,30 @@ def test_input_workers_open_the_prepared_data_without_checking_its_source_again(
     unopened = pickle.loads(pickle.dumps(loader.StepBatch(DataSettings.of(config), sharding)))
     unopened(0)
     assert checks == [corpus["manual"]]  # no source opened before: it checks
+
+
+@pytest.mark.parametrize("fault", ["none", "short", "long", "bad_text", "ctc_infeasible"])
+def test_each_filter_drops_an_utterance_for_its_own_reason_alone(fault):
+    """pipeline.filters.Filter over a split index of one good utterance and one with a single fault
+    (shorter than min_duration_s, longer than max_duration_s, text outside the alphabet, more labels
+    than its frames can emit): the faulty one alone is dropped, whichever the fault."""
+    from ds2_jax.pipeline import filters, split_index
+
+    config = settings.override(settings.Settings(), {"dataset.min_duration_s": 1.0, "dataset.max_duration_s": 3.0})
+    good = (32_000, "hello world", False)
+    other = {
+        "none": (24_000, "fine", False),
+        "short": (15_000, "fine", False),
+        "long": (49_000, "fine", False),
+        "bad_text": (24_000, "fine", True),
+        "ctc_infeasible": (16_000, "abcdefghijklmnopqrstuvwxyz" * 2, False),
+    }[fault]
+    labels = [text.encode(t) for _, t, _ in (good, other)]
+    index = split_index.SplitIndex.from_flat(
+        [good[0], other[0]],
+        np.concatenate(labels),
+        np.cumsum([0] + [len(x) for x in labels]),
+        np.array([good[2], other[2]]),
+    )
+    kept = filters.Filter(DataSettings.of(config)).kept(index, "memory/train")
+    assert kept.tolist() == ([0, 1] if fault == "none" else [0])

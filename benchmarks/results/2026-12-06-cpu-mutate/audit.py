@@ -3,9 +3,12 @@ no branch touched this round (ctc, geometry, features, decoding, pipeline/plan, 
 pipeline/batch), each run against the non-slow tests of its module's own test file(s). Not part of
 tests/mutate.py's list: a survivor here is a class to test, not a named case.
 
-    python benchmarks/results/2026-12-06-cpu-mutate/audit.py [--out=table.md]
+    python benchmarks/results/2026-12-06-cpu-mutate/audit.py [--out=table.md] [--only=a02,a04] [--also=tests/x.py]
+
+--only: those changes alone; --also: one more test file for each (the re-runs after the survivors' tests).
 """
 
+import dataclasses
 import os
 import sys
 import tempfile
@@ -179,11 +182,15 @@ AUDIT = [
 
 
 def main() -> int:
-    out = next((a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--out=")), None)
+    flag = lambda name: next((a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith(f"--{name}=")), None)  # noqa: E731
+    out, only, also = flag("out"), flag("only"), flag("also")
+    chosen = [m for m in AUDIT if not only or m.name in only.split(",")]
+    if also:
+        chosen = [dataclasses.replace(m, tests=(also, *m.tests)) for m in chosen]
     rows = []
     with tempfile.TemporaryDirectory(prefix="ds2_audit_") as copy:
         copy_tree(copy)
-        for m in AUDIT:
+        for m in chosen:
             start = time.perf_counter()
             original = apply(copy, m)
             if original is None:
