@@ -36,6 +36,7 @@ layer() {
     --shape=267,2,64,2048 --mosaic_plans=16/1,32/1,64/4,64/8 --steps=20 > $OUT/$1-layer.log 2>&1)
   echo "$1 layer: rc $? ($((SECONDS - START)) s)"; cat $OUT/$1-layer/*.md 2>/dev/null | cut -c1-200 | head -20
 }
+trap 'tar -czf $OUT/layers.tgz -C $OUT A-layer B-layer 2>/dev/null' EXIT  # the machine returns a few files only
 kernel_tests A $PWD 1
 diag A $PWD
 kernel_tests B /tmp/B 1

@@ -30,6 +30,8 @@ m = statistics.median(t)
 print(f'| {b} | {1e3 * m:.2f} | {b / m:,.0f} | {len(t)} |')" /tmp/w/b$1/metrics.jsonl $1 | tee -a $OUT/launch.md
 }
 echo "| per device | launch.py ms/step | utt/s | intervals |" > $OUT/launch.md
+# The machine returns a few files only: every scaling folder comes back in one archive.
+trap 'tar -czf $OUT/scaling.tgz -C $OUT $(cd $OUT && ls -d b*/ 2>/dev/null) 2>/dev/null' EXIT
 for b in ${SCALING_BATCHES:-64 32 16 128}; do
   if [ $b = 16 ]; then scaling b$b --config.per_device_batch_size=$b --profile_steps=2
   else scaling b$b --config.per_device_batch_size=$b --profile_steps=0; fi

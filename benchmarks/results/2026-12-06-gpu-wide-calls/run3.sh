@@ -10,8 +10,9 @@ SEEDS=${SEEDS:-0 1 2}
 n=$(( $(echo $SEEDS | wc -w) * 2 ))
 export XLA_PYTHON_CLIENT_MEM_FRACTION=$(python3 -c "print(round(0.9 / $n, 3))")
 mkdir -p /tmp/r3
+trap 'tar -czf $OUT/run3.tgz -C /tmp r3' EXIT  # what there is, also when the call's limit stops it
 read MANUAL DATA < <(python3 -c "from configs import demo; d = demo.get_config().dataset; print(d.manual_dir, d.data_dir)")
-python3 -m ds2_jax.datasets.build --manual_dir=$MANUAL --data_dir=$DATA > /tmp/r3/build.log 2>&1 || { tail -5 /tmp/r3/build.log; exit 1; }
+python3 -m ds2_jax.datasets.build --config.dataset.manual_dir=$MANUAL --config.dataset.data_dir=$DATA > /tmp/r3/build.log 2>&1 || { tail -5 /tmp/r3/build.log; exit 1; }
 for b in 32 64; do for s in $SEEDS; do
   ( timeout ${RUN_S:-560} python3 -m benchmarks.precision --out=/tmp/conv/b$b-s$s --seeds=$s --steps=600 --evals=3 \
       --config.deterministic=True --config.per_device_batch_size=$b --runs=float32:scan_vjp,bfloat16:auto \
@@ -19,8 +20,7 @@ for b in 32 64; do for s in $SEEDS; do
 done; done
 wait
 for b in 32 64; do for s in $SEEDS; do
-  cp /tmp/conv/b$b-s$s/precision.json /tmp/r3/precision-b$b-s$s.json 2>/dev/null
+  cp /tmp/conv/b$b-s$s/precision.json /tmp/r3/precision-b$b-s$s.json 2>/dev/null; cp /tmp/conv/b$b-s$s/NOTES.md /tmp/r3/NOTES-b$b-s$s.md 2>/dev/null
   echo "b$b seed $s:"; grep -h "^| .*:" /tmp/conv/b$b-s$s/NOTES.md 2>/dev/null | cut -c1-160
 done; done
 grep -h "recurrence:" /tmp/r3/*.log | sort | uniq -c
-cp -r /tmp/r3 $OUT/
