@@ -554,9 +554,9 @@ class Model:
         "Recurrence: 'scan' (lax.scan + autodiff, the reference), 'scan_vjp' (simple cell: hand-written "
         "backward, weight gradient as one GEMM), 'pallas' (simple cell: one persistent Pallas kernel per "
         "layer and direction pair, GPU; interpreted elsewhere), 'mosaic' (simple cell, bfloat16, Hopper "
-        "GPUs: Mosaic GPU kernels on cluster pairs, batch run in chunks of 16) or 'auto' (per-device "
-        "batch <= 16 on GPUs: mosaic where it runs, else pallas when it fits shared memory; otherwise "
-        "scan_vjp; scan for GRU/LSTM).",
+        "GPUs: Mosaic GPU kernels on cluster pairs, up to 64 rows a call at width 2048) or 'auto' (on "
+        "Hopper, bfloat16, <= 64 rows per device: mosaic; other GPUs, <= 16 rows: pallas when it fits "
+        "shared memory; otherwise scan_vjp; scan for GRU/LSTM).",
     )
     scan_unroll: int = setting(1, "lax.scan unroll factor.")
     alphabet: str = setting(

@@ -32,9 +32,8 @@ DECISIONS = [
     ("auto", "simple", 16, BF16, 2048, 1, H200, "mosaic"),
     ("auto", "simple", 17, BF16, 2048, 2, H200, "mosaic"),  # two calls of 16 rows (padded)
     ("auto", "simple", 48, BF16, 2048, 2, H200, "mosaic"),  # one call, the state in 4 pieces
-    ("auto", "simple", 64, BF16, 2048, 2, H200, "mosaic"),  # one call of 64 rows
-    ("auto", "simple", 128, BF16, 2048, 2, H200, "mosaic"),  # measured faster than scan_vjp up to here
-    ("auto", "simple", 129, BF16, 2048, 2, H200, "scan_vjp"),  # above MOSAIC_AUTO_ROWS
+    ("auto", "simple", 64, BF16, 2048, 2, H200, "mosaic"),  # one call: measured faster than scan_vjp
+    ("auto", "simple", 65, BF16, 2048, 2, H200, "scan_vjp"),  # above MOSAIC_AUTO_ROWS
     ("mosaic", "simple", 64, BF16, 2048, 2, H200, "mosaic"),  # explicit: one call, the state in pieces
     ("auto", "simple", 16, BF16, 4096, 1, H200, "scan_vjp"),  # half of W alone exceeds shared memory
     ("auto", "simple", 16, F32, 256, 2, H200, "pallas"),  # Mosaic: bfloat16 only

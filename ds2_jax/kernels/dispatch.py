@@ -14,9 +14,9 @@ capability, SM count), so every GPU decision can be tested on a CPU; `rnn_impl` 
   GRU / LSTM anywhere                         scan
 
 Above 16 rows the Triton kernel's row chunks run one after another and scan_vjp is faster;
-the Mosaic kernels run 16 rows per call (calls one after another), beat the Triton kernel
-where both run, and are taken by 'auto' up to MOSAIC_AUTO_ROWS, where they were measured
-faster than scan_vjp. The CTC: the Pallas kernels on GPUs, optax elsewhere.
+the Mosaic kernels take as many rows per call as shared memory holds (64 at hidden 2048), beat
+the Triton kernel where both run, and are taken by 'auto' up to MOSAIC_AUTO_ROWS, where they
+were measured faster than scan_vjp. The CTC: the Pallas kernels on GPUs, optax elsewhere.
 """
 
 from __future__ import annotations
@@ -31,10 +31,11 @@ import jax.numpy as jnp
 from ds2_jax import settings
 from ds2_jax.kernels import common, mosaic_rnn, triton_rnn
 
-# Rows per device up to which 'auto' takes the Mosaic kernels (calls of up to 64 rows at hidden
-# 2048, one after another): where the seed step measured faster than with scan_vjp
-# (benchmarks/results/2026-12-06-gpu-wide-calls/NOTES.md). Above it, scan_vjp.
-MOSAIC_AUTO_ROWS = 128
+# Rows per device up to which 'auto' takes the Mosaic kernels: where the seed layer measured
+# faster than scan_vjp (one H100, bf16, fwd+bwd at 64 rows: one call 4.12 ms, scan_vjp 6.97;
+# benchmarks/results/2026-12-06-gpu-wide-calls/NOTES.md). At hidden 2048 one call takes all 64
+# rows; above 64, calls would run one after another, not measured against scan_vjp: scan_vjp.
+MOSAIC_AUTO_ROWS = 64
 _LOGGED: set = set()
 _QUIET: list = []  # non-empty inside unlogged()
 
