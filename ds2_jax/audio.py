@@ -108,11 +108,16 @@ def _open(source: str | bytes | BinaryIO) -> soundfile.SoundFile:
         if os.path.isdir(source):
             raise Unreadable("missing_audio", "a directory, not an audio file")
         try:
-            if os.path.getsize(source) == 0:
+            regular = os.path.isfile(source)
+            if regular and os.path.getsize(source) == 0:
                 raise Unreadable("empty_audio", "0 bytes", "empty file (0 bytes)")
-            open(source, "rb").close()
+            with open(source, "rb") as f:
+                # A pipe or device (/dev/stdin, a FIFO) has no size and cannot seek: read whole.
+                source = source if regular else io.BytesIO(f.read())
         except OSError as e:  # libsndfile would call it "System error"
             raise Unreadable("missing_audio", (e.strerror or str(e)).lower()) from e
+        if not regular and not source.getbuffer().nbytes:
+            raise Unreadable("empty_audio", "0 bytes", "no bytes came from it (an empty pipe)")
     try:
         return soundfile.SoundFile(source)
     except Exception as e:  # noqa: BLE001 - any decoder failure is a corrupt file

@@ -5,9 +5,12 @@
 
 The source's parameters, batch-norm statistics and feature normalization (per-bin mean/std of
 its spectrogram) start the run; the step is 0 and the optimizer fresh (this run's settings).
-The output layer may differ in size (another alphabet): it keeps this run's fresh
-initialization, and the log says so. Any other difference of parameter shapes, or a
-spectrogram of another sample rate, window or hop, is refused naming them. Used only while the
+The output layer is mapped by symbol (`output_columns`): the blank's and each symbol both
+alphabets share keep the source's unit, wherever it stands in this run's alphabet; a symbol the
+source lacks keeps this run's fresh initialization; the log says how many of each (an alphabet of
+the same size but other symbols, or the same in another order, is never taken unit by unit).
+Any other difference of parameter shapes, or a spectrogram of another sample rate, window or
+hop, is refused naming them. Used only while the
 run's workdir has no checkpoint of its own (train._initial_or_restored): a rerun resumes those.
 """
 
@@ -19,7 +22,7 @@ import os
 import jax
 import numpy as np
 
-from ds2_jax import checkpoint, layout, settings, workdir_config
+from ds2_jax import checkpoint, layout, settings, text, workdir_config
 from ds2_jax.state import TrainState, copy_tree, restore_state
 
 log = logging.getLogger("ds2_jax")
@@ -89,10 +92,29 @@ def _shapes(tree) -> dict[str, tuple]:
     }
 
 
-def merge(source: TrainState, fresh: TrainState, init_from: str) -> tuple[TrainState, list[str]]:
+def output_columns(source_symbols: str, symbols: str) -> np.ndarray:
+    """<int>[len(symbols) + 1]: for each output unit of this run (0 the blank, i + 1 symbol i), the
+    source's unit of the same symbol, or -1 where the source has none."""
+    where = {c: i + 1 for i, c in enumerate(source_symbols)}
+    return np.array([0] + [where.get(c, -1) for c in symbols])
+
+
+def _map_output(fresh_leaf, source_leaf, columns: np.ndarray):
+    """The fresh output-layer leaf (<f32>[..., V + 1]) with the source's units moved to `columns`' places."""
+    out = np.array(fresh_leaf)
+    kept = columns >= 0
+    out[..., kept] = np.asarray(source_leaf)[..., columns[kept]]
+    return jax.numpy.asarray(out, dtype=fresh_leaf.dtype)
+
+
+def merge(
+    source: TrainState, fresh: TrainState, init_from: str, alphabets: tuple[str, str] | None = None
+) -> tuple[TrainState, list[str]]:
     """`fresh` (this run's initial state, step 0) with `source`'s parameters, batch-norm statistics
-    and feature statistics; the output layer stays fresh where its shape differs. Returns the
-    state and the re-initialized parameter paths; any other difference is a ValueError naming the layers."""
+    and feature statistics. The output layer: with `alphabets` (the source's symbols, this run's),
+    mapped by symbol (output_columns); without, kept fresh where its shape differs. Returns the
+    state and the output-layer parameter paths not taken whole from the source; any other
+    difference is a ValueError naming the layers."""
     src, new = (
         _shapes({"params": source.params, "batch_stats": source.batch_stats}),
         _shapes({"params": fresh.params, "batch_stats": fresh.batch_stats}),
@@ -100,6 +122,10 @@ def merge(source: TrainState, fresh: TrainState, init_from: str) -> tuple[TrainS
     differing = sorted(p for p in set(src) | set(new) if src.get(p) != new.get(p))
     reinit = [p for p in differing if p.split("/")[1] == OUTPUT_LAYER]
     refused = [p for p in differing if p not in reinit]
+    columns = None
+    if alphabets is not None and alphabets[0] != alphabets[1]:
+        columns = output_columns(*alphabets)
+        reinit = sorted(p for p in new if p.split("/")[1] == OUTPUT_LAYER)
     if refused:
         # the parameters (the batch-norm statistics beside them follow their shapes)
         named = [p for p in refused if p.startswith("params/")] or refused
@@ -116,7 +142,9 @@ def merge(source: TrainState, fresh: TrainState, init_from: str) -> tuple[TrainS
     def take(path_prefix: str, fresh_tree, source_tree):
         def pick(k, f):
             path = path_prefix + jax.tree_util.keystr(k, simple=True, separator="/")
-            return f if path in reinit else _at(source_tree, k)
+            if path not in reinit:
+                return _at(source_tree, k)
+            return f if columns is None else _map_output(f, _at(source_tree, k), columns)
 
         return jax.tree_util.tree_map_with_path(pick, fresh_tree)
 
@@ -144,7 +172,11 @@ def initial_state(config: settings.Settings, fresh: TrainState) -> tuple[TrainSt
     workdir, step, trained = source_config(config.init_from)
     check_features(config.init_from, trained, config)
     source, step = restore_state(trained, workdir, step)
-    state, reinit = merge(source, fresh, config.init_from)
+    symbols = (
+        text.Alphabet.of_setting(trained.model.alphabet).symbols,
+        text.Alphabet.of_setting(config.model.alphabet).symbols,
+    )
+    state, reinit = merge(source, fresh, config.init_from, symbols)
     resolved = f"{os.path.abspath(workdir)}:{step}"
     log.info(
         "fine-tuning from %s: parameters, batch-norm statistics and feature normalization of step %d; step 0, "
@@ -152,7 +184,24 @@ def initial_state(config: settings.Settings, fresh: TrainState) -> tuple[TrainSt
         resolved,
         step,
     )
-    if reinit:
+    if symbols[0] != symbols[1]:
+        columns = output_columns(*symbols)
+        kept = [c for c, j in zip(symbols[1], columns[1:]) if j >= 0]
+        afresh = [c for c, j in zip(symbols[1], columns[1:]) if j < 0]
+        dropped = [c for c in symbols[0] if c not in symbols[1]]
+        log.warning(
+            "init_from: this run's alphabet differs from the source's: the output layer is mapped by symbol: "
+            "%d units kept (the blank and %d shared symbols%s), %d initialized afresh (%s), %d of the source's "
+            "symbols dropped (%s)",
+            len(kept) + 1,
+            len(kept),
+            "" if kept == [c for c in symbols[0] if c in kept] else ", moved to this run's order",
+            len(afresh),
+            "".join(afresh) or "none",
+            len(dropped),
+            "".join(dropped) or "none",
+        )
+    elif reinit:
         src, new = _shapes(source.params), _shapes(fresh.params)
         log.warning(
             "init_from: the output layer differs in size (another alphabet?): %s re-initialized",

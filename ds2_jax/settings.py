@@ -27,6 +27,7 @@ import dataclasses
 import difflib
 import functools
 import math
+import re
 import typing
 from typing import Any, ClassVar
 
@@ -195,6 +196,15 @@ def _check_ranges(obj) -> None:
             raise ValueError(f"{key}={value!r}: must be {finite}{RANGES[key].text()}")
 
 
+def _no_split_twice(key: str, spec: str) -> None:
+    """A ValueError naming `key` when its '+'-separated splits name one twice (as the builders spell
+    split names: 'dev-clean' and 'dev_clean' are one), which would read that split twice."""
+    names = [re.sub(r"[^A-Za-z0-9_]", "_", s.strip()) for s in spec.split("+") if s.strip()]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ValueError(f"{key}={spec!r} names split(s) {', '.join(twice)} twice: name each once")
+
+
 def _one_of(name: str, value, allowed) -> None:
     if value not in allowed:
         raise ValueError(f"{name}={value!r}: expected one of {list(allowed)}")
@@ -351,6 +361,8 @@ class Dataset:
         _check_ranges(self)
         _one_of("dataset.name", self.name, DATASETS)
         _one_of("dataset.stereo", self.stereo, STEREO)
+        for key in ("train_splits", "manifest_splits"):
+            _no_split_twice(f"dataset.{key}", getattr(self, key))
         if self.build_workers < -1:
             raise ValueError(
                 f"dataset.build_workers={self.build_workers}: must be -1 (the cores), 0 (inline) or a count"
@@ -664,6 +676,7 @@ class Eval:
 
     def __post_init__(self):
         _check_ranges(self)
+        _no_split_twice("eval.split", self.split)
 
 
 @dataclasses.dataclass(frozen=True)

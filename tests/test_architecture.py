@@ -175,7 +175,8 @@ DATA_MAY_IMPORT = {
     "ds2_jax.errors",
     "ds2_jax.faults",
     "ds2_jax.files",
-}  # files: the atomic writes of the index and statistics caches (no jax)
+    "ds2_jax.workers",
+}  # files: the atomic writes of the index and statistics caches (no jax); workers: they end with their parent
 
 
 def reached(graph: dict[str, set[str]], start: str) -> set[str]:
@@ -276,6 +277,7 @@ REACHED_THROUGH = {
     "ds2_jax.kernels.gates": "test_recurrence.py",  # every kernel and cell against the 'scan' reference
     "ds2_jax.launcher": "test_launch.py",  # launch.py is its one line; the drills run it end to end
     "ds2_jax.serve.__main__": "test_serve.py",  # python -m ds2_jax.serve --helpfull
+    "ds2_jax.workers": "test_manifest.py",  # kill -9 of a build (and test_loader.py: of a trainer) with workers
 }
 
 

@@ -77,7 +77,11 @@ USAGE_MISTAKES = [
     ),
     (
         ("-m", "ds2_jax.tools.build_lm", "--order=7", "--out={w}/lm.arpa", "--transcripts=a.txt"),
-        "error: --order=7: must be 1..6",
+        "error: --order=7: must be 2..6",
+    ),
+    (
+        ("-m", "ds2_jax.tools.build_lm", "--order=1", "--out={w}/lm.arpa", "--transcripts=a.txt"),
+        "error: --order=1: must be 2..6 (the decoder's KenLM loads models of order 2 to 6: a unigram",
     ),
     (("-m", "ds2_jax.tools.build_lm", "--order=x", "--out={w}/lm.arpa"), "error: --order=x: expected an integer"),
     (("-m", "ds2_jax.tools.build_lm", "--out={w}/lm.arpa"), "error: give --transcripts and/or --manual_dir"),

@@ -241,3 +241,60 @@ def test_fine_tuning_the_english_demo_model_on_spanish_beats_the_same_run_from_s
         f"scratch {scratch['cer']:.4f} (WER {tuned['wer']:.4f} / {scratch['wer']:.4f})"
     )
     assert tuned["cer"] < scratch["cer"] - 0.04  # measured: 0.532 vs 0.611 (one seed, CPU)
+
+
+def _logits(state, feats):
+    variables = {"params": state.params, "batch_stats": state.batch_stats}
+    logits, frames = state.apply_fn(variables, feats, jnp.array([feats.shape[1]] * feats.shape[0]), train=False)
+    return np.asarray(logits), np.asarray(frames)
+
+
+def test_the_same_symbols_in_another_order_give_the_sources_transcripts_before_any_step(source):
+    """The output layer is mapped by symbol: an alphabet of the same symbols reversed (Mozilla's
+    alphabet.txt orders English otherwise than LibriSpeech's) gives the source's logits, unit by
+    symbol, and its transcripts; taken unit by unit it would spell other letters."""
+    from ds2_jax import decoding, text
+
+    workdir, trained = source
+    src_symbols = text.LIBRISPEECH.symbols
+    reversed_symbols = src_symbols[::-1]
+    # A source whose outputs vary over the symbols (3 steps leave it near blank everywhere).
+    out = trained.params["output"]
+    kernel = out["kernel"] + jax.random.normal(jax.random.PRNGKey(3), out["kernel"].shape) * 2
+    talking = trained.replace(params={**trained.params, "output": {**out, "kernel": kernel}})
+    config = tiny_settings(**COMMON, **{"model.alphabet": reversed_symbols})
+    fresh = state_lib.initial_state(config, make_source(config, Sharding(2)), jax.random.PRNGKey(9))
+    state, _ = finetune.merge(talking, fresh, workdir, (src_symbols, reversed_symbols))
+    feats = jax.random.normal(jax.random.PRNGKey(4), (2, 96, _num_bins(config)))
+    (a, frames), (b, _) = _logits(talking, feats), _logits(state, feats)
+    columns = finetune.output_columns(src_symbols, reversed_symbols)
+    np.testing.assert_allclose(b, a[..., columns], rtol=1e-5, atol=1e-5)
+    want = decoding.greedy_texts(a.argmax(-1), frames, text.LIBRISPEECH)
+    got = decoding.greedy_texts(b.argmax(-1), frames, text.Alphabet(reversed_symbols))
+    assert got == want and any(len(t) > 3 for t in want), want
+    unmapped, _ = finetune.merge(talking, fresh, workdir)  # the same size: taken unit by unit
+    c, _ = _logits(unmapped, feats)
+    assert decoding.greedy_texts(c.argmax(-1), frames, text.Alphabet(reversed_symbols)) != want
+
+
+def _num_bins(config) -> int:
+    return model.ModelConfig.of(config.model, config.features.num_bins).num_bins
+
+
+def test_an_alphabet_sharing_some_symbols_keeps_their_units_and_says_how_many(source, caplog):
+    """Same size, one symbol swapped ('z' -> 'ñ'): 28 units kept (blank + 27 symbols), 'ñ' afresh,
+    'z' dropped; the log says so through the real initial_state."""
+    from ds2_jax import text
+
+    workdir, trained = source
+    symbols = text.LIBRISPEECH.symbols.replace("z", "ñ")
+    config = tiny_settings(**COMMON, init_from=f"{workdir}:3", **{"model.alphabet": symbols})
+    fresh = state_lib.initial_state(config, make_source(config, Sharding(2)), jax.random.PRNGKey(9))
+    with caplog.at_level("INFO"):
+        state, _ = finetune.initial_state(config, fresh)
+    assert "28 units kept (the blank and 27 shared symbols), 1 initialized afresh (ñ), 1 of the source's" in caplog.text
+    k, src, new = (np.asarray(s.params["output"]["kernel"]) for s in (state, trained, fresh))
+    at = symbols.index("ñ") + 1
+    np.testing.assert_array_equal(k[:, at], new[:, at])
+    keep = [j for j in range(k.shape[1]) if j != at]
+    np.testing.assert_array_equal(k[:, keep], src[:, keep])  # 'z' stood where 'ñ' stands: the rest in place

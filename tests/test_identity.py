@@ -228,3 +228,31 @@ def test_a_setting_a_resume_may_change_silently_changes_no_batch_and_no_step_arg
     for key, value in values.items():
         got = trained(tiny_settings(**{**small, **needs.get(key, {}), key: value}))
         assert all(_same(a, b) for a, b in zip(got[0], want[0])) and got[1:] == want[1:], key
+
+
+@pytest.mark.parametrize("damage", [b"", b"PK\x03\x04 torn", "nan"])
+def test_a_torn_or_damaged_feature_statistics_cache_is_computed_again_with_a_warning(corpus, damage, caplog):
+    """A kill while another tool copied it, a full disk, a hand edit: never a traceback, never NaN stats."""
+    config = tiny_settings(**corpus)
+
+    def stats():
+        return make_source(config, Sharding(2)).feature_stats(features.spectrogram_stats)
+
+    data_dir = corpus["dataset.data_dir"]
+    for root, _, names in os.walk(data_dir):  # other tests' caches: this one's alone
+        for name in names:
+            if name.startswith("feature_stats_"):
+                os.remove(os.path.join(root, name))
+    want = stats()
+    (path,) = [os.path.join(r, f) for r, _, names in os.walk(data_dir) for f in names if f.startswith("feature_stats_")]
+    if damage == "nan":
+        with open(path, "wb") as f:
+            np.savez(f, mean=np.full_like(want[0], np.nan), std=want[1])
+    else:
+        with open(path, "wb") as f:
+            f.write(damage)
+    with caplog.at_level("WARNING"):
+        got = stats()
+    assert "feature statistics cache" in caplog.text and "is damaged" in caplog.text
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])

@@ -7,6 +7,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -1005,3 +1006,107 @@ def test_awkward_transcripts_and_paths_come_through_every_manifest_layout_as_wri
     assert not m.bad_lines, m.bad_lines
     got = [(os.path.relpath(e.audio, tmp_path), e.text, e.id) for e in m.entries]
     assert got == [(p, t, os.path.splitext(p)[0]) for p, t in rows]
+
+
+def test_one_audio_file_in_two_splits_is_warned_and_counted(tmp_path, caplog):
+    d = tmp_path / "manual"
+    (d / "clips").mkdir(parents=True)
+    for i in (101, 102, 103):
+        shutil.copy(clip(f"common_voice_es_{i}"), d / "clips" / f"u{i}.wav")
+    (d / "train.tsv").write_text("path\tsentence\nclips/u101.wav\tla casa\nclips/u102.wav\tel perro\n")
+    (d / "test.tsv").write_text("path\tsentence\nclips/u103.wav\tla casa\nu102.wav\tel perro\n")  # clips/ found
+    with caplog.at_level("WARNING"):
+        builder = build.build(
+            str(d), str(tmp_path / "tfds"), "manifest", options(build_workers=0, alphabet_min_count=1)
+        )
+    assert "1 audio files are listed in more than one split" in caplog.text
+    train, test = report_of(builder, "train"), report_of(builder, "test")
+    assert train["audio_in_other_splits"] == 1 and test["audio_in_other_splits"] == 1
+    assert test["audio_in_other_splits_examples"][0].startswith(f"{d / 'test.tsv'}:3: ")
+    assert "(also in train)" in test["audio_in_other_splits_examples"][0]
+    assert "also listed in another split" in build.summary(test) and train["kept"] == test["kept"] == 2
+
+
+@pytest.mark.parametrize(
+    "key,value",
+    [
+        ("dataset.train_splits", "train+dev+train"),
+        ("dataset.manifest_splits", "dev-clean+dev_clean"),
+        ("eval.split", "a+a"),
+    ],
+)
+def test_a_split_named_twice_is_refused_naming_the_key(key, value):
+    with pytest.raises(ValueError, match=re.escape(f"{key}='{value}' names split(s) ") + r"\w+ twice"):
+        settings.override(settings.Settings(), {key: value})
+
+
+def _children(pid: int) -> dict[int, bytes]:
+    """pid -> cmdline of each process whose parent is `pid`."""
+    out = {}
+    for child in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{child}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{child}/cmdline", "rb") as f:
+                cmd = f.read()
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == pid:
+            out[int(child)] = cmd
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_build_workers_and_the_resource_tracker_die_with_a_killed_build(tmp_path):
+    """kill -9 of a build on 2 workers: the workers (and the resource tracker) end with it, as input
+    workers do, instead of decoding on for nobody."""
+    import time
+
+    d = tmp_path / "manual"
+    (d / "clips").mkdir(parents=True)
+    wav, rate = soundfile.read(clip(), dtype="int16")
+    soundfile.write(str(d / "long.wav"), np.tile(wav, 40), rate)
+    for i in range(120):
+        os.symlink(d / "long.wav", d / "clips" / f"u{i}.wav")
+    (d / "train.tsv").write_text("path\tsentence\n" + "".join(f"u{i}.wav\thola\n" for i in range(120)))
+    data_dir = tmp_path / "tfds"
+    args = [
+        "-m",
+        "ds2_jax.datasets.build",
+        "--config.dataset.name=manifest",
+        "--config.dataset.train_splits=train",
+        f"--config.dataset.manual_dir={d}",
+        f"--config.dataset.data_dir={data_dir}",
+        "--config.dataset.build_workers=2",
+        "--config.dataset.alphabet_min_count=1",
+    ]
+    proc = subprocess.Popen(
+        [sys.executable, *args], cwd=ROOT, env=repo_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    children = {}
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and proc.poll() is None:
+            children = _children(proc.pid)
+            if any(data_dir.rglob("*.shard*.tmp")) and sum(b"spawn_main" in c for c in children.values()) == 2:
+                break
+            time.sleep(0.05)
+        assert sum(b"spawn_main" in c for c in children.values()) == 2, children
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        deadline = time.time() + 30
+        while any(_alive(p) for p in children) and time.time() < deadline:
+            time.sleep(0.1)
+        assert not [c for p, c in children.items() if _alive(p)], "a build worker outlived the killed build"
+    finally:
+        proc.kill()
+        for pid in children:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)

@@ -378,3 +378,37 @@ def test_first_word_starts_within_one_output_frame_of_the_speech_onset(trained):
         assert abs(timed[0].start - _onset_seconds(wave)) <= frame, (text, timed[0], _onset_seconds(wave))
         assert all(w.start < w.end <= n.start for w, n in zip(timed, timed[1:]))
         assert timed[-1].end <= len(wave) / 16_000 + frame
+
+
+def test_a_pipe_such_as_dev_stdin_is_read_not_called_empty(tmp_path):
+    """/dev/stdin, a FIFO, a process substitution: no size, no seeking; read whole, then decoded."""
+    import os
+    import threading
+
+    wav = tmp_path / "a.wav"
+    tone = (np.sin(np.arange(8000) / 5) * 8000).astype(np.int16)
+    soundfile.write(str(wav), tone, 16_000)
+    fifo = str(tmp_path / "pipe")
+    for data, want in [(wav.read_bytes(), None), (b"", "no bytes came from it")]:
+        os.mkfifo(fifo)
+        writer = threading.Thread(target=_write_to_fifo, args=(fifo, data), daemon=True)
+        writer.start()
+        try:
+            if want is None:
+                np.testing.assert_array_equal(audio_lib.read(fifo, 16_000), tone)
+            else:
+                with pytest.raises(errors.AudioError, match=want):
+                    audio_lib.read(fifo, 16_000)
+        finally:
+            if writer.is_alive():  # nothing read the pipe: open it once so that the writer's open returns
+                os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))
+            writer.join(timeout=10)
+            os.remove(fifo)
+
+
+def _write_to_fifo(path: str, data: bytes) -> None:
+    try:
+        with open(path, "wb") as f:
+            f.write(data)
+    except BrokenPipeError:  # the reader (a wrong load_audio) never read it
+        pass

@@ -58,6 +58,7 @@ REASONS = (
     "empty_transcript",  # a line with an id but no words
     "unknown_chars",  # characters outside text.SYMBOLS after normalization
     "ctc_infeasible",  # more labels than the 2-conv model emits frames for the audio
+    "duplicate_id",  # a second file of an utterance id in the split (a copied chapter): the first is kept
 )
 REPORT_EXAMPLES = 5  # Utterance ids kept per skip reason in the report.
 _UTT_RE = re.compile(r"^(\d+)-(\d+)-(\d+)$")
@@ -405,7 +406,15 @@ class LibrispeechLocal(tfds.core.GeneratorBasedBuilder):
     def _generate_examples(self, split: str, kind: str, path: str):
         report = SplitReport(split)
         gen = generate_from_tree if kind == "tree" else generate_from_tar
-        yield from gen(path, report)
+        seen: set[str] = set()
+        for key, example in gen(path, report):
+            if key in seen:  # tfds would stop the build at its writer, with an error that needs TensorFlow
+                report.kept -= 1
+                report.kept_samples -= example["num_samples"]
+                report.skip("duplicate_id", key, "a second file of this utterance id in the split: the first kept")
+                continue
+            seen.add(key)
+            yield key, example
         # Runs once the writer has drained the generator; data_dir is the build's
         # temporary dir here, which tfds renames to the final one on success.
         files.write_text(report_path(os.fspath(self.data_dir), split), json.dumps(report.to_json(), indent=1))

@@ -470,6 +470,7 @@ class Report:
     unknown: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # char -> utterances
     rare: dict = dataclasses.field(default_factory=dict)  # char -> times in the train splits, left out of the alphabet
     clipped: dict = dataclasses.field(default_factory=dict)  # "file:line: audio" -> samples clipped (kept)
+    shared: list = dataclasses.field(default_factory=list)  # "file:line: audio (also in split S)": in two splits
 
     def skip(self, reason: str, where: str, detail: str = "") -> None:
         assert reason in REASONS, reason
@@ -489,6 +490,8 @@ class Report:
             "examples": dict(self.examples),
             "unknown_chars": dict(self.unknown.most_common()),
             "rare_chars": self.rare,
+            "audio_in_other_splits": len(self.shared),
+            "audio_in_other_splits_examples": self.shared[:REPORT_EXAMPLES],
             "clipped_utterances": len(self.clipped),
             "clipped_samples": sum(self.clipped.values()),
             "clipped_examples": dict(list(self.clipped.items())[:REPORT_EXAMPLES]),
@@ -522,6 +525,11 @@ def summary(report: dict) -> str:
     )
     if report.get("unknown_chars"):
         line += f"; outside the alphabet: {unknown_summary(report['unknown_chars'])}"
+    if report.get("audio_in_other_splits"):
+        line += (
+            f"; {report['audio_in_other_splits']} audio files also listed in another split (e.g. "
+            f"{report['audio_in_other_splits_examples'][0]}): a split scored on audio another trains on"
+        )
     if report.get("clipped_utterances"):
         line += (
             f"; clipped to int16: {report['clipped_samples']} samples beyond [-1, 1] in "
@@ -585,6 +593,22 @@ def to_write(
     return todo
 
 
+def shared_audio(manifests: dict[str, Manifest], reports: dict[str, Report]) -> int:
+    """Counts, in each split's report, its utterances whose audio file another split lists too (the
+    same clip in train and test); their number (each file once)."""
+    splits_of: dict[str, list[str]] = collections.defaultdict(list)
+    for split, m in manifests.items():
+        for audio in dict.fromkeys(os.path.realpath(e.audio) for e in m.entries):
+            splits_of[audio].append(split)
+    shared = {a: s for a, s in splits_of.items() if len(s) > 1}
+    for split, m in manifests.items():
+        for e in m.entries:
+            others = [s for s in shared.get(os.path.realpath(e.audio), ()) if s != split]
+            if others and split in reports:  # (a split taken from the previous build keeps its report)
+                reports[split].shared.append(f"{m.path}:{e.line}: {e.audio} (also in {', '.join(others)})")
+    return len(shared)
+
+
 def count_outcomes(m: Manifest, todo: list[tuple], outcomes: dict[int, object], report: Report) -> None:
     """Counts each written utterance (shards.Kept) or skip (audio.Skip) in `report`, in manifest order."""
     lines = {e.id: e.line for e in m.entries}
@@ -603,7 +627,7 @@ def finish_split(m: Manifest, report: Report, data_dir: str) -> None:
     """Writes the split's build report and logs its summary; a split that kept nothing is a ValueError."""
     with open(report_path(data_dir, m.split), "w") as f:
         json.dump(report.to_json(), f, indent=1, ensure_ascii=False)
-    dropped = sum(report.skipped.values()) + len(report.clipped)
+    dropped = sum(report.skipped.values()) + len(report.clipped) + len(report.shared)
     logging.log(logging.WARNING if dropped else logging.INFO, "%s", report.summary())
     if not report.kept:
         examples = [e for r in REASONS for e in report.examples.get(r, [])][:REPORT_EXAMPLES]
@@ -694,6 +718,14 @@ class ManifestDataset(tfds.core.GeneratorBasedBuilder):
         for job, got in shards.run(jobs, o.num_workers()):
             outcomes[job.split].update((item[0], g) for item, g in zip(job.items, got))
             written[job.split].append((job.path, sum(isinstance(g, shards.Kept) for g in got)))
+        shared = shared_audio(manifests, reports)
+        if shared:
+            logging.warning(
+                "manifest: %d audio files are listed in more than one split (e.g. %s): each split keeps them, "
+                "so a split may be scored on audio another one trains on (build reports: audio_in_other_splits)",
+                shared,
+                next(r.shared[0] for r in reports.values() if r.shared),
+            )
         infos = list(taken.values())
         for split, m in manifests.items():
             if split in taken:

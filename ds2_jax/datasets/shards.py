@@ -27,6 +27,7 @@ from typing import Iterator, NamedTuple
 import numpy as np
 
 from ds2_jax import errors, geometry
+from ds2_jax import workers as ds2_workers
 from ds2_jax.datasets import audio as audio_lib
 
 # tfds writes array_record with the format's default compression (brotli). Int16 speech
@@ -186,7 +187,10 @@ def run(jobs: list[ShardJob], workers: int) -> Iterator[tuple[ShardJob, list]]:
         return
     # spawn, not fork: a build may run inside a training process that runs jax's threads.
     ctx = multiprocessing.get_context("spawn")
-    pool = concurrent.futures.ProcessPoolExecutor(min(workers, len(jobs)), mp_context=ctx)
+    # Each worker ends with this process (kill -9 of a build leaves no worker or resource tracker behind).
+    pool = concurrent.futures.ProcessPoolExecutor(
+        min(workers, len(jobs)), mp_context=ctx, initializer=ds2_workers.die_with_parent
+    )
     try:
         futures = [pool.submit(write_shard, job) for job in jobs]  # a job is a few KB: all queued at once
         # The workers, started by the submits: their exit codes say how one died (the pool forgets them).

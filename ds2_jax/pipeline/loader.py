@@ -24,7 +24,7 @@ from typing import Iterator
 
 import numpy as np
 
-from ds2_jax import errors, faults, settings
+from ds2_jax import errors, faults, settings, workers
 from ds2_jax.pipeline.batch import Sharding
 from ds2_jax.pipeline.source import DataSettings, open_source
 
@@ -68,7 +68,7 @@ class StepBatch:
         step = int(step)
         in_worker = _in_worker()
         if in_worker:
-            _die_with_parent()
+            workers.die_with_parent()  # a trainer killed with -9 takes its workers along
             faults.Hooks(self.data.faults).input_batch(step)
         if self._source is None:
             with _quiet():
@@ -79,33 +79,6 @@ class StepBatch:
 
         # Padded straight into shared memory: grain then hands it over without a copy.
         return self._source.train_batch(step, audio_zeros=SharedMemoryArray)
-
-
-_WATCHING_PARENT: list[bool] = []
-
-
-def _die_with_parent() -> None:
-    """In a worker, once: a thread that ends this process as soon as its parent is gone. A trainer
-    killed with -9 otherwise leaves its workers running, holding their /dev/shm segments, and the
-    resource tracker they keep open alive; with them gone the tracker cleans up and exits. (The
-    parent's sentinel, not prctl's PDEATHSIG: that fires when the parent's *thread* that started
-    the worker ends, and grain starts them from the batch-staging thread.)"""
-    import multiprocessing
-    import multiprocessing.connection
-    import threading
-
-    if _WATCHING_PARENT:
-        return
-    sentinel = getattr(multiprocessing.parent_process(), "sentinel", None)
-    if sentinel is None:
-        return
-
-    def watch():
-        multiprocessing.connection.wait([sentinel])
-        os._exit(1)
-
-    threading.Thread(target=watch, name="ds2-parent-watch", daemon=True).start()
-    _WATCHING_PARENT.append(True)
 
 
 def _in_worker() -> bool:

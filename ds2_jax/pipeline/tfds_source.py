@@ -237,8 +237,19 @@ class TfdsSource:
         digest = hashlib.sha1(key.encode()).hexdigest()[:12]
         path = os.path.join(os.fspath(self.builder.data_dir), f"feature_stats_{digest}.npz")
         if os.path.exists(path):
-            with np.load(path) as z:
-                return z["mean"], z["std"]
+            try:
+                with np.load(path) as z:
+                    mean, std = z["mean"], z["std"]
+                if (
+                    mean.shape == std.shape == (self.spectrogram.num_bins,)
+                    and np.isfinite(mean).all()
+                    and (std > 0).all()
+                ):
+                    return mean, std
+                why = f"shapes {mean.shape}, {std.shape}, or values not finite / std not positive"
+            except Exception as e:  # noqa: BLE001 - a torn or foreign file (np.load raises several types)
+                why = f"{type(e).__name__}: {e}"
+            logging.warning("the feature statistics cache %s is damaged (%s): computing them again", path, why)
         waves = (self._read(self._train_split[[r]], self._train_record[[r]])[0] for r in rows)
         mean, std = stats(waves, self.spectrogram)
         logging.info("feature stats from %d utterances of %s -> %s", n, "+".join(self.train_splits), path)

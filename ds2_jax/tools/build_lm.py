@@ -244,6 +244,7 @@ def write_arpa(probs: list[dict], backoffs: list[dict], path: str) -> dict[int, 
 
 # ----------------------------------------------------------------------------- CLI
 
+MIN_ORDER = 2  # KenLM's loader: "This ngram implementation assumes at least a bigram model"
 MAX_ORDER = 6  # the highest order flashlight-text's KenLM is compiled for (KENLM_MAX_ORDER); order 7 fails to load
 
 
@@ -284,9 +285,10 @@ def main(argv: list[str] | None = None) -> int:
     from ds2_jax import cli
 
     args, _ = cli.parse_args(argv, define_flags, __doc__)
-    if not 1 <= args.order <= MAX_ORDER:  # before reading any text: a model the decoder cannot load is no use
+    if not MIN_ORDER <= args.order <= MAX_ORDER:  # before reading any text: a model the decoder cannot load is no use
         cli.usage_error(
-            f"--order={args.order}: must be 1..{MAX_ORDER} (the decoder's KenLM loads models up to order {MAX_ORDER})"
+            f"--order={args.order}: must be {MIN_ORDER}..{MAX_ORDER} (the decoder's KenLM loads models of order "
+            f"{MIN_ORDER} to {MAX_ORDER}: a unigram model is refused by its loader)"
         )
     config = None
     if args.workdir:
