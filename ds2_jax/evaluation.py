@@ -218,12 +218,15 @@ def result_path(
     return os.path.join(workdir, layout.eval_result(split, step, decoding_tag(beam), max_utterances))
 
 
-def evaluate_splits(config, workdir: str, split: str = "", step: int | str | None = None) -> dict[str, dict]:
+def evaluate_splits(
+    config, workdir: str, split: str = "", step: int | str | None = None, overrides=None
+) -> dict[str, dict]:
     """Restores a checkpoint once (with the workdir's config.json, see workdir_config.config_for_eval),
     scores each comma-listed split on its own, logs each result, then writes it to
     workdir/eval-<split>-<step>-<decoder>[-max<N>].json (result_path); returns {split: result}.
-    An unwritable workdir is an error after every result has been logged."""
-    config = workdir_config.config_for_eval(config, workdir)
+    An unwritable workdir is an error after every result has been logged. `overrides`: the keys the
+    command line set (the dataset.* settings it did not set come from config.json)."""
+    config = workdir_config.config_for_eval(config, workdir, overrides)
     beam = decoding.make_beam_decoder(config.decoding, text.Alphabet.of_setting(config.model.alphabet))  # fails fast
     run = prepare(config, workdir, step, log_probs=beam is not None)
     step = run.step
@@ -262,6 +265,6 @@ def evaluate_splits(config, workdir: str, split: str = "", step: int | str | Non
     return results
 
 
-def evaluate_checkpoint(config, workdir: str, split: str = "", step: int | str | None = None) -> dict:
+def evaluate_checkpoint(config, workdir: str, split: str = "", step: int | str | None = None, overrides=None) -> dict:
     """--mode=eval: evaluate_splits, returning the first listed split's result."""
-    return next(iter(evaluate_splits(config, workdir, split, step).values()))
+    return next(iter(evaluate_splits(config, workdir, split, step, overrides).values()))

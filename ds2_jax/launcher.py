@@ -93,7 +93,12 @@ def main(argv):
     if FLAGS.mode == "train":
         run = lambda: train.train_and_evaluate(FLAGS.config, FLAGS.workdir)  # noqa: E731
     else:
-        run = lambda: evaluation.evaluate_checkpoint(FLAGS.config, FLAGS.workdir, step=eval_step)  # noqa: E731
+        from ml_collections import config_flags
+
+        overrides = set(config_flags.get_override_values(FLAGS["config"]))  # dataset.* not among them: config.json's
+        run = lambda: evaluation.evaluate_checkpoint(  # noqa: E731
+            FLAGS.config, FLAGS.workdir, step=eval_step, overrides=overrides
+        )
     if not (FLAGS.distributed or FLAGS.coordinator_address):  # a shared workdir is left to its processes
         run = cli.removing_new_workdir_on_error(run, FLAGS.workdir)
     return errors.run_explained(run, FLAGS.workdir, FLAGS.traceback or errors.traceback_wanted())

@@ -79,6 +79,18 @@ def load_config(workdir: str) -> settings.Settings:
 # ----------------------------------------------------------------------------- comparing settings
 
 
+def unflat(d: dict) -> dict:
+    """flat's inverse: {'model.rnn_size': 32} -> {'model': {'rnn_size': 32}}."""
+    out: dict = {}
+    for key, v in d.items():
+        *sections, name = key.split(".")
+        node = out
+        for section in sections:
+            node = node.setdefault(section, {})
+        node[name] = v
+    return out
+
+
 def flat(d: dict, prefix: str = "") -> dict:
     """{'model.rnn_size': 32, ...} of a nested settings dict, values as JSON reads them back
     (tuples as lists, so a config and its config.json compare equal)."""
@@ -229,15 +241,40 @@ def _overlay(base: dict, top: dict) -> dict:
     return out
 
 
-def config_for_eval(config, workdir: str) -> settings.Settings:
+DATA_SECTION = "dataset."  # the data a run was trained on: an evaluation reads it too unless told otherwise
+
+
+def _data_of(trained: dict, given: dict, overrides) -> tuple[dict, list[str]]:
+    """`given` with the workdir's dataset.* settings where the command line did not set them itself
+    (`overrides`: the dotted keys it set), and those keys: an own-data run's eval needs no dataset flag."""
+    was, now = flat(trained), flat(given)
+    taken = sorted(
+        k
+        for k in was
+        if k.startswith(DATA_SECTION) and k in now and k not in overrides and _set_by_eval(k) and was[k] != now[k]
+    )
+    return _overlay(given, unflat({k: was[k] for k in taken})), taken
+
+
+def config_for_eval(config, workdir: str, overrides=None) -> settings.Settings:
     """The workdir's config.json with the settings an evaluation takes from `config` (_set_by_eval),
     checked; warns naming every training setting of `config` that differs from the one the
-    checkpoints were trained with."""
+    checkpoints were trained with. With `overrides` (the keys the command line set: launch.py's
+    --config.KEY=...), the dataset.* settings it did not set come from config.json too (logged)."""
     if not os.path.exists(os.path.join(workdir, layout.CONFIG)):
         log.warning("%s has no config.json: evaluating with --config as given", workdir)
         return settings.from_config_dict(config)
     trained = read_config_json(workdir)
     given = settings.to_dict(config)
+    if overrides is not None:
+        given, taken = _data_of(trained, given, set(overrides))
+        if taken:
+            was = flat(trained)
+            log.info(
+                "eval reads the data the run was trained on (%s): %s; set --config.dataset.KEY to read other data",
+                os.path.join(workdir, layout.CONFIG),
+                ", ".join(f"{k}={was[k]!r}" for k in taken),
+            )
     diff = differing_keys(trained, given)
     if diff:
         more = f" and {len(diff) - 12} more" if len(diff) > 12 else ""

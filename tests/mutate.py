@@ -2176,6 +2176,16 @@ MUTATIONS = [
         ("tests/test_manifest.py::test_build_workers_and_the_resource_tracker_die_with_a_killed_build",),
         "kill -9 of a build leaves its workers and the resource tracker running",
     ),
+    Mutation(
+        "eval_ignores_the_workdirs_data",
+        "ds2_jax/workdir_config.py",
+        "        given, taken = _data_of(trained, given, set(overrides))",
+        "        taken = []",
+        (
+            "tests/test_faults.py::test_eval_of_an_own_data_workdir_reads_its_dataset_settings_from_config_json_unless_given",
+        ),
+        "--mode=eval of an own-data workdir must be given every dataset flag of its training again",
+    ),
 ]
 
 

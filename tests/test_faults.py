@@ -343,6 +343,29 @@ def test_eval_config_takes_training_settings_from_the_workdir_and_eval_settings_
     assert workdir_config.differing_keys(old, given.to_dict()) == [("model.rnn_size", 48, 64)]
 
 
+def test_eval_of_an_own_data_workdir_reads_its_dataset_settings_from_config_json_unless_given(tmp_path, caplog):
+    """launch.py --mode=eval --workdir=W needs no dataset flag of W's training again: the dataset.*
+    settings the command line did not set come from W's config.json; those it set win."""
+    trained = run_config(
+        **{
+            "dataset.name": "manifest",
+            "dataset.manual_dir": "cv-corpus/es",
+            "dataset.data_dir": "D",
+            "dataset.train_splits": "train",
+            "dataset.eval_split": "dev",
+        }
+    )
+    (tmp_path / "config.json").write_text(json.dumps(trained.to_dict()))
+    given = run_config(**{"dataset.eval_split": "test"})  # a config file's LibriSpeech defaults, one flag
+    with caplog.at_level("INFO", logger="ds2_jax"):
+        merged = workdir_config.config_for_eval(given, str(tmp_path), overrides={"dataset.eval_split"})
+    d = merged.dataset
+    assert (d.name, d.manual_dir, d.data_dir, d.train_splits) == ("manifest", "cv-corpus/es", "D", "train")
+    assert d.eval_split == "test"  # given on the command line
+    assert "eval reads the data the run was trained on" in caplog.text and "dataset.train_splits='train'" in caplog.text
+    assert workdir_config.config_for_eval(given, str(tmp_path)).dataset.name == given.dataset.name  # API: as given
+
+
 @pytest.fixture
 def read_only(tmp_path):
     """A read-only bind mount of a directory (needs root), or skip."""
