@@ -258,7 +258,16 @@ def still_being_written(mgr: ocp.CheckpointManager, steps: list[int]) -> errors.
     )
 
 
-def restore_latest(mgr: ocp.CheckpointManager, target, move_damaged: bool = False):
+DELETED_RETRIES = 3  # rereads of the step list when a checkpoint is deleted while it is read
+
+
+def _gone(mgr: ocp.CheckpointManager, step: int) -> bool:
+    """Whether `step`'s folder is no longer there: a training run keeping only its newest checkpoints
+    (keep_checkpoints) deleted it after a newer save, while this process was reading it."""
+    return not os.path.isdir(os.path.join(os.fspath(mgr.directory), str(step)))
+
+
+def restore_latest(mgr: ocp.CheckpointManager, target, move_damaged: bool = False, retries: int = DELETED_RETRIES):
     """(state, step) from the newest checkpoint that restores, shaped like `target`.
 
     A damaged newest checkpoint (truncated or missing files) is skipped with a warning
@@ -272,6 +281,12 @@ def restore_latest(mgr: ocp.CheckpointManager, target, move_damaged: bool = Fals
         return None, None
     failures = []
     for step in steps:
+        if _gone(mgr, step) and retries > 0:  # replaced by a newer save meanwhile: read the list again
+            log.info(
+                "checkpoint %d in %s was replaced by a newer one while read: taking the newest", step, mgr.directory
+            )
+            mgr.reload()
+            return restore_latest(mgr, target, move_damaged, retries - 1)
         if (missing := unfinished(mgr, step)) is not None:
             # Not handed to orbax: its failed guess at an empty folder's layout made every
             # later restore of this manager fail too (good checkpoints called damaged).
@@ -289,6 +304,12 @@ def restore_latest(mgr: ocp.CheckpointManager, target, move_damaged: bool = Fals
         try:
             state = mgr.restore(step, args=ocp.args.StandardRestore(target))
         except Exception as e:  # orbax raises many types for damaged files
+            if _gone(mgr, step) and retries > 0:  # deleted mid-read (keep_checkpoints): not damaged, not unfinished
+                log.info(
+                    "checkpoint %d in %s was replaced by a newer one while read: taking the newest", step, mgr.directory
+                )
+                mgr.reload()
+                return restore_latest(mgr, target, move_damaged, retries - 1)
             folder = os.path.join(os.fspath(mgr.directory), str(step))
             if not os.path.isfile(os.path.join(folder, COMMIT_MARKER)) and _writes(
                 mgr, COMMIT_MARKER, step, alone=True

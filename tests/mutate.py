@@ -2186,6 +2186,14 @@ MUTATIONS = [
         ),
         "--mode=eval of an own-data workdir must be given every dataset flag of its training again",
     ),
+    Mutation(
+        "deleted_checkpoint_not_reread",
+        "ds2_jax/checkpoint.py",
+        "        if _gone(mgr, step) and retries > 0:  # replaced by a newer save meanwhile",
+        "        if False:  # replaced by a newer save meanwhile",
+        ("tests/test_faults.py::test_a_checkpoint_deleted_while_read_gives_the_newest_not_being_written",),
+        "transcribe beside a keep_checkpoints=1 run: the step it listed, deleted by the next save, is an error",
+    ),
 ]
 
 

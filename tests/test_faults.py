@@ -1331,3 +1331,21 @@ def test_a_non_finite_value_in_any_part_of_the_state_is_refused_at_save_naming_i
     assert f".{part}{jax.tree_util.keystr(path)}" in str(e.value), str(e.value)
     assert "1 array," in str(e.value) and mgr.all_steps() == [1]
     mgr.close()
+
+
+def test_a_checkpoint_deleted_while_read_gives_the_newest_not_being_written(tmp_path):
+    """transcribe or eval beside a run with keep_checkpoints=1: the step it listed is deleted after the
+    run's next save; it takes that newer checkpoint, never calling the deleted one 'being written'."""
+    from ds2_jax import checkpoint
+
+    writer = checkpoint.manager(str(tmp_path), keep=1)
+    tree = {"w": np.ones(3, np.float32)}
+    writer.save(1, args=checkpoint.ocp.args.StandardSave(tree))
+    writer.wait_until_finished()
+    reader = checkpoint.manager(str(tmp_path), keep=1)  # lists step 1
+    assert reader.all_steps() == [1]
+    writer.save(2, args=checkpoint.ocp.args.StandardSave({"w": np.full(3, 2.0, np.float32)}))
+    writer.wait_until_finished()  # step 1 deleted (keep 1)
+    assert not os.path.isdir(tmp_path / "checkpoints" / "1")
+    state, step = checkpoint.restore_latest(reader, tree)
+    assert step == 2 and float(state["w"][0]) == 2.0
