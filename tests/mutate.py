@@ -282,6 +282,14 @@ MUTATIONS = [
         "'auto' takes the Mosaic kernels at row counts never measured",
     ),
     Mutation(
+        "mosaic_partial_by_plain_dsmem_stores",
+        "ds2_jax/kernels/mosaic_rnn.py",
+        'plgpu.async_store_smem(z, part_smem, pair_bar, cluster_idx=0, cluster_dim="c")',
+        'plgpu.cluster_ref(part_smem, {"c": 0})[...] = z; plgpu.barrier_arrive(pair_bar)',
+        ("tests/test_recurrence.py::test_mosaic_kernels_lower_for_cuda",),
+        "rank 1's partial handed over with plain DSMEM stores and an arrive (the 32-64-row race)",
+    ),
+    Mutation(
         "mosaic_pieces_not_the_fewest",
         "ds2_jax/kernels/mosaic_rnn.py",
         "return next((p for p in piece_options(hidden) if",

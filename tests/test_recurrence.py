@@ -138,6 +138,9 @@ def test_mosaic_kernels_lower_for_cuda(rows, pieces):
 
     text = jax.jit(jax.grad(loss, argnums=(0, 1))).trace(xs, w).lower(lowering_platforms=("cuda",)).as_text()
     assert text.count("mosaic_gpu") >= 2  # one custom call per kernel
+    # Rank 1's partial reaches rank 0 by st.async, its bytes completing on rank 0's mbarrier (plain
+    # DSMEM stores and a CTA-scope cluster-barrier arrive raced above 16 rows): in both kernels.
+    assert text.count("complete_tx") >= 2
 
 
 def test_mosaic_rejects_what_it_cannot_run():
