@@ -46,6 +46,9 @@ class Engine:
     bidirectional: bool
     lookahead_seconds: float
     batch_size: int = 8
+    # Whether every forward pass has batch_size rows (jax: one compiled shape per length) or only
+    # the rows it holds (onnxruntime takes any batch: a server's partial batch computes no padding rows).
+    fixed_batch: bool = True
     beam: object = None  # decoding's beam decoder, or None: greedy
     # Seconds taken off every word time (ds2_jax.infer.delay); None where unmeasured (uncorrected).
     emission_delay: float | None = None
@@ -146,8 +149,9 @@ class Engine:
             rows = order[first : first + self.batch_size]
             try:
                 samples = max(pad, -(-max(pieces[p][2] - pieces[p][1] for p in rows) // pad) * pad)
-                audio = np.zeros((self.batch_size, samples), np.int16)
-                lengths = np.zeros((self.batch_size,), np.int32)
+                count = self.batch_size if self.fixed_batch else len(rows)
+                audio = np.zeros((count, samples), np.int16)
+                lengths = np.zeros((count,), np.int32)
                 for j, p in enumerate(rows):
                     i, s0, s1, _, _ = pieces[p]
                     audio[j, : s1 - s0] = waveforms[i][s0:s1]

@@ -19,7 +19,7 @@ class OnnxEngine(engine.Engine):
         self.sample_rate, self.hop, self.window = meta.sample_rate, meta.hop, meta.window
         self.num_conv_layers, self.bidirectional = meta.num_conv_layers, meta.bidirectional
         self.lookahead_seconds = meta.lookahead_seconds
-        self.batch_size = batch_size
+        self.batch_size, self.fixed_batch = batch_size, False
         self.emission_delay = meta.emission_delay_s
         self._forward = self.model.decoder_inputs
 

@@ -315,6 +315,7 @@ def make_app(engine: engine_lib.Engine, limits: Limits = Limits()):
 
     routes = [Route(path, page) for path in STATIC] + [
         Route("/healthz", healthz),
+        Route("/favicon.ico", lambda request: Response(status_code=204)),
         Route("/metrics", metrics_page),
         Route("/v1/transcribe", transcribe, methods=["POST"]),
         WebSocketRoute("/v1/stream", stream),
