@@ -23,6 +23,9 @@ WINDOW_SECONDS = 24.0
 CONTEXT_SECONDS = 3.0
 
 
+PIECE_HOPS = 10  # a streaming model is fed this many hops at a time (100 ms at a 10 ms hop)
+
+
 class StreamingRefused(ValueError):
     """A bidirectional model asked to stream."""
 
@@ -182,7 +185,11 @@ def greedy_text(ids: np.ndarray, alphabet: text.Alphabet) -> str:
 
 @dataclasses.dataclass
 class Utterance:
-    """One stream's audio in, greedy text out: `feed` chunks, `finish` once, then `words`."""
+    """One stream's audio in, greedy text out: `feed` chunks, `finish` once, then `words`.
+
+    Whatever sizes the chunks come in, the model is fed pieces of PIECE_HOPS hops (and at the end
+    the rest in power-of-two numbers of hops), so a jax backend compiles its streaming stages for
+    a few shapes, not one per chunk size; the frames are the same either way."""
 
     engine: Engine
     model: object  # the backend's log-prob stream
@@ -191,6 +198,7 @@ class Utterance:
 
     def __post_init__(self):
         self.ids = np.zeros(0, np.int32)
+        self.pending = np.zeros(0, np.int16)  # samples not yet fed to the model
 
     @property
     def text(self) -> str:
@@ -205,12 +213,26 @@ class Utterance:
         if self.finished:
             raise ValueError("this utterance is finished")
         self.samples += len(chunk)
-        self._add(self.model.feed(np.asarray(chunk, np.int16)))
+        self.pending = np.concatenate([self.pending, np.asarray(chunk, np.int16)])
+        piece = PIECE_HOPS * self.engine.hop
+        whole = len(self.pending) // piece * piece
+        for first in range(0, whole, piece):
+            self._add(self.model.feed(self.pending[first : first + piece]))
+        self.pending = self.pending[whole:]
         return self.text
 
     def finish(self) -> str:
-        """The final text: the frames that waited for the end of the audio added."""
+        """The final text: the rest fed, and the frames that waited for the end of the audio added."""
         if not self.finished:
+            hops = len(self.pending) // self.engine.hop
+            first = 0
+            for bit in reversed(range(hops.bit_length())):  # the rest as 2^k hops, largest first
+                if hops >> bit & 1:
+                    size = (1 << bit) * self.engine.hop
+                    self._add(self.model.feed(self.pending[first : first + size]))
+                    first += size
+            if first < len(self.pending):
+                self._add(self.model.feed(self.pending[first:]))  # under a hop: no new frame
             self.finished = True
             self._add(self.model.finish())
         return self.text
