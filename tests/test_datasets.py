@@ -296,7 +296,7 @@ def test_a_full_disk_during_the_build_is_the_projects_disk_full_line(tmp_path, m
     assert (
         message.startswith(f"building librispeech_local in {data_dir} from {manual}: disk full (")
         and "MiB free in" in message
-        and "--data_dir" in message
+        and "--config.dataset.data_dir" in message
     ), message
     monkeypatch.undo()
     assert build.build(str(manual), str(data_dir)).is_prepared()  # the rerun after freeing space builds it
