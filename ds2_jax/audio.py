@@ -56,14 +56,7 @@ class Audio(NamedTuple):
     clipped: int = 0
 
 
-class Unreadable(errors.AudioError):
-    """Audio that gives no samples; `reason`: empty_audio, missing_audio, corrupt_audio,
-    truncated_audio or not_mono (manifest.REASONS' words), `detail` what was found."""
-
-    def __init__(self, reason: str, detail: str, message: str = ""):
-        """`message`: what a person reads (default: `detail`, which a build report records)."""
-        super().__init__(message or detail)
-        self.reason, self.detail = reason, detail
+Unreadable = errors.Unreadable  # the error class lives with the others (errors.py)
 
 
 def declared_longer(header_log: str) -> str:

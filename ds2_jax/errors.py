@@ -16,6 +16,8 @@ file and the way out; its traceback goes to <workdir>/error.log, and to stderr w
 | `BuildWorkerError` | a dataset build worker process died | datasets.shards |
 | `DamagedArchive` | a .tar.gz is cut short or damaged (its split alone is not built) | datasets.librispeech_local |
 | `AudioError` | a file gives no audio (missing, empty, undecodable) | transcribe, one line per file |
+| `Unreadable` | an `AudioError` with the build report's reason (empty, missing, corrupt, truncated, not mono) | audio.decode |
+| `StreamingRefused` | a bidirectional model asked to stream (it needs the whole utterance) | infer.engine, serve |
 | `PeerLost` | a multi-process step failed and `is_peer_lost` (a collective's words: a peer gone); exit 3 | train |
 
 Checks of settings and sizes raise the built-in types (`ValueError`, `OSError`, `MemoryError`
@@ -96,6 +98,20 @@ class DamagedArchive(Ds2Error, OSError):
 
 class AudioError(Ds2Error, ValueError):
     """A file that gives no audio: missing, empty, or not decodable; the message names it."""
+
+
+class Unreadable(AudioError):
+    """Audio that gives no samples; `reason`: empty_audio, missing_audio, corrupt_audio,
+    truncated_audio or not_mono (manifest.REASONS' words), `detail` what was found."""
+
+    def __init__(self, reason: str, detail: str = "", message: str = ""):
+        """`message`: what a person reads (default: `detail`, which a build report records)."""
+        super().__init__(message or detail or reason)
+        self.reason, self.detail = reason, detail
+
+
+class StreamingRefused(Ds2Error, ValueError):
+    """A bidirectional model asked to stream."""
 
 
 class PeerLost(Ds2Error, RuntimeError):

@@ -26,8 +26,7 @@ CONTEXT_SECONDS = 3.0
 PIECE_HOPS = 10  # a streaming model is fed this many hops at a time (100 ms at a 10 ms hop)
 
 
-class StreamingRefused(ValueError):
-    """A bidirectional model asked to stream."""
+StreamingRefused = errors.StreamingRefused  # the error class lives with the others (errors.py)
 
 
 REFUSAL = (
