@@ -16,7 +16,7 @@ file and the way out; its traceback goes to <workdir>/error.log, and to stderr w
 | `BuildWorkerError` | a dataset build worker process died | datasets.shards |
 | `DamagedArchive` | a .tar.gz is cut short or damaged (its split alone is not built) | datasets.librispeech_local |
 | `AudioError` | a file gives no audio (missing, empty, undecodable) | transcribe, one line per file |
-| `Unreadable` | an `AudioError` with the build report's reason (empty, missing, corrupt, truncated, not mono) | audio.decode |
+| `Unreadable` | an `AudioError` with its build-report reason (empty, missing, corrupt, truncated) | audio |
 | `StreamingRefused` | a bidirectional model asked to stream (it needs the whole utterance) | infer.engine, serve |
 | `PeerLost` | a multi-process step failed and `is_peer_lost` (a collective's words: a peer gone); exit 3 | train |
 
