@@ -3,8 +3,9 @@
 Cluster pairs split the contraction: CTA (d, j, r) holds its half (r) of the K rows of
 64 output columns (j) of direction d's matrix (128 KB of shared memory, loaded once by
 TMA). Per time step it TMA-loads only its half of the previous state, multiplies with
-wgmma (M = 64 columns, N = batch 16, K = hidden / 2), and rank 1 hands its fp32 partial
-to rank 0 through distributed shared memory. Rank 0 applies the cell, stores the step's
+wgmma (M = 64 columns, N = the call's 16-64 rows, K = hidden / 2), and rank 1 sends its fp32
+partial into rank 0's shared memory with st.async, its bytes completing on an mbarrier that
+rank 0 waits on. Rank 0 applies the cell, stores the step's
 columns and bumps the direction's step counter, a grid-global GMEM semaphore that every
 CTA of the direction polls before the next step.
 
