@@ -98,8 +98,7 @@ def step_kwargs(config: settings.Settings, dtype: str, rnn_impl: str) -> dict:
 
     from ds2_jax import state as state_lib
 
-    kwargs = state_lib.step_kwargs(with_run(config, dtype, rnn_impl))
-    del kwargs["learning_rate_fn"]
+    kwargs = state_lib.loss_arguments(state_lib.step_kwargs(with_run(config, dtype, rnn_impl)))
     # SpecAugment off: its masks are a draw, not a precision effect.
     return dict(kwargs, augment=dataclasses.replace(kwargs["augment"], freq_masks=0, time_masks=0), axis_name=None)
 

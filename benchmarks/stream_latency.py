@@ -1,4 +1,4 @@
-"""Compute time per chunk of ds2_jax.streaming on this machine's CPU, for a unidirectional model of
+"""Compute time per chunk of ds2_jax.infer.streaming on this machine's CPU, for a unidirectional model of
 the demo's size (configs/demo.py with model.bidirectional=False, random weights: the time does not
 depend on them), and its lookahead delay (onnx_model.lookahead_seconds).
 

@@ -103,7 +103,7 @@ class MaskedBatchNorm(nn.Module):
 
 def batch_norm_affine(x, scale, bias, mean, var, epsilon: float):
     """x normalized by (mean, var) and scaled: per channel, so per frame with the running statistics
-    (inference; ds2_jax.streaming applies it chunk by chunk)."""
+    (inference; ds2_jax.infer.streaming applies it chunk by chunk)."""
     mul = scale * jax.lax.rsqrt(var + epsilon)
     return x * mul + (bias - mean * mul)
 

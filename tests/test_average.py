@@ -67,7 +67,7 @@ def test_the_average_of_two_checkpoints_is_their_arithmetic_mean(run, tmp_path):
 
 
 def test_the_averaged_workdir_evaluates_and_transcribes_like_any_other(run, tmp_path):
-    from ds2_jax import infer
+    from ds2_jax.infer import load as infer
 
     config, workdir = run
     out = str(tmp_path / "avg")

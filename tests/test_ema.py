@@ -109,7 +109,7 @@ def test_the_average_is_checkpointed_and_resumed_exactly(runs):
 def test_eval_transcribe_and_export_take_the_average_unless_told_not_to(runs):
     """restore_state (eval, transcribe's engine, export, fine-tuning) gives the EMA as params by default;
     --noema_weights (eval.ema_weights=False) the trained ones; the in-training eval scored the EMA."""
-    from ds2_jax import infer
+    from ds2_jax.infer import load as infer
 
     config, straight, _ = runs
     ema, _ = state_lib.restore_state(config, straight)

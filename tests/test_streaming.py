@@ -1,4 +1,4 @@
-"""ds2_jax.streaming and transcribe --stream: a unidirectional model fed in chunks gives the
+"""ds2_jax.infer.streaming and transcribe --stream: a unidirectional model fed in chunks gives the
 whole-file forward pass's log-probs (to STREAM_TOLERANCE), each frame as soon as its lookahead
 has arrived; a bidirectional model is refused with one error line."""
 

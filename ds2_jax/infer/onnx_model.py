@@ -25,7 +25,7 @@ FORMAT = "1"
 INPUTS = ("spectrogram", "frames")
 OUTPUTS = ("log_probs", "lengths")
 PREFIX = "ds2_jax."
-# The value of ds2_jax.emission_delay_s in a file whose export could not measure the delay.
+# The emission_delay_s metadata value of a file whose export could not measure the delay.
 UNMEASURED = "unmeasured"
 
 

@@ -99,7 +99,7 @@ def initial_carry(cell: str, directions: int, batch: int, hidden: int, dtype):
 
 def recurrence_from(xs: jax.Array, recurrent: jax.Array, cell: str, carry0, unroll: int = 1):
     """(final carry, [T, D, B, H] states) of the recurrence started from `carry0` (initial_carry's
-    layout): scan_recurrence_time_major's loop, which ds2_jax.streaming continues chunk by chunk."""
+    layout): scan_recurrence_time_major's loop, which ds2_jax.infer.streaming continues chunk by chunk."""
     dtype = xs.dtype
     step_fn = CELLS[cell]
 
