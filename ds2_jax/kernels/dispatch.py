@@ -32,9 +32,9 @@ from ds2_jax import settings
 from ds2_jax.kernels import common, mosaic_rnn, triton_rnn
 
 # Rows per device up to which 'auto' takes the Mosaic kernels: where the seed layer measured
-# faster than scan_vjp (one H100, bf16, fwd+bwd at 64 rows: one call 4.12 ms, scan_vjp 6.97;
-# benchmarks/results/2026-12-06-gpu-wide-calls/NOTES.md). At hidden 2048 one call takes all 64
-# rows; above 64, calls would run one after another, not measured against scan_vjp: scan_vjp.
+# faster than scan_vjp (benchmarks/results/2026-12-06-gpu-wide-calls/NOTES.md). At hidden 2048
+# one call takes all 64 rows; above 64, calls would run one after another, not measured against
+# scan_vjp: scan_vjp.
 MOSAIC_AUTO_ROWS = 64
 _LOGGED: set = set()
 _QUIET: list = []  # non-empty inside unlogged()
