@@ -2202,6 +2202,36 @@ MUTATIONS = [
         ("tests/test_faults.py::test_a_checkpoint_deleted_while_read_gives_the_newest_not_being_written",),
         "transcribe beside a keep_checkpoints=1 run: the step it listed, deleted by the next save, is an error",
     ),
+    Mutation(
+        "finetune_study_win_on_either_metric",
+        "benchmarks/finetune_study.py",
+        '    return sum(all(r[f"{variant}_{m}"] < r[f"scratch_{m}"] for m in METRICS) for r in both)\n',
+        '    return sum(any(r[f"{variant}_{m}"] < r[f"scratch_{m}"] for m in METRICS) for r in both)\n',
+        (
+            "tests/test_benchmarks.py::test_finetune_study_reads_back_each_run_and_reports_seeds_means_and_wins_over_scratch",
+        ),
+        "a seed counts as beating scratch when only CER or only WER is lower",
+    ),
+    Mutation(
+        "finetune_study_probe_not_restored",
+        "benchmarks/finetune_study.py",
+        "    finally:\n        finetune.merge = real\n",
+        "    finally:\n        pass\n",
+        (
+            "tests/test_benchmarks.py::test_finetune_study_probes_change_only_the_feature_statistics_or_the_output_layer",
+        ),
+        "a probe's merge stays in place for the runs after it (tuned would run as tuned_target_stats)",
+    ),
+    Mutation(
+        "finetune_study_fresh_output_keeps_mapped",
+        "benchmarks/finetune_study.py",
+        "    params = {**state.params, layer: fresh.params[layer]}\n",
+        "    params = dict(state.params)\n",
+        (
+            "tests/test_benchmarks.py::test_finetune_study_probes_change_only_the_feature_statistics_or_the_output_layer",
+        ),
+        "tuned_fresh_output keeps the output layer mapped by symbol (the probe changes nothing)",
+    ),
 ]
 
 

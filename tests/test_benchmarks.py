@@ -540,3 +540,60 @@ def test_train_recipe_reports_each_seed_and_the_means():
     lines = train_recipe.table(rows).splitlines()
     assert len(lines) == 2 + 2 + 1
     assert lines[-1] == "| mean | 15.0% | 16.0% | 17.0% | 18.0% | 15.0% | 16.0% | 17.0% | 18.0% | 1.000 | 1.200 |"
+
+
+def test_finetune_study_reads_back_each_run_and_reports_seeds_means_and_wins_over_scratch(tmp_path):
+    from benchmarks import finetune_study as fs
+
+    scores = {  # (variant, seed): (cer, wer)
+        ("scratch", 0): (0.30, 0.80),
+        ("scratch", 1): (0.40, 0.70),
+        ("tuned", 0): (0.20, 0.60),
+        ("tuned", 1): (0.50, 0.60),  # better WER, worse CER: no win on this seed
+    }
+    for (v, s), (c, w) in scores.items():
+        (tmp_path / f"score-{v}-seed{s}.json").write_text(json.dumps({"cer": c, "wer": w, "seconds": 1.0 + s}))
+    rows = fs.collect(str(tmp_path), [0, 1], ["scratch", "tuned", "tuned_warmup"])
+    assert rows[1] == {"seed": 1, "scratch_cer": 0.40, "scratch_wer": 0.70, "scratch_s": 2.0} | {
+        "tuned_cer": 0.50,
+        "tuned_wer": 0.60,
+        "tuned_s": 2.0,
+    }
+    assert fs.means(rows)["scratch_cer"] == pytest.approx(0.35) and "tuned_warmup_cer" not in fs.means(rows)
+    assert fs.beats_scratch(rows, "tuned") == 1
+    lines = fs.table(rows, ["scratch", "tuned", "tuned_warmup"]).splitlines()
+    assert lines[0].startswith("| variant | CER s0 | CER s1 | CER mean | WER s0 | WER s1 | WER mean |")
+    assert lines[3] == "| tuned | 20.0% | 50.0% | 35.0% | 60.0% | 60.0% | 60.0% | +0.0 | -15.0 | 1/2 |"
+    assert lines[4] == "| tuned_warmup | - | - | - | - | - | - | - | - | - |"
+
+
+def test_finetune_study_probes_change_only_the_feature_statistics_or_the_output_layer():
+    from benchmarks import finetune_study as fs
+    from ds2_jax import finetune
+    from ds2_jax import state as state_lib
+    from tests.helpers import tiny_settings
+
+    config = tiny_settings(num_devices=1)
+    bins = config.features.num_bins
+
+    def state(seed, mean):
+        return state_lib.create_state(config, jax.random.PRNGKey(seed), np.full(bins, mean), np.ones(bins))
+
+    source, fresh = state(1, 1.0), state(2, 2.0)
+    kept, _ = finetune.merge(source, fresh, "src")
+    with fs.merging(fs.target_stats):
+        stats, _ = finetune.merge(source, fresh, "src")
+    with fs.merging(fs.fresh_output):
+        output, _ = finetune.merge(source, fresh, "src")
+    assert finetune.merge.__name__ == "merge" and finetune.merge.__module__ == "ds2_jax.finetune"  # restored
+    np.testing.assert_array_equal(stats.feature_mean, fresh.feature_mean)
+    np.testing.assert_array_equal(kept.feature_mean, source.feature_mean)
+    for name, layer in kept.params.items():
+        got = output.params[name]
+        want = fresh.params[name] if name == finetune.OUTPUT_LAYER else layer
+        for a, b in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want), strict=True):
+            np.testing.assert_array_equal(a, b, err_msg=name)
+    assert not np.array_equal(
+        kept.params[finetune.OUTPUT_LAYER]["kernel"], output.params[finetune.OUTPUT_LAYER]["kernel"]
+    )
+    assert set(fs.body_freeze(config).split(",")) == set(kept.params) - {finetune.OUTPUT_LAYER}
