@@ -38,6 +38,7 @@ from ds2_jax import (
     workdir_config,
 )
 from ds2_jax.batch_axis import AXIS
+from ds2_jax.infer import delay
 from ds2_jax.pipeline.source import Source, make_source
 from ds2_jax.state import TrainState, restore_state, step_kwargs
 
@@ -52,6 +53,7 @@ class SplitOutputs:
     greedy: list[str]
     log_probs: list[np.ndarray] | None  # per utterance <float32>[T_i, vocab]; None without beam
     loss: float
+    lags: list[float | None] = dataclasses.field(default_factory=list)  # per utterance, with `lag_of`
 
 
 def run_split(
@@ -62,10 +64,12 @@ def run_split(
     max_utterances: int,
     par: parallel.Parallel,
     on_batch: Callable[[], None] | None = None,
+    lag_of: Callable[[np.ndarray, np.ndarray], float | None] | None = None,
 ) -> SplitOutputs:
     """Runs `p_eval` (eval_step.compile_eval_step for `par`) on `state` (placed by `par`) over a split;
-    keeps log-probs when the step returns them. `on_batch()` after each batch (the watchdog)."""
-    refs, hyps, lps, sums = [], [], [], []
+    keeps log-probs when the step returns them. `on_batch()` after each batch (the watchdog);
+    `lag_of(<int16>[S] audio, <int32>[T] argmax path)`: each utterance's emission lag (infer.delay)."""
+    refs, hyps, lps, sums, lags = [], [], [], [], []
     # Read and place ahead in a thread, so the next batches load while this one runs.
     with contextlib.closing(par.put_batches(source.eval_batches(split, max_utterances), 2, with_host=True)) as batches:
         for batch, inputs in batches:
@@ -77,11 +81,14 @@ def run_split(
             hyps += decoding.greedy_texts(out["ids"][rows], out["lengths"][rows], source.alphabet)
             if "log_probs" in out:
                 lps += [out["log_probs"][i, : out["lengths"][i]] for i in rows]
+            if lag_of is not None:
+                audio, samples = batch["audio"], batch["audio_lengths"]
+                lags += [lag_of(audio[i, : samples[i]], out["ids"][i, : out["lengths"][i]]) for i in rows]
             if on_batch is not None:
                 on_batch()
     total = metrics.reduce_sums(sums)
     loss = total.get("loss_sum", 0.0) / max(total.get("loss_count", 0.0), 1.0)
-    return SplitOutputs(refs, hyps, lps if lps else None, loss)
+    return SplitOutputs(refs, hyps, lps if lps else None, loss, lags)
 
 
 def evaluate(
@@ -93,13 +100,15 @@ def evaluate(
     par: parallel.Parallel,
     beam: decoding.BeamSearchDecoder | None = None,
     on_batch: Callable[[], None] | None = None,
+    lag_of: Callable[[np.ndarray, np.ndarray], float | None] | None = None,
 ) -> dict:
     """Greedy (and, with `beam` and a log-prob step, beam search) WER/CER and loss of a split.
 
     The top-level wer/cer/examples/worst are greedy's, as during training; beam search
-    adds a 'beam' section with its own figures and settings.
+    adds a 'beam' section with its own figures and settings. With `lag_of` (see run_split), the
+    model's emission delay too: 'emission_delay_s' (median) over 'delay_utterances' (0: unmeasured).
     """
-    out = run_split(p_eval, state, source, split, max_utterances, par, on_batch)
+    out = run_split(p_eval, state, source, split, max_utterances, par, on_batch, lag_of)
     # With several processes each one decoded its own rows; every process scores them all.
     references, greedy = gather_texts(out.references), gather_texts(out.greedy)
     result = {**eval_step.score(references, greedy), "loss": out.loss, "utterances": len(references)}
@@ -108,11 +117,14 @@ def evaluate(
             raise ValueError("beam search needs eval_step.compile_eval_step(par, step_kwargs, log_probs=True)")
         beam_hyps = gather_texts(beam.decode_all(out.log_probs or []))
         result["beam"] = {**beam.describe(), **eval_step.score(references, beam_hyps)}
+    if lag_of is not None:
+        result["emission_delay_s"], result["delay_utterances"] = delay.median_lag(gather_texts(out.lags))
     return result
 
 
-def gather_texts(texts: list[str]) -> list[str]:
-    """Concatenates every process's list (in process order); the list itself with one process.
+def gather_texts(texts: list) -> list:
+    """Concatenates every process's list of texts (or other JSON values), in process order; the list
+    itself with one process.
 
     The gather is a pmap'd all_gather over all devices, the same collective group as the
     train and eval steps, so no new communicator is set up.

@@ -136,7 +136,7 @@ def emission_delay(
 ) -> tuple[float | None, str]:
     """(the checkpoint's emission delay for word timings, or None; where it came from): measured on
     `delay_audio` (files with a lead-in of silence; recorded in the workdir), else the one recorded
-    for this step (training's eval split, by transcribe --timestamps), else None."""
+    for this step (by training's evals, or transcribe --timestamps, on the eval split), else None."""
     from ds2_jax import audio, layout
     from ds2_jax.infer import delay, jax_backend
 
@@ -155,7 +155,7 @@ def emission_delay(
         return known, f"recorded in {layout.TIMING}"
     return None, (
         f"no --delay_audio given and none recorded for step {step} in {layout.TIMING} "
-        "(transcribe --workdir --timestamps measures it on the eval split)"
+        "(an eval during training records it; transcribe --workdir --timestamps measures it on the eval split)"
     )
 
 

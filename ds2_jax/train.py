@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 from typing import Callable
 
@@ -35,6 +36,7 @@ from ds2_jax import (
     faults,
     features,
     finetune,
+    geometry,
     memory,
     model,
     parallel,
@@ -44,6 +46,7 @@ from ds2_jax import (
     workdir_config,
 )
 from ds2_jax.batch_axis import psum
+from ds2_jax.infer import delay
 from ds2_jax.pipeline import loader
 from ds2_jax.pipeline.source import make_source, with_data_alphabet
 from ds2_jax.state import (
@@ -351,7 +354,8 @@ def _train(config: settings.Settings, workdir: str, mgr, preemption: resilience.
                     _stop_if_diverged(state, done, config, mgr)
                 if config.eval_every_steps and done % config.eval_every_steps == 0:
                     ranked = (
-                        _evaluate_in_training(p_eval, state, done, source, par, config, mgr, report, hooks) or ranked
+                        _evaluate_in_training(p_eval, state, done, source, par, config, workdir, mgr, report, hooks)
+                        or ranked
                     )
                 if preemption.signal is not None:
                     log.warning("preempted at step %d: writing a checkpoint and exiting", done)
@@ -389,10 +393,21 @@ def _checkpoint_due(done: int, config: settings.Settings, ranked: int | None) ->
 
 
 def _evaluate_in_training(
-    p_eval, state, done: int, source, par, config: settings.Settings, mgr, report: reporting.Reporter, hooks
+    p_eval,
+    state,
+    done: int,
+    source,
+    par,
+    config: settings.Settings,
+    workdir: str,
+    mgr,
+    report: reporting.Reporter,
+    hooks,
 ) -> int | None:
     """The eval of dataset.eval_split after step `done`, on the placed train state (its EMA weights
-    where it keeps them and eval.ema_weights); with
+    where it keeps them and eval.ema_weights); the model's emission delay, measured on the same
+    argmax paths, recorded for step `done` in the workdir's timing.json (infer.delay: word times of
+    transcribe and export then need no data); with
     keep_best_checkpoints, a checkpoint ranked by its WER (checkpoint.manager): returns its step
     (None: no checkpoint saved)."""
     hooks.eval_start(done)
@@ -405,12 +420,24 @@ def _evaluate_in_training(
             config.eval.max_utterances,
             par,
             on_batch=on_batch,
+            lag_of=_lag_of(config, source.alphabet),
         )
     report.evaluated(done, result)
+    if result["delay_utterances"] and jax.process_index() == 0:
+        delay.record(workdir, done, result["emission_delay_s"], result["delay_utterances"], config.dataset.eval_split)
     if not config.keep_best_checkpoints:
         return None
     _save(mgr, done, par.get(state), report, hooks, {"wer": result["wer"], "cer": result["cer"]})
     return done
+
+
+def _lag_of(config: settings.Settings, alphabet):
+    """(audio, argmax path) -> the first word's lag after the speech onset (infer.delay.first_word_lag)."""
+    fc = config.features
+    frame_seconds = fc.hop * geometry.FIRST_CONV.strides[0] / fc.sample_rate
+    return functools.partial(
+        delay.first_word_lag, sample_rate=fc.sample_rate, alphabet=alphabet, frame_seconds=frame_seconds
+    )
 
 
 def _save_last(mgr, start: int, done: int, host_state, report: reporting.Reporter, hooks: faults.Hooks) -> None:

@@ -1,121 +1,45 @@
 """Word timings end to end (issue 41): a model trained on synthetic audio whose word boundaries are
 known, then `transcribe --timestamps`' timings checked for every word against those boundaries.
 
-The audio is a "tone language": each letter a 40 ms tone of its own pitch, a word its letters back to
-back, words apart by 100-400 ms of near-silence, so every word's start and end are known to the
-sample. (The demo model on espeak speech cannot serve: silence put between its words is unlike its
-training data, and it invents words there.)
+The audio is tests/tones.py's "tone language", every word's start and end known to the sample. (The
+demo model on espeak speech cannot serve: silence put between its words is unlike its training data,
+and it invents words there.)
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import numpy as np
 import pytest
 import soundfile
 
-from ds2_jax import layout, settings, timing, train, transcribe
+from ds2_jax import layout, settings, timing, transcribe
 from ds2_jax.infer import delay as delay_lib
 from ds2_jax.infer import jax_backend
-from tests.helpers import tiny_config
-
-RATE = 16_000
-LETTERS = "abcdefgh"
-TONE_S = 0.04
-
-
-def _tone(letter: str) -> np.ndarray:
-    """One letter: a 40 ms sine at the letter's own pitch, its edges ramped over 2.5 ms."""
-    n = int(TONE_S * RATE)
-    ramp = np.minimum(1.0, np.minimum(np.arange(n), n - 1 - np.arange(n)) / 40)
-    return np.sin(2 * np.pi * (300 + 420 * LETTERS.index(letter)) * np.arange(n) / RATE) * ramp
-
-
-def _utterance(rng: np.random.Generator) -> tuple[np.ndarray, str, list[tuple[float, float, float]]]:
-    """(<int16> audio, text, per word (start, end of its first letter, end) in seconds): 2-4 words of
-    1-3 letters (no letter twice running), 50-300 ms of lead-in, 100-400 ms after each word."""
-    words = []
-    for _ in range(rng.integers(2, 5)):
-        word = ""
-        for _ in range(rng.integers(1, 4)):
-            word += rng.choice([c for c in LETTERS if not word or c != word[-1]])
-        words.append(word)
-    tone = int(TONE_S * RATE)
-    parts = [np.zeros(int(rng.uniform(0.05, 0.3) * RATE))]
-    spans = []
-    for word in words:
-        at = sum(map(len, parts))
-        spans.append((at / RATE, (at + tone) / RATE, (at + len(word) * tone) / RATE))
-        parts += [_tone(c) for c in word] + [np.zeros(int(rng.uniform(0.1, 0.4) * RATE))]
-    audio = 0.3 * np.concatenate(parts)
-    audio += rng.normal(0.0, 1e-3, len(audio))
-    return (audio * 32767).astype(np.int16), " ".join(words), spans
-
-
-def _write_manifest(folder: str, split: str, count: int, seed: int) -> list[dict]:
-    """`count` utterances as clips/ WAVs and a NeMo-style <split>.jsonl in `folder`; their rows."""
-    rng = np.random.default_rng(seed)
-    os.makedirs(os.path.join(folder, "clips"), exist_ok=True)
-    rows = []
-    for i in range(count):
-        audio, text, spans = _utterance(rng)
-        path = os.path.join("clips", f"{split}-{i}.wav")
-        soundfile.write(os.path.join(folder, path), audio, RATE, subtype="PCM_16")
-        rows.append({"audio_filepath": path, "text": text, "spans": spans})
-    with open(os.path.join(folder, f"{split}.jsonl"), "w") as f:
-        for row in rows:
-            f.write(json.dumps({"audio_filepath": row["audio_filepath"], "text": row["text"]}) + "\n")
-    return rows
+from tests import tones
 
 
 @pytest.fixture(scope="module")
 def tone_model(tmp_path_factory) -> str:
-    """The workdir of a small DS2 (smoke's convs, one 64-wide bidirectional GRU) trained 150 steps
-    on 400 tone-language utterances through the manifest builder."""
-    root = str(tmp_path_factory.mktemp("tones"))
-    corpus = os.path.join(root, "corpus")
-    _write_manifest(corpus, "train", 400, seed=0)
-    _write_manifest(corpus, "dev", 16, seed=1)
-    config = tiny_config(
-        **{
-            "dataset.name": "manifest",
-            "dataset.manual_dir": corpus,
-            "dataset.data_dir": os.path.join(root, "tfds"),
-            "dataset.train_splits": "train",
-            "dataset.eval_split": "dev",
-            "dataset.alphabet_min_count": 1,
-            "num_devices": 1,
-            "per_device_batch_size": 16,
-            "num_train_steps": 150,
-            "eval_every_steps": 0,
-            "checkpoint_every_steps": 150,
-            "log_every_steps": 50,
-            "optimizer.learning_rate": 2e-3,
-            "optimizer.decay_steps": 150,
-            "model.conv_channels": 8,
-            "model.rnn_size": 64,
-            "model.rnn_cell": "gru",
-        }
-    )
-    workdir = os.path.join(root, "w")
-    train.train_and_evaluate(config, workdir)
-    return workdir
+    """tones.train_model's workdir: bidirectional, 150 steps, evaluated on "dev" at the last."""
+    return tones.train_model(str(tmp_path_factory.mktemp("tones")))
 
 
 @pytest.mark.slow
 def test_every_words_start_is_within_one_output_frame_of_the_truth(tone_model, tmp_path, monkeypatch, capsys):
     """24 held-out utterances (new texts, gaps and lead-ins): at least 20 transcribed exactly, and in
     those every word's start within one output frame (30 ms) of the truth, its end within two, words
-    in order; once the model's emission delay (measured by ds2_jax.timing on the workdir's eval split,
-    from speech onsets only) is taken off.
+    in order; once the model's emission delay (recorded by training's last eval on the workdir's eval
+    split, from speech onsets only) is taken off.
 
     Uncorrected, this model's words start ~3.4 frames late, all alike (the demo config on the same
     audio: ~1.3): a CTC model emits after the sound, by an amount of its own. A wrong frame length
     (hop or stride), a start taken from the wrong letter or word, a shift growing along the file or
     a wrong or missing delay all land outside."""
-    rows = _write_manifest(str(tmp_path), "test", 24, seed=2)
+    rows = tones.write_manifest(str(tmp_path), "test", 24, seed=2)
     transcriber = jax_backend.JaxEngine(tone_model, settings.Decoding(beam_width=0))
     frame = transcriber.frame_seconds
     assert frame == pytest.approx(0.03)  # hop 10 ms x the first conv's stride of 3
@@ -158,13 +82,14 @@ def test_the_export_carries_the_delay_and_its_runner_times_words_alike(tone_mode
     from ds2_jax import export
     from ds2_jax.infer import onnx_model
 
+    tone_model = shutil.copytree(tone_model, str(tmp_path / "w"))  # it records there: the fixture's stays
     out = str(tmp_path / "tones.onnx")
-    heard = [os.path.join(tmp_path, r["audio_filepath"]) for r in _write_manifest(str(tmp_path), "dev", 8, seed=4)]
+    heard = [os.path.join(tmp_path, r["audio_filepath"]) for r in tones.write_manifest(str(tmp_path), "dev", 8, seed=4)]
     assert export.main(["--workdir", tone_model, "--out", out, "--delay_audio", ",".join(heard)]) == 0
     assert "emission delay" in capsys.readouterr().err
     recorded = delay_lib.recorded(tone_model, jax_backend.JaxEngine(tone_model, settings.Decoding(beam_width=0)).step)
     assert recorded is not None and onnx_model.OnnxModel(out).meta.emission_delay_s == recorded > 0
-    rows = _write_manifest(str(tmp_path), "test", 2, seed=3)
+    rows = tones.write_manifest(str(tmp_path), "test", 2, seed=3)
     paths = [os.path.join(tmp_path, r["audio_filepath"]) for r in rows]
     capsys.readouterr()
     assert transcribe.main(["--model", out, "--timestamps", "--json", *paths]) == 0
@@ -172,3 +97,32 @@ def test_the_export_carries_the_delay_and_its_runner_times_words_alike(tone_mode
     assert transcribe.main(["--workdir", tone_model, "--timestamps", "--json", *paths]) == 0
     jax_words = [json.loads(line)["words"] for line in capsys.readouterr().out.splitlines()]
     assert onnx_words == jax_words and all(onnx_words)
+
+
+@pytest.mark.slow
+def test_training_records_the_delay_at_its_last_eval_and_export_carries_it_without_the_data(
+    tone_model, tmp_path, capsys
+):
+    """The eval at step 150 measured the delay on its own argmax paths of the eval split and recorded it
+    for that step: what the inference engine measures on the same 16 utterances. An export of a copy
+    whose data is gone (config.json's dataset points nowhere), given no --delay_audio, carries it."""
+    pytest.importorskip("jax2onnx")
+    from ds2_jax import export, workdir_config
+    from ds2_jax.infer import onnx_model
+
+    engine = jax_backend.JaxEngine(tone_model, settings.Decoding(beam_width=0))
+    with open(os.path.join(tone_model, layout.TIMING)) as f:
+        entry = json.load(f)[str(engine.step)]
+    assert engine.step == 150 and entry["split"] == "dev" and entry["utterances"] == 16
+    split, waves = timing.eval_split_waveforms(engine.config)
+    value, count = delay_lib.emission_delay(engine, waves)
+    assert (split, count) == ("dev", 16) and entry["emission_delay_s"] == pytest.approx(value, abs=1e-6)
+    moved = shutil.copytree(tone_model, str(tmp_path / "moved"))
+    config = workdir_config.load_config(moved)
+    gone = {"dataset.manual_dir": str(tmp_path / "gone"), "dataset.data_dir": str(tmp_path / "gone")}
+    workdir_config.save_config(settings.override(config, gone), moved)
+    out = str(tmp_path / "m.onnx")
+    capsys.readouterr()
+    assert export.main(["--workdir", moved, "--out", out]) == 0
+    assert f"emission delay {value:.3f} s (recorded in {layout.TIMING})" in capsys.readouterr().err
+    assert onnx_model.OnnxModel(out).meta.emission_delay_s == entry["emission_delay_s"]

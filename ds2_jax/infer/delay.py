@@ -5,9 +5,10 @@ and each model learns its own (two small models on the same audio: ~1.3 and ~3.4
 Words within a file lag alike, so one number per model corrects them all. It is measured without
 timed transcripts: on utterances whose speech begins after some silence, the first word's first
 emission against the speech onset (the first sample at ONSET_FRACTION of the peak), median over
-the utterances. Where it is measured: ds2_jax.timing (a workdir's eval split, by
-`transcribe --timestamps`), or export from the audio it is given (--delay_audio); it is recorded
-per checkpoint in the workdir's layout.TIMING, and an export stores it in the model's metadata.
+the utterances. Where it is measured: training's evals (ds2_jax.evaluation, on the eval split's
+argmax paths), ds2_jax.timing (a workdir's eval split, by `transcribe --timestamps`, where no eval
+recorded it), or export from the audio it is given (--delay_audio); it is recorded per checkpoint
+in the workdir's layout.TIMING, and an export stores it in the model's metadata.
 """
 
 from __future__ import annotations
@@ -33,19 +34,33 @@ def speech_onset(waveform: np.ndarray, sample_rate: int) -> float | None:
     return float(np.argmax(magnitude > ONSET_FRACTION * peak)) / sample_rate if peak > 0 else None
 
 
+def first_word_lag(wave: np.ndarray, ids: np.ndarray, sample_rate: int, alphabet, frame_seconds: float) -> float | None:
+    """Seconds from `wave`'s speech onset to the first word's first emission in its <int32>[T]
+    argmax path; None without a lead-in of silence or without a word."""
+    onset = speech_onset(wave, sample_rate)
+    if onset is None or onset < MIN_LEAD_IN_S:
+        return None
+    words = decoding.word_timings(ids, len(ids), alphabet, frame_seconds)
+    return words[0].start - onset if words else None
+
+
+def median_lag(lags: list[float | None]) -> tuple[float, int]:
+    """(median of the measured lags, how many); (0.0, 0) with none (the caller says the delay is
+    unmeasured: a count of 0 is never a delay)."""
+    measured = [lag for lag in lags if lag is not None]
+    return (float(np.median(measured)), len(measured)) if measured else (0.0, 0)
+
+
 def emission_delay(engine, waveforms: list[np.ndarray]) -> tuple[float, int]:
     """(median seconds from speech onset to the first word's start, utterances measured) over the
-    `waveforms` that have a lead-in of silence and a transcribed word; (0.0, 0) with none (the
-    caller says the delay is unmeasured: a count of 0 is never a delay)."""
-    lags = []
-    for wave, ids in zip(waveforms, engine.frame_outputs(waveforms)):
-        onset = speech_onset(wave, engine.sample_rate)
-        if isinstance(ids, BaseException) or onset is None or onset < MIN_LEAD_IN_S:
-            continue
-        words = decoding.word_timings(ids, len(ids), engine.alphabet, engine.frame_seconds)
-        if words:
-            lags.append(words[0].start - onset)
-    return (float(np.median(lags)), len(lags)) if lags else (0.0, 0)
+    `waveforms` that have a lead-in of silence and a transcribed word, run by `engine`."""
+    lags = [
+        None
+        if isinstance(ids, BaseException)
+        else first_word_lag(wave, ids, engine.sample_rate, engine.alphabet, engine.frame_seconds)
+        for wave, ids in zip(waveforms, engine.frame_outputs(waveforms))
+    ]
+    return median_lag(lags)
 
 
 def recorded(workdir: str, step: int) -> float | None:
