@@ -4,21 +4,24 @@ fine-tuned --steps updates on the bundled Spanish corpus (configs/tiny_es.py, Co
 48 kHz MP3; --corpus=nemo: the same utterances as NeMo manifests, 8 kHz WAV), each variant a change
 of the fine-tune, scored greedily on the corpus's held-out test speakers (CER, WER):
 
-  scratch             the same --steps from a random start (no init_from)
-  scratch_warmup      the same with --warmup steps of linear warm-up
-  tuned               init_from the source as main does it: its parameters, batch-norm and feature
-                      statistics, the output layer mapped by symbol (finetune.output_columns)
-  tuned_target_stats  tuned, with the Spanish corpus's feature statistics instead of the source's
-  tuned_fresh_output  tuned, with the whole output layer freshly initialized (nothing mapped)
-  tuned_warmup        tuned with --warmup steps of linear warm-up
-  tuned_freeze_conv   tuned with freeze=ConvBlock (the conv front end kept as the source's)
-  tuned_head_first    --head_steps updates training only the output layer (freeze of everything
-                      else), then init_from that for the remaining updates with nothing frozen
+  scratch               the same --steps from a random start (no init_from)
+  scratch_warmup        the same with --warmup steps of linear warm-up
+  tuned                 init_from the source as main does it: its parameters, batch-norm and feature
+                        statistics; the output layer as init_output's default says (another
+                        alphabet: initialized afresh)
+  by_symbol             tuned with init_output='by_symbol': the output layer mapped by symbol
+                        (finetune.output_columns), main's way before 2026-12-06
+  fresh_output          tuned with init_output='fresh': the whole output layer initialized afresh
+  <output>_target_stats by_symbol or fresh_output with the Spanish corpus's feature statistics
+                        instead of the source's
+  <output>_warmup       by_symbol or fresh_output with --warmup steps of linear warm-up
+  by_symbol_freeze_conv by_symbol with freeze=ConvBlock (the conv front end kept as the source's)
+  by_symbol_head_first  --head_steps updates training only the output layer (freeze of everything
+                        else), then init_from that for the remaining updates with nothing frozen
 
 Every run: one device, the corpus config's rate (2e-3), cosine to 0 at the run's last update,
---base_warmup steps of warm-up unless the variant says otherwise. target_stats and fresh_output
-have no setting (main keeps the source's statistics and maps the output layer): they are made here
-by wrapping finetune.merge for that run only.
+--base_warmup steps of warm-up unless the variant says otherwise. target_stats has no setting (a
+fine-tune keeps the source's statistics): it is made here by wrapping finetune.merge for that run.
 
     python -m benchmarks.finetune_study --out=DIR --prepare          # builds both corpora once
     python -m benchmarks.finetune_study --out=DIR --seeds=1          # and --seeds=0, 2 beside it
@@ -45,11 +48,14 @@ VARIANTS = (
     "scratch",
     "scratch_warmup",
     "tuned",
-    "tuned_target_stats",
-    "tuned_fresh_output",
-    "tuned_warmup",
-    "tuned_freeze_conv",
-    "tuned_head_first",
+    "by_symbol",
+    "by_symbol_target_stats",
+    "by_symbol_warmup",
+    "by_symbol_freeze_conv",
+    "by_symbol_head_first",
+    "fresh_output",
+    "fresh_output_target_stats",
+    "fresh_output_warmup",
 )
 CORPORA = {  # --corpus: the bundled Spanish corpus's two layouts (configs/tiny_es.py's docstring)
     "common_voice": "corpora/tiny_es/common_voice",
@@ -72,7 +78,7 @@ def define_flags(fv) -> None:
     flags.DEFINE_enum("corpus", "common_voice", list(CORPORA), "The Spanish corpus's layout.", flag_values=fv)
     flags.DEFINE_integer("base_warmup", 0, "optimizer.warmup_steps of every run but the *_warmup ones.", flag_values=fv)
     flags.DEFINE_integer("warmup", 15, "optimizer.warmup_steps of the *_warmup variants.", flag_values=fv)
-    flags.DEFINE_integer("head_steps", 15, "tuned_head_first: updates of the output layer alone.", flag_values=fv)
+    flags.DEFINE_integer("head_steps", 15, "by_symbol_head_first: updates of the output layer alone.", flag_values=fv)
     flags.DEFINE_boolean("prepare", False, "Only build both corpora (before seeds run in parallel).", flag_values=fv)
     flags.DEFINE_boolean("collect", False, "Train nothing: tabulate the runs already scored.", flag_values=fv)
 
@@ -156,17 +162,10 @@ def target_stats(state, fresh):
     return state.replace(feature_mean=fresh.feature_mean, feature_std=fresh.feature_std)
 
 
-def fresh_output(state, fresh):
-    """The fine-tune's state with the fresh state's whole output layer (optimizer and EMA anew)."""
-    from ds2_jax import finetune
-    from ds2_jax.state import copy_tree
-
-    layer = finetune.OUTPUT_LAYER
-    params = {**state.params, layer: fresh.params[layer]}
-    return state.replace(
-        params=params,
-        opt_state=state.tx.init(params),
-        ema_params=None if state.ema_params is None else copy_tree(params),
+def init_output(variant: str) -> str:
+    """config.init_output of a fine-tune variant."""
+    return next(
+        (o for p, o in (("by_symbol", "by_symbol"), ("fresh_output", "fresh")) if variant.startswith(p)), "auto"
     )
 
 
@@ -195,7 +194,7 @@ def main(argv=None) -> int:
     unknown = [v for v in args.variants if v not in VARIANTS]
     if unknown:
         cli.usage_error(f"--variants: {', '.join(unknown)} unknown; of {', '.join(VARIANTS)}")
-    if not 0 < args.head_steps < args.steps and "tuned_head_first" in args.variants:
+    if not 0 < args.head_steps < args.steps and "by_symbol_head_first" in args.variants:
         cli.usage_error(f"--head_steps={args.head_steps}: must be in 1..{args.steps - 1} (--steps={args.steps})")
     os.makedirs(args.out, exist_ok=True)
     seeds = [int(s) for s in args.seeds]
@@ -232,16 +231,19 @@ def main(argv=None) -> int:
         start = time.perf_counter()
         if variant.startswith("scratch"):
             c = spanish(seed, warmup=args.warmup if variant.endswith("warmup") else None)
-        elif variant == "tuned_head_first":
+        elif variant.endswith("head_first"):
             head = os.path.join(args.out, f"{variant}-head-seed{seed}")
-            c_head = spanish(seed, steps=args.head_steps, init_from=source, freeze=body_freeze(spanish(seed)))
+            body = body_freeze(spanish(seed))
+            c_head = spanish(
+                seed, steps=args.head_steps, init_from=source, init_output=init_output(variant), freeze=body
+            )
             train.train_and_evaluate(c_head, head)
-            c = spanish(seed, steps=args.steps - args.head_steps, init_from=head)
+            c = spanish(seed, steps=args.steps - args.head_steps, init_from=head)  # the same alphabet: kept whole
         else:
-            extra = {"freeze": "ConvBlock"} if variant == "tuned_freeze_conv" else {}
-            warmup = args.warmup if variant == "tuned_warmup" else None
-            c = spanish(seed, warmup=warmup, init_from=source, **extra)
-        change = {"tuned_target_stats": target_stats, "tuned_fresh_output": fresh_output}.get(variant)
+            extra = {"freeze": "ConvBlock"} if variant.endswith("freeze_conv") else {}
+            warmup = args.warmup if variant.endswith("_warmup") else None
+            c = spanish(seed, warmup=warmup, init_from=source, init_output=init_output(variant), **extra)
+        change = target_stats if variant.endswith("target_stats") else None
         with merging(change) if change else contextlib.nullcontext():
             train.train_and_evaluate(c, workdir)
         r = evaluation.evaluate_checkpoint(c, workdir, split=TEST_SPLIT)
@@ -253,7 +255,7 @@ def main(argv=None) -> int:
         if not todo:
             continue
         source = os.path.join(args.out, f"source-seed{seed}")
-        if any(v.startswith("tuned") for v in todo):
+        if any(not v.startswith("scratch") for v in todo):
             train.train_and_evaluate(english(seed), source)
         for v in todo:
             r = run(v, seed, source)

@@ -132,7 +132,7 @@ def main(argv=None) -> int:
         files.write_text(done, json.dumps(row) + "\n")
         print(json.dumps(row), flush=True)
     result = {
-        "config": "configs/demo.py, one CPU device",
+        "config": "configs/demo.py, one device",
         "steps": args.steps,
         "batch": args.batch,
         "ema_decay": args.ema_decay,

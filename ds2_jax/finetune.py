@@ -5,10 +5,13 @@
 
 The source's parameters, batch-norm statistics and feature normalization (per-bin mean/std of
 its spectrogram) start the run; the step is 0 and the optimizer fresh (this run's settings).
-The output layer is mapped by symbol (`output_columns`): the blank's and each symbol both
-alphabets share keep the source's unit, wherever it stands in this run's alphabet; a symbol the
-source lacks keeps this run's fresh initialization; the log says how many of each (an alphabet of
-the same size but other symbols, or the same in another order, is never taken unit by unit).
+The output layer (config.init_output): by default the source's whole layer where both alphabets
+are the same, initialized afresh where they differ (another language: over 6 seeds on the bundled
+Spanish corpus this beat mapping by symbol, benchmarks/results/2026-12-06-gpu-recipe). 'by_symbol'
+maps it (`output_columns`): the blank's and each symbol both alphabets share keep the source's
+unit, wherever it stands in this run's alphabet; a symbol the source lacks keeps this run's fresh
+initialization; the log says how many of each (an alphabet of the same size but other symbols, or
+the same in another order, is never taken unit by unit).
 Any other difference of parameter shapes, or a spectrogram of another sample rate, window or
 hop, is refused naming them. Used only while the
 run's workdir has no checkpoint of its own (train._initial_or_restored): a rerun resumes those.
@@ -108,13 +111,17 @@ def _map_output(fresh_leaf, source_leaf, columns: np.ndarray):
 
 
 def merge(
-    source: TrainState, fresh: TrainState, init_from: str, alphabets: tuple[str, str] | None = None
+    source: TrainState,
+    fresh: TrainState,
+    init_from: str,
+    alphabets: tuple[str, str] | None = None,
+    fresh_output: bool = False,
 ) -> tuple[TrainState, list[str]]:
     """`fresh` (this run's initial state, step 0) with `source`'s parameters, batch-norm statistics
-    and feature statistics. The output layer: with `alphabets` (the source's symbols, this run's),
-    mapped by symbol (output_columns); without, kept fresh where its shape differs. Returns the
-    state and the output-layer parameter paths not taken whole from the source; any other
-    difference is a ValueError naming the layers."""
+    and feature statistics. The output layer: with fresh_output, `fresh`'s; else with `alphabets`
+    (the source's symbols, this run's), mapped by symbol (output_columns); without, kept fresh where
+    its shape differs. Returns the state and the output-layer parameter paths not taken whole from
+    the source; any other difference is a ValueError naming the layers."""
     src, new = (
         _shapes({"params": source.params, "batch_stats": source.batch_stats}),
         _shapes({"params": fresh.params, "batch_stats": fresh.batch_stats}),
@@ -123,9 +130,9 @@ def merge(
     reinit = [p for p in differing if p.split("/")[1] == OUTPUT_LAYER]
     refused = [p for p in differing if p not in reinit]
     columns = None
-    if alphabets is not None and alphabets[0] != alphabets[1]:
-        columns = output_columns(*alphabets)
+    if fresh_output or (alphabets is not None and alphabets[0] != alphabets[1]):
         reinit = sorted(p for p in new if p.split("/")[1] == OUTPUT_LAYER)
+        columns = None if fresh_output else output_columns(*alphabets)
     if refused:
         # the parameters (the batch-norm statistics beside them follow their shapes)
         named = [p for p in refused if p.startswith("params/")] or refused
@@ -176,7 +183,9 @@ def initial_state(config: settings.Settings, fresh: TrainState) -> tuple[TrainSt
         text.Alphabet.of_setting(trained.model.alphabet).symbols,
         text.Alphabet.of_setting(config.model.alphabet).symbols,
     )
-    state, reinit = merge(source, fresh, config.init_from, symbols)
+    differ = symbols[0] != symbols[1]
+    fresh_output = config.init_output == "fresh" or (config.init_output == "auto" and differ)
+    state, reinit = merge(source, fresh, config.init_from, symbols, fresh_output)
     resolved = f"{os.path.abspath(workdir)}:{step}"
     log.info(
         "fine-tuning from %s: parameters, batch-norm statistics and feature normalization of step %d; step 0, "
@@ -184,7 +193,14 @@ def initial_state(config: settings.Settings, fresh: TrainState) -> tuple[TrainSt
         resolved,
         step,
     )
-    if symbols[0] != symbols[1]:
+    if fresh_output:
+        log.warning(
+            "init_from: the output layer is initialized afresh (init_output=%r; this run's alphabet %s the "
+            "source's; init_output='by_symbol' keeps the units of the symbols both share)",
+            config.init_output,
+            "differs from" if differ else "is",
+        )
+    elif differ:
         columns = output_columns(*symbols)
         kept = [c for c, j in zip(symbols[1], columns[1:]) if j >= 0]
         afresh = [c for c, j in zip(symbols[1], columns[1:]) if j < 0]

@@ -39,6 +39,7 @@ STEREO = ("downmix", "skip")  # dataset.stereo
 SAMPLE_RATES = (8_000, 48_000)  # features.sample_rate's range
 SCHEDULES = ("constant", "cosine", "exponential")
 PARALLELISMS = ("pmap", "jit")
+INIT_OUTPUTS = ("auto", "by_symbol", "fresh")  # init_output: the fine-tune's output layer (finetune.merge)
 DTYPES = ("float32", "bfloat16")
 CONV_IMPLS = ("direct", "space_to_depth")
 LM_BEAM_WIDTH = 32  # decoding.beam_width where an LM is given without a width (transcribe, tune_lm)
@@ -763,6 +764,13 @@ class Settings:
         "checkpoint: a rerun resumes its own.",
         role=EVAL_DRIVES,
     )
+    init_output: str = setting(
+        "auto",
+        "Fine-tuning (init_from): the output layer. 'auto' = the source's whole layer where both "
+        "alphabets are the same, initialized afresh where they differ; 'by_symbol' = the units of the "
+        "symbols both alphabets share kept, the rest afresh; 'fresh' = initialized afresh always.",
+        role=EVAL_DRIVES,
+    )
     # Parameters not trained, comma-separated: top-level modules ('ConvBlock' = every conv
     # block, 'RNNLayer_0', 'output') or paths ('RNNLayer_1/recurrent_kernel'); '' = train all.
     # FIXED: the optimizer state holds no moments for frozen parameters.
@@ -786,6 +794,7 @@ class Settings:
     def __post_init__(self):
         _check_ranges(self)  # num_devices: the devices present are checked by parallel.make
         _one_of("parallelism", self.parallelism, PARALLELISMS)
+        _one_of("init_output", self.init_output, INIT_OUTPUTS)
         if self.dataset.name in LIBRISPEECH_DATASETS and self.features.sample_rate != 16_000:
             raise ValueError(
                 f"features.sample_rate={self.features.sample_rate} with dataset.name="

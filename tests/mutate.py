@@ -2220,17 +2220,26 @@ MUTATIONS = [
         (
             "tests/test_benchmarks.py::test_finetune_study_probes_change_only_the_feature_statistics_or_the_output_layer",
         ),
-        "a probe's merge stays in place for the runs after it (tuned would run as tuned_target_stats)",
+        "a probe's merge stays in place for the runs after it (tuned would run as a target_stats variant)",
     ),
     Mutation(
-        "finetune_study_fresh_output_keeps_mapped",
-        "benchmarks/finetune_study.py",
-        "    params = {**state.params, layer: fresh.params[layer]}\n",
-        "    params = dict(state.params)\n",
+        "finetune_fresh_output_maps_by_symbol",
+        "ds2_jax/finetune.py",
+        "        columns = None if fresh_output else output_columns(*alphabets)\n",
+        "        columns = output_columns(*alphabets) if alphabets else None\n",
         (
             "tests/test_benchmarks.py::test_finetune_study_probes_change_only_the_feature_statistics_or_the_output_layer",
+            "tests/test_finetune.py::test_init_output_decides_where_each_output_unit_starts_and_nothing_else",
         ),
-        "tuned_fresh_output keeps the output layer mapped by symbol (the probe changes nothing)",
+        "init_output='fresh' keeps the output layer mapped by symbol (the setting changes nothing)",
+    ),
+    Mutation(
+        "finetune_auto_output_maps_by_symbol",
+        "ds2_jax/finetune.py",
+        '    fresh_output = config.init_output == "fresh" or (config.init_output == "auto" and differ)\n',
+        '    fresh_output = config.init_output == "fresh"\n',
+        ("tests/test_finetune.py::test_init_output_decides_where_each_output_unit_starts_and_nothing_else",),
+        "init_output='auto' maps another alphabet by symbol instead of starting the layer afresh",
     ),
 ]
 

@@ -583,8 +583,7 @@ def test_finetune_study_probes_change_only_the_feature_statistics_or_the_output_
     kept, _ = finetune.merge(source, fresh, "src")
     with fs.merging(fs.target_stats):
         stats, _ = finetune.merge(source, fresh, "src")
-    with fs.merging(fs.fresh_output):
-        output, _ = finetune.merge(source, fresh, "src")
+    output, _ = finetune.merge(source, fresh, "src", fresh_output=True)  # init_output='fresh'
     assert finetune.merge.__name__ == "merge" and finetune.merge.__module__ == "ds2_jax.finetune"  # restored
     np.testing.assert_array_equal(stats.feature_mean, fresh.feature_mean)
     np.testing.assert_array_equal(kept.feature_mean, source.feature_mean)
@@ -597,3 +596,5 @@ def test_finetune_study_probes_change_only_the_feature_statistics_or_the_output_
         kept.params[finetune.OUTPUT_LAYER]["kernel"], output.params[finetune.OUTPUT_LAYER]["kernel"]
     )
     assert set(fs.body_freeze(config).split(",")) == set(kept.params) - {finetune.OUTPUT_LAYER}
+    outputs = {v: fs.init_output(v) for v in fs.VARIANTS if not v.startswith("scratch")}
+    assert outputs == {v: "by_symbol" if "by_symbol" in v else "fresh" if "fresh" in v else "auto" for v in outputs}

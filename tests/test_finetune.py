@@ -282,13 +282,13 @@ def _num_bins(config) -> int:
 
 
 def test_an_alphabet_sharing_some_symbols_keeps_their_units_and_says_how_many(source, caplog):
-    """Same size, one symbol swapped ('z' -> 'ñ'): 28 units kept (blank + 27 symbols), 'ñ' afresh,
-    'z' dropped; the log says so through the real initial_state."""
+    """init_output='by_symbol', the same size, one symbol swapped ('z' -> 'ñ'): 28 units kept (blank
+    + 27 symbols), 'ñ' afresh, 'z' dropped; the log says so through the real initial_state."""
     from ds2_jax import text
 
     workdir, trained = source
     symbols = text.LIBRISPEECH.symbols.replace("z", "ñ")
-    config = tiny_settings(**COMMON, init_from=f"{workdir}:3", **{"model.alphabet": symbols})
+    config = tiny_settings(**COMMON, init_from=f"{workdir}:3", init_output="by_symbol", **{"model.alphabet": symbols})
     fresh = state_lib.initial_state(config, make_source(config, Sharding(2)), jax.random.PRNGKey(9))
     with caplog.at_level("INFO"):
         state, _ = finetune.initial_state(config, fresh)
@@ -298,3 +298,42 @@ def test_an_alphabet_sharing_some_symbols_keeps_their_units_and_says_how_many(so
     np.testing.assert_array_equal(k[:, at], new[:, at])
     keep = [j for j in range(k.shape[1]) if j != at]
     np.testing.assert_array_equal(k[:, keep], src[:, keep])  # 'z' stood where 'ñ' stands: the rest in place
+
+
+@pytest.mark.parametrize(
+    "init_output, swap, taken",
+    [
+        ("auto", False, "source"),  # the same alphabet: the source's whole layer
+        ("auto", True, "fresh"),  # another alphabet: afresh (the measured recipe)
+        ("by_symbol", False, "source"),
+        ("by_symbol", True, "by_symbol"),
+        ("fresh", False, "fresh"),
+        ("fresh", True, "fresh"),
+    ],
+)
+def test_init_output_decides_where_each_output_unit_starts_and_nothing_else(source, init_output, swap, taken, caplog):
+    """Every output unit (kernel column and bias) comes from the source, from this run's fresh
+    initialization, or by symbol, as config.init_output and the two alphabets say; every other
+    parameter is the source's whatever init_output is; the log names an afresh layer."""
+    from ds2_jax import text
+
+    workdir, trained = source
+    symbols = text.LIBRISPEECH.symbols.replace("z", "ñ") if swap else text.LIBRISPEECH.symbols
+    extra = {"model.alphabet": symbols} if swap else {}
+    config = tiny_settings(**COMMON, init_from=f"{workdir}:3", init_output=init_output, **extra)
+    fresh = state_lib.initial_state(config, make_source(config, Sharding(2)), jax.random.PRNGKey(9))
+    with caplog.at_level("INFO"):
+        state, _ = finetune.initial_state(config, fresh)
+    got, src, new = (paths(s.params) for s in (state, trained, fresh))
+    for path, value in got.items():
+        if not path.startswith(finetune.OUTPUT_LAYER + "/"):
+            np.testing.assert_array_equal(value, src[path], err_msg=path)
+            continue
+        at = symbols.index("ñ") + 1 if swap else None
+        want = {"source": src[path], "fresh": new[path]}.get(taken)
+        if taken == "by_symbol":
+            want = src[path].copy()
+            want[..., at] = new[path][..., at]
+        assert not np.array_equal(src[path], new[path]), path  # the two starts are told apart
+        np.testing.assert_array_equal(value, want, err_msg=f"{path}: want {taken}")
+    assert ("output layer is initialized afresh" in caplog.text) == (taken == "fresh"), caplog.text

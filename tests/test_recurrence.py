@@ -215,10 +215,18 @@ def test_mosaic_kernel_matches_float32(t, h, b, pieces):
 @pytest.mark.parametrize("b, h", [(5, 128), (20, 128), (40, 2048), (64, 2048), (100, 2048)])
 def test_mosaic_impl_pads_and_chunks_the_batch(b, h):
     """rnn_impl='mosaic' runs any batch (padded to multiples of 16, in chunks that fit shared
-    memory: 100 rows at hidden 2048 in 2 x 64, each in state pieces) and matches the scan in bfloat16."""
+    memory: 100 rows at hidden 2048 in 2 x 64, each in state pieces): no further from float32 than
+    scan_vjp in bfloat16, and at hidden 128 element by element as the bfloat16 scan.
+
+    Element by element holds only where bfloat16 rounds alike: at hidden 2048 the two summation
+    orders move a few pre-activations across the ReLU's zero (0.05% of the gradient's elements,
+    H100, 2026-12-06), so there both are measured against float32, as at the seed width."""
     if not mosaic_rnn.supported():
         pytest.skip("the Mosaic GPU kernels run on Hopper GPUs")
-    assert_matches_scan("mosaic", jnp.bfloat16, 2e-2, *problem(jnp.bfloat16, t=11, b=b, h=h, shared=True))
+    xs, w, dys = problem(jnp.bfloat16, t=11, b=b, h=h, shared=True)
+    assert_as_close_to_float32_as_scan_vjp("mosaic", xs, w, dys)
+    if h <= 128:
+        assert_matches_scan("mosaic", jnp.bfloat16, 2e-2, xs, w, dys)
 
 
 def test_mosaic_impl_refuses_other_gpus():

@@ -543,11 +543,11 @@ _NOT_TRAINING = (  # prefixes
     *("faults.", "eval.", "decoding.", "num_train_steps", "log_every_steps", "eval_every_steps"),
     *("checkpoint_every_steps", "keep_checkpoints", "prefetch_batches", "input_wait_warn_fraction"),
     *("step_timeout_s", "compilation_cache_dir", "dataset.num_workers", "dataset.worker_buffer_size"),
-    *("keep_best_checkpoints", "init_from"),
+    *("keep_best_checkpoints", "init_from", "init_output"),
 )
 _EVAL_SETTINGS = {  # top-level keys
     *("eval", "decoding", "dataset", "per_device_batch_size", "num_devices", "compile", "parallelism"),
-    *("keep_checkpoints", "prefetch_batches", "keep_best_checkpoints", "init_from"),
+    *("keep_checkpoints", "prefetch_batches", "keep_best_checkpoints", "init_from", "init_output"),
 }
 
 
@@ -608,6 +608,7 @@ def test_an_evaluation_takes_what_its_role_says_from_config_json_and_a_removed_k
 # A valid other value for the settings whose type alone does not give one.
 _OTHER_VALUE = {
     "parallelism": "jit",
+    "init_output": "fresh",
     "faults.kill_at": "step:3",
     "dataset.name": "librispeech",
     "dataset.vocabulary": "vocab.txt",

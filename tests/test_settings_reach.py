@@ -178,6 +178,7 @@ ALLOWED = {
     "dataset.stereo": "the build's downmix or skip: test_manifest.py",
     "dataset.build_workers": "build processes, the same examples: test_manifest.py, benchmarks/manifest_build.py",
     "init_from": "a whole second run: test_finetune.py",
+    "init_output": "needs init_from: test_finetune.py::test_init_output_decides_where_each_output_unit_starts_*",
     "freeze": "needs init_from: test_finetune.py::test_frozen_parts_keep_the_sources_values_and_the_rest_trains",
     "keep_best_checkpoints": "needs evals with WERs: test_best_checkpoint.py",
     "eval.ema_weights": "needs a trained EMA: test_ema.py::test_eval_transcribe_and_export_take_the_average_*",
