@@ -30,9 +30,9 @@ TORCH = "torch==2.13.0"
 # onnxruntime). jax2onnx 0.17 asks for jax >= 0.8.1, flax >= 0.12.1 and orbax-checkpoint < 0.11.37.
 EXPORT = ["jax2onnx>=0.17", "onnx>=1.20", "onnxruntime>=1.24"]
 
-# ds2-serve (ds2_jax.serve): an ASGI app under uvicorn, WebSockets, Prometheus metrics; the browser
-# test drives Debian's chromium with playwright's client (no browser download).
-SERVE = ["starlette>=0.40", "uvicorn>=0.30", "websockets>=12", "prometheus_client>=0.20"]
+# ds2-serve (ds2_jax.serve): an ASGI app under uvicorn (httptools: its C HTTP parser), WebSockets,
+# Prometheus metrics; the browser test drives Debian's chromium with playwright's client (no browser download).
+SERVE = ["starlette>=0.40", "uvicorn>=0.30", "httptools>=0.6", "websockets>=12", "prometheus_client>=0.20"]
 
 EXTRAS = {
     "test": [

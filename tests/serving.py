@@ -17,19 +17,19 @@ def free_port() -> int:
 @contextlib.contextmanager
 def serving(engine, **limits):
     """Yields the base URL (http://127.0.0.1:<port>) of make_app(engine, Limits(**limits)) under
-    uvicorn in a thread; stops it after."""
+    uvicorn in a thread, as ds2-serve configures it (server.uvicorn_config); stops it after."""
     import uvicorn
 
     from ds2_jax.serve import app as app_lib
     from ds2_jax.serve import limits as limits_lib
+    from ds2_jax.serve import server as server_lib
 
     checked = limits_lib.checked(**limits)
     port = free_port()
-    config = uvicorn.Config(
+    config = server_lib.uvicorn_config(  # ds2-serve's own settings
         app_lib.make_app(engine, checked),
-        host="127.0.0.1",
+        checked,
         port=port,
-        ws_max_size=checked.max_message_bytes,
         log_config=None,  # uvicorn's own would bind handlers to pytest's captured stderr
     )
     server = uvicorn.Server(config)

@@ -54,6 +54,17 @@ def load_engine(args):
     )
 
 
+def uvicorn_config(app, limits: limits_lib.Limits, host: str = "127.0.0.1", port: int = 8000, **overrides):
+    """The uvicorn settings ds2-serve runs `app` under (tests/serving.py and benchmarks/serve_load.py
+    run the same): HTTP parsed by httptools' C parser, not uvicorn's pure-Python h11 (the server's own
+    CPU per upload: benchmarks/results/2026-12-06-cpu-serve), WebSocket messages bounded by `limits`.
+    `overrides`: other uvicorn.Config arguments (logging; a benchmark's parser)."""
+    import uvicorn
+
+    chosen = {"http": "httptools", "ws_max_size": limits.max_message_bytes, "timeout_keep_alive": 5}
+    return uvicorn.Config(app, host=host, port=port, **{**chosen, "log_level": "warning", **overrides})
+
+
 def main(argv: list[str] | None = None) -> int:
     from ds2_jax import cli
 
@@ -69,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         cli.usage_error(str(e))
     try:
+        import httptools  # noqa: F401
         import uvicorn
 
         from ds2_jax.serve import app as app_lib
@@ -80,15 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     engine = load_engine(args)
     app = app_lib.make_app(engine, limits)
-    config = uvicorn.Config(
-        app,
-        host=args.host,
-        port=args.port,
-        ws_max_size=limits.max_message_bytes,
-        timeout_keep_alive=5,
-        log_level="warning",
-    )
-    server = uvicorn.Server(config)
+    server = uvicorn.Server(uvicorn_config(app, limits, args.host, args.port))
     print(
         f"ds2-serve: step {engine.step} ({type(engine).__name__}, "
         f"{'bidirectional: no streaming' if engine.bidirectional else 'streaming'}) on http://{args.host}:{args.port}/",
