@@ -7,7 +7,7 @@ offline text), then every kind of bad input; the server's RSS sampled across the
 
 --model serves the uploads (any export); --stream_model (or --stream_workdir) a unidirectional model
 for the streams. The server runs in this process (uvicorn in a thread, a free 127.0.0.1 port), the
-clients in asyncio; writes results.json into --out.
+clients in asyncio; writes --results (results.json) into --out.
 """
 
 from __future__ import annotations
@@ -35,7 +35,10 @@ flags.DEFINE_integer("streams", 16, "Concurrent real-time streams.")
 flags.DEFINE_integer("chunk_ms", 100, "Stream chunk length (sent in real time).")
 flags.DEFINE_integer("max_batch", 8, "The server's --max_batch.")
 flags.DEFINE_float("batch_window_ms", 10.0, "The server's --batch_window_ms.")
-flags.DEFINE_string("out", None, "Folder for results.json.", required=True)
+flags.DEFINE_enum("http", "httptools", ["httptools", "h11"], "uvicorn's HTTP parser (ds2-serve: httptools).")
+flags.DEFINE_integer("rounds", 7, "Upload rounds (each: the command's work, the engine, the server).")
+flags.DEFINE_string("out", None, "Folder for the results.", required=True)
+flags.DEFINE_string("results", "results.json", "The results' file name in --out.")
 FLAGS = flags.FLAGS
 
 
@@ -48,15 +51,17 @@ def _free_port() -> int:
 class Server:
     """make_app(engine, limits) under uvicorn in a thread, on a free loopback port."""
 
-    def __init__(self, engine, **limits):
+    def __init__(self, engine, http: str = "httptools", **limits):
         import uvicorn
 
         from ds2_jax.serve import app as app_lib
         from ds2_jax.serve import limits as limits_lib
+        from ds2_jax.serve import server as server_lib
 
         self.port = _free_port()
-        config = uvicorn.Config(
-            app_lib.make_app(engine, limits_lib.checked(**limits)), host="127.0.0.1", port=self.port, log_level="error"
+        checked = limits_lib.checked(**limits)
+        config = server_lib.uvicorn_config(  # ds2-serve's own settings
+            app_lib.make_app(engine, checked), checked, port=self.port, log_level="error", http=http
         )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
@@ -202,6 +207,18 @@ async def _past_limits(url: str, max_streams: int) -> dict:
     return {"stream_past_max_streams": refused}
 
 
+def _command_work(engine, bodies: list[bytes]) -> tuple[float, list[str]]:
+    """(seconds, texts) of what `transcribe --model` does once its model is loaded: each batch of 8
+    files decoded (ds2_jax.audio), then run."""
+    from ds2_jax import audio
+
+    start = time.perf_counter()
+    texts = []
+    for i in range(0, len(bodies), 8):
+        texts += engine.transcribe([audio.read(b, engine.sample_rate) for b in bodies[i : i + 8]])
+    return time.perf_counter() - start, texts
+
+
 def main(argv):
     del argv
     from ds2_jax import audio, settings
@@ -214,13 +231,11 @@ def main(argv):
     result = {"machine": f"{os.cpu_count()} cores, shared with other agents' jobs", "rss_start_mib": rss.mark()}
     greedy = settings.Decoding(beam_width=0)
 
-    # offline: the engine on the same files (transcribe --model's batches of 8), and the command itself
+    # offline: the engine on the same files: the work of `transcribe --model` once its model is
+    # loaded (decode each file, batches of 8), the engine alone on decoded audio, and the command
     engine = load.open_engine(model=FLAGS.model, decoder=greedy, batch_size=FLAGS.max_batch)
     waves = [audio.read(f, engine.sample_rate) for f in files]
     engine.transcribe(waves[:8])  # warm
-    start = time.perf_counter()
-    offline = [t for i in range(0, len(waves), 8) for t in engine.transcribe(waves[i : i + 8])]
-    offline_s = time.perf_counter() - start
     start = time.perf_counter()
     proc = subprocess.run(
         [sys.executable, "-m", "ds2_jax.transcribe", f"--model={FLAGS.model}", *files], capture_output=True, text=True
@@ -230,21 +245,55 @@ def main(argv):
 
     limit = 4 * 2**20
     server = Server(
-        engine, max_batch=FLAGS.max_batch, batch_window_ms=10.0, max_connections=256, max_upload_bytes=limit
+        engine,
+        http=FLAGS.http,
+        max_batch=FLAGS.max_batch,
+        batch_window_ms=FLAGS.batch_window_ms,
+        max_connections=256,
+        max_upload_bytes=limit,
     )
     asyncio.run(_uploads(server.url, bodies[:8]))  # warm
-    upload_s, answers = asyncio.run(_uploads(server.url, bodies))
+    # Rounds in turn (the command's work, the engine alone, the server), so that the other jobs on
+    # the shared cores weigh on all three alike; medians and each round's ratio.
+    # CPU seconds of this process too (all its threads), which the other jobs on the cores sway less
+    # than walls; the server's rounds include the client's (asyncio, httpx: this thread's CPU).
+    rounds = {k: [] for k in ("command_work_s", "engine_offline_s", "server_wall_s")}
+    cpu = {k: [] for k in ("command_work_cpu_s", "server_cpu_s", "client_cpu_s")}
+    for _ in range(FLAGS.rounds):
+        started = time.process_time()
+        work_s, offline = _command_work(engine, bodies)
+        cpu["command_work_cpu_s"].append(time.process_time() - started)
+        rounds["command_work_s"].append(work_s)
+        start = time.perf_counter()
+        alone = [t for i in range(0, len(waves), 8) for t in engine.transcribe(waves[i : i + 8])]
+        rounds["engine_offline_s"].append(time.perf_counter() - start)
+        started, client = time.process_time(), time.thread_time()
+        upload_s, answers = asyncio.run(_uploads(server.url, bodies))
+        cpu["client_cpu_s"].append(time.thread_time() - client)
+        cpu["server_cpu_s"].append(time.process_time() - started - cpu["client_cpu_s"][-1])
+        rounds["server_wall_s"].append(upload_s)
+        assert alone == offline
     audio_s = sum(len(w) for w in waves) / engine.sample_rate
+    median = {k: statistics.median(v) for k, v in rounds.items()}
     result["uploads"] = {
         "concurrent": len(bodies),
         "max_batch": FLAGS.max_batch,
         "batch_window_ms": FLAGS.batch_window_ms,
         "audio_s": round(audio_s, 1),
-        "server_wall_s": round(upload_s, 3),
-        "engine_offline_s": round(offline_s, 3),
+        "rounds": {k: [round(x, 3) for x in v] for k, v in rounds.items()},
+        **{k: round(v, 3) for k, v in median.items()},
         "transcribe_command_s": round(command_s, 3),
-        "server_overhead_vs_engine": round(upload_s / offline_s - 1, 3),
-        "server_overhead_vs_command": round(upload_s / command_s - 1, 3),
+        "server_overhead_vs_command_work": round(median["server_wall_s"] / median["command_work_s"] - 1, 3),
+        "server_overhead_vs_command_work_per_round": [
+            round(s / w - 1, 3) for s, w in zip(rounds["server_wall_s"], rounds["command_work_s"])
+        ],
+        "cpu_s_median": {k: round(statistics.median(v), 3) for k, v in cpu.items()},
+        "server_cpu_overhead_vs_command_work": round(
+            statistics.median(cpu["server_cpu_s"]) / statistics.median(cpu["command_work_cpu_s"]) - 1, 3
+        ),
+        "http": FLAGS.http,
+        "server_overhead_vs_engine": round(median["server_wall_s"] / median["engine_offline_s"] - 1, 3),
+        "server_overhead_vs_command": round(median["server_wall_s"] / command_s - 1, 3),
         "texts_equal_offline": [a.get("text") for a in answers] == offline,
         "texts_equal_command": [a.get("text") for a in answers] == cli,
         "errors": sum("error" in a for a in answers),
@@ -253,7 +302,9 @@ def main(argv):
     marks = {"after_uploads": rss.mark()}
     # the same uploads one forward pass each (max_batch=1): whether batching measures faster here
     single = load.open_engine(model=FLAGS.model, decoder=greedy, batch_size=1)
-    alone = Server(single, max_batch=1, batch_window_ms=0.0, max_connections=256, max_upload_bytes=limit)
+    alone = Server(
+        single, http=FLAGS.http, max_batch=1, batch_window_ms=0.0, max_connections=256, max_upload_bytes=limit
+    )
     asyncio.run(_uploads(alone.url, bodies[:8]))  # warm
     result["uploads"]["server_wall_s_unbatched"] = round(asyncio.run(_uploads(alone.url, bodies))[0], 3)
     alone.stop()
@@ -304,7 +355,7 @@ def main(argv):
         server.stop()
     result["rss"] = {**rss.stop(), "end_mib": round(rss.mark(), 1), **{k: round(v, 1) for k, v in marks.items()}}
     os.makedirs(FLAGS.out, exist_ok=True)
-    with open(os.path.join(FLAGS.out, "results.json"), "w") as f:
+    with open(os.path.join(FLAGS.out, FLAGS.results), "w") as f:
         json.dump(result, f, indent=1)
     print(json.dumps(result, indent=1))
 
