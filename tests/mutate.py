@@ -98,6 +98,8 @@ AUG_SIGNAL = (
     "tests/test_augment.py::test_the_speed_and_gain_draws_cover_their_settings_range_and_no_more",
 )
 OWN_SPLIT = "tests/test_evaluation.py::test_one_run_scores_two_splits_of_other_contents_each_over_its_own_utterances"
+WORD_TIMES = "tests/test_word_timings.py::"
+DELAY_AT_EVAL = WORD_TIMES + "test_training_records_the_delay_at_its_last_eval_and_export_carries_it_without_the_data"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -2078,6 +2080,39 @@ MUTATIONS = [
         "        if False:\n            import soxr",
         ("tests/test_serve.py::test_a_stream_at_another_rate_is_resampled",),
         "PCM declared at 48 kHz fed to a 16 kHz model as it is",
+    ),
+    Mutation(
+        "uploads_never_batched_onnx",
+        "ds2_jax/infer/onnx_backend.py",
+        "self.batch_size, self.fixed_batch = batch_size, False",
+        "self.batch_size, self.fixed_batch = 1, False",
+        ("tests/test_serve.py::test_uploads_that_arrive_together_run_as_one_batch",),
+        "an exported model runs the uploads the server batched one forward pass each",
+    ),
+    Mutation(
+        "page_worklet_repeats_a_sample",
+        "ds2_jax/serve/static/worklet.js",
+        "this.buffer = this.buffer.slice(drop); this.t -= drop; }",
+        "this.buffer = this.buffer.slice(drop); this.t -= drop + 1; }",
+        ("tests/test_page.py",),
+        "the page's worklet repeats one sample per render quantum: the audio it streams is 0.8% slower than "
+        "the microphone's (the server still transcribes exactly what it was sent)",
+    ),
+    Mutation(
+        "training_eval_delay_not_recorded",
+        "ds2_jax/train.py",
+        '    if result["delay_utterances"] and jax.process_index() == 0:',
+        "    if False:",
+        (DELAY_AT_EVAL,),
+        "training's evals never record the emission delay: an export without the data says 'unmeasured'",
+    ),
+    Mutation(
+        "training_eval_delay_frame_length",
+        "ds2_jax/train.py",
+        "frame_seconds = fc.hop * geometry.FIRST_CONV.strides[0] / fc.sample_rate",
+        "frame_seconds = fc.hop / fc.sample_rate",
+        (DELAY_AT_EVAL,),
+        "training's eval measures the delay with output frames of one hop, not hop x the first conv's stride",
     ),
     # ---- issue 52's self-audit: the survivors' classes, tested since
     Mutation(
