@@ -9,7 +9,7 @@ names from here (a test holds that no other module spells them).
     W/log.txt, log-process<i>.txt the full log, one file per process (cli)
     W/error.log                   tracebacks of explained errors (errors)
     W/run.lock                    the running training's lock (resilience)
-    W/timing.json                 the model's emission delay per checkpoint (timing)
+    W/timing.json                 the model's emission delay per checkpoint (infer.delay; training's evals)
     W/averaged.json               a checkpoint average's source and steps (average)
     W/eval-<split>-<step>-<decoder>[-max<N>].json         evaluation results (evaluation)
     W/tune_lm-<split>-<step>-beam<B>-lm-<lm>[-max<N>].json LM weight tuning (tools.tune_lm)
