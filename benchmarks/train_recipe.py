@@ -9,7 +9,10 @@ trained --steps updates twice,
 with each run's step time per update (the median of its logged intervals after the first, which
 holds the compile).
 
-    python -m benchmarks.train_recipe --out=DIR [--steps=200] [--seeds=0,1,2] [--batch=16]
+    python -m benchmarks.train_recipe --out=DIR [--steps=200] [--seeds=0,1,2] [--batch=16] [--corpus=es]
+
+--corpus=es: the same on the bundled Spanish corpus (configs/tiny_es.py, Common Voice layout, 48 kHz
+MP3), scored on its held-out test speakers.
 
 Each run has its own workdir (DIR/run-<name>-seed<N>); a run already trained is only scored, and a
 seed already scored (DIR/row-seed<N>.json) is read back, so seeds can run in parallel processes
@@ -26,13 +29,18 @@ import sys
 import numpy as np
 
 SCORES = ("trained", "ema", "averaged", "k4")
+CORPORA = {  # --corpus: (configs module, the held-out split scored)
+    "demo": ("demo", "test-clean"),
+    "es": ("tiny_es", "test"),
+}
 
 
 def define_flags(fv) -> None:
     from absl import flags
 
     flags.DEFINE_string("out", None, "Results and the runs' workdirs.", flag_values=fv, required=True)
-    flags.DEFINE_string("manual_dir", "corpora/tiny_librispeech", "The corpus (LibriSpeech layout).", flag_values=fv)
+    flags.DEFINE_enum("corpus", "demo", list(CORPORA), "configs/demo.py or configs/tiny_es.py.", flag_values=fv)
+    flags.DEFINE_string("manual_dir", "", "The corpus's folder ('' = the config's).", flag_values=fv)
     flags.DEFINE_integer("steps", 200, "Updates of each run.", flag_values=fv)
     flags.DEFINE_integer(
         "batch", 16, "The global batch (one device); k4 runs 4 micro-batches of a quarter.", flag_values=fv
@@ -81,7 +89,8 @@ def table(rows: list[dict]) -> str:
 
 
 def main(argv=None) -> int:
-    from configs import demo
+    import importlib
+
     from ds2_jax import average, cli, evaluation, files, settings, train
 
     args, _ = cli.parse_args(argv, define_flags, __doc__)
@@ -90,18 +99,22 @@ def main(argv=None) -> int:
     os.makedirs(args.out, exist_ok=True)
     every = max(args.steps // 10, 1)
 
+    module, split = CORPORA[args.corpus]
+    base = importlib.import_module(f"configs.{module}")
+
     def config(seed: int, k: int):
-        c = demo.get_config()
+        c = base.get_config()
         c.seed, c.num_devices = seed, 1
         c.num_train_steps, c.optimizer.decay_steps = args.steps, args.steps
         c.per_device_batch_size, c.optimizer.accumulate_steps = args.batch // k, k
         c.optimizer.ema_decay = args.ema_decay if k == 1 else 0.0
         c.eval_every_steps, c.checkpoint_every_steps, c.keep_checkpoints = 0, every, args.keep
-        c.dataset.manual_dir, c.dataset.data_dir = args.manual_dir, os.path.join(args.out, "tfds")
+        c.dataset.manual_dir = args.manual_dir or c.dataset.manual_dir
+        c.dataset.data_dir = os.path.join(args.out, "tfds")
         return settings.from_config_dict(c)
 
     def score(c, workdir: str, ema: bool) -> dict:
-        return evaluation.evaluate_checkpoint(settings.choosing_weights(c, ema), workdir, split="test-clean")
+        return evaluation.evaluate_checkpoint(settings.choosing_weights(c, ema), workdir, split=split)
 
     rows = []
     for seed in [int(s) for s in args.seeds]:
@@ -132,7 +145,7 @@ def main(argv=None) -> int:
         files.write_text(done, json.dumps(row) + "\n")
         print(json.dumps(row), flush=True)
     result = {
-        "config": "configs/demo.py, one device",
+        "config": f"configs/{module}.py, one device, scored on {split}",
         "steps": args.steps,
         "batch": args.batch,
         "ema_decay": args.ema_decay,
