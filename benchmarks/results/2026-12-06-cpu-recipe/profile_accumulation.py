@@ -1,0 +1,36 @@
+"""Where XLA:CPU spends an accumulating demo step: one update of K micro-batches of ROWS rows (0.5 s
+synthetic utterances) under jax.profiler, its trace's op times summed by name (the top 25).
+
+    PYTHONPATH=. JAX_PLATFORMS=cpu python benchmarks/results/2026-12-06-cpu-recipe/profile_accumulation.py ROWS K
+"""
+
+import functools, time, glob, gzip, json, collections
+import jax
+from configs import demo
+from ds2_jax import settings, train
+from ds2_jax import state as state_lib
+from ds2_jax.pipeline.batch import Sharding
+from ds2_jax.pipeline.source import make_source
+import sys
+rows, k = int(sys.argv[1]), int(sys.argv[2])
+c = demo.get_config()
+c.dataset.name, c.dataset.manual_dir = "synthetic", ""
+c.dataset.synthetic_min_duration_s, c.dataset.synthetic_max_duration_s = 0.5, 0.52
+c.optimizer.accumulate_steps = k
+config = settings.from_config_dict(c)
+source = make_source(config, Sharding(rows * k))
+state = state_lib.initial_state(config, source, jax.random.PRNGKey(0))
+step = jax.jit(functools.partial(train.train_step, **state_lib.step_kwargs(config), axis_name=None))
+batch = source.train_batch(0)
+state, m = step(state, batch, jax.random.PRNGKey(0)); jax.block_until_ready(m)
+d = f"/tmp/prof{k}"
+with jax.profiler.trace(d):
+    state, m = step(state, batch, jax.random.PRNGKey(0)); jax.block_until_ready(m)
+f = glob.glob(f"{d}/**/*.trace.json.gz", recursive=True)[0]
+ev = json.load(gzip.open(f))["traceEvents"]
+tot = collections.Counter(); n = collections.Counter()
+for e in ev:
+    if e.get("ph") == "X":
+        tot[e["name"]] += e["dur"]; n[e["name"]] += 1
+for name, t in tot.most_common(25):
+    print(f"{t/1e3:9.1f} ms {n[name]:6d}  {name[:110]}")
