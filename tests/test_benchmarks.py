@@ -39,6 +39,7 @@ def scaling(*args, timeout=120):
     )
 
 
+@pytest.mark.slow  # 15 s or more on 2 cores (2026-12-06 durations): make test runs it, test-fast does not
 def test_scaling_command_writes_every_report(tmp_path):
     out = tmp_path / "b"
     # jax_eager is left out: it compiles op by op, too slow for this test;
@@ -268,6 +269,7 @@ def test_torch_loop_model_computes_what_the_jax_model_computes(overrides):
     )
 
 
+@pytest.mark.slow  # 15 s or more on 2 cores (2026-12-06 durations): make test runs it, test-fast does not
 def test_recurrence_kernel_benchmark_runs_and_agrees(tmp_path):
     """The layer microbenchmark on a tiny shape (kernel in interpret mode off the GPU)."""
     proc = subprocess.run(
@@ -297,6 +299,7 @@ def test_recurrence_kernel_benchmark_runs_and_agrees(tmp_path):
     assert (tmp_path / "recurrence_kernel.md").read_text().count("|") > 10
 
 
+@pytest.mark.slow  # 15 s or more on 2 cores (2026-12-06 durations): make test runs it, test-fast does not
 def test_cudnn_graphs_variant_is_known_and_explained_without_cuda(tmp_path):
     """torch_cudnn_graphs is a --variants choice; without CUDA its row says why it was skipped."""
     if torch.cuda.is_available():

@@ -67,6 +67,7 @@ def _best(wers: dict[int, tuple[float, float]]) -> int:
     return min(wers, key=lambda s: (*wers[s], -s))
 
 
+@pytest.mark.slow  # 15 s or more on 2 cores (2026-12-06 durations): make test runs it, test-fast does not
 def test_eval_of_best_scores_the_step_with_the_lowest_in_training_wer(tmp_path, caplog):
     config = tiny_config(
         num_train_steps=8,

@@ -411,6 +411,7 @@ def tmpfs(tmp_path):
         subprocess.run(["umount", "-l", str(path)])
 
 
+@pytest.mark.slow  # 15 s or more on 2 cores (2026-12-06 durations): make test runs it, test-fast does not
 def test_disk_full_during_a_save_names_the_workdir_and_free_space(tmpfs):
     """Room for the pre-flight check (two checkpoints' worth of arrays) but not for two
     checkpoints with orbax's metadata: the second save fails inside orbax/tensorstore."""
@@ -664,6 +665,7 @@ def test_rewriting_metrics_on_resume_is_atomic_a_kill_midway_keeps_the_history(t
     assert [r["step"] for r in metrics.read_jsonl(str(path))] == [1, 2]
 
 
+@pytest.mark.slow  # 15 s or more on 2 cores (2026-12-06 durations): make test runs it, test-fast does not
 @pytest.mark.parametrize("how", ["empty", "partial"])
 def test_an_unfinished_step_folder_is_set_aside_and_good_checkpoints_restore(six_steps, tmp_path, how, caplog):
     """checkpoints/9 made by a crash (empty) or a save cut short (files, no commit metadata):
@@ -839,6 +841,7 @@ def test_a_resume_that_stretches_a_cosine_decay_to_the_last_step_records_num_tra
         assert (diff == [("num_train_steps", 6, 9)]) is recorded and (diff == []) is not recorded, (schedule, diff)
 
 
+@pytest.mark.slow  # 15 s or more on 2 cores (2026-12-06 durations): make test runs it, test-fast does not
 def test_disk_full_during_an_asynchronous_save_names_that_step_in_one_line(tmpfs, capfd):
     """Saves are asynchronous: checkpoint N's failure surfaces while N+1 is saved. The error
     names N (the step that is missing afterwards), and orbax's background threads' tracebacks

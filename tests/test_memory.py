@@ -92,6 +92,7 @@ def _run_with_available_memory(monkeypatch, tmp_path, rows: int, per_device: int
     return result, lines, steps
 
 
+@pytest.mark.slow  # 15 s or more on 2 cores (2026-12-06 durations): make test runs it, test-fast does not
 def test_on_the_cpu_a_batch_the_shape_estimate_lets_through_is_refused_before_the_first_step(
     setup, tmp_path, monkeypatch
 ):

@@ -428,6 +428,7 @@ def test_a_non_default_value_changes_what_its_consumer_does(key, consumer, corpu
     assert observe(changed) != observe(base), f"{key}={value!r} does not reach {consumer}"
 
 
+@pytest.mark.slow  # 15 s or more on 2 cores (2026-12-06 durations): make test runs it, test-fast does not
 def test_the_loops_settings_each_change_the_run(tmp_path, caplog):
     """The settings only the training loop reads, all at their TABLE values in one short run."""
     loop = {k: v for k, (v, _, cs) in TABLE.items() if "loop" in cs}

@@ -81,6 +81,7 @@ def test_each_frame_comes_once_its_lookahead_has_arrived():
         assert emitted == ready, fed
 
 
+@pytest.mark.slow  # 15 s or more on 2 cores (2026-12-06 durations): make test runs it, test-fast does not
 def test_transcribe_stream_prints_partials_and_the_whole_files_line(tmp_path, capsys):
     from ds2_jax import checkpoint, workdir_config
 

@@ -35,6 +35,7 @@ def waveform_augmentation(tmp_path) -> dict:
     }
 
 
+@pytest.mark.slow  # 15 s or more on 2 cores (2026-12-06 durations): make test runs it, test-fast does not
 def test_one_and_eight_devices_give_the_same_losses(tmp_path):
     """With waveform augmentation on: its draws are the global row's, not the device's."""
     common = {
@@ -208,6 +209,7 @@ def test_jit_sharding_path_matches_pmap(tmp_path):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.slow  # 15 s or more on 2 cores (2026-12-06 durations): make test runs it, test-fast does not
 def test_pallas_kernels_train_like_the_references():
     """Two steps with the persistent RNN and CTC kernels (interpret mode off the GPU) give
     the losses and parameters of lax.scan + optax."""

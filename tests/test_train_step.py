@@ -115,6 +115,7 @@ def assert_trees_close(a, b, rtol=2e-5):
         np.testing.assert_allclose(x, y, rtol=rtol, atol=rtol * max(np.abs(y).max(), 1e-6))
 
 
+@pytest.mark.slow  # 15 s or more on 2 cores (2026-12-06 durations): make test runs it, test-fast does not
 def test_sgd_step_applies_the_global_mean_gradient_on_one_and_eight_devices(setup, reference):
     config, state, batch = setup
     sgd = with_sgd(state)
@@ -139,6 +140,7 @@ def test_a_step_without_a_trainable_utterance_is_marked_untrainable(setup):
     assert float(m["loss_count"]) == 0 and float(m["untrainable"]) == 1
 
 
+@pytest.mark.slow  # 15 s or more on 2 cores (2026-12-06 durations): make test runs it, test-fast does not
 def test_adam_step_on_eight_devices_is_the_optimizer_applied_to_the_global_gradient(setup, reference):
     """The configured optimizer (clip + Adam): moments and parameters are those of the
     reference gradient, so a uniform gradient scale (which Adam's update hides) cannot pass."""
@@ -316,6 +318,7 @@ def test_optimizer_clips_the_global_gradient_norm_before_adam():
     np.testing.assert_allclose(mu["a"], (1 - opt.b1) * np.array([0.6, 0.0, 0.8]), rtol=1e-6)
 
 
+@pytest.mark.slow  # 15 s or more on 2 cores (2026-12-06 durations): make test runs it, test-fast does not
 def test_spec_augment_draws_differ_by_step_and_by_device_and_repeat_for_the_same_step(setup):
     """The step's masks come from (rng, state.step, device index): the same step masks alike
     (a resumed run repeats them), the next step otherwise; the same rows on two devices are
