@@ -4,11 +4,13 @@ demo model.
 
 The tests build the same train and eval steps many times (every train_and_evaluate call
 and every launch.py subprocess compiles them afresh); from the cache each is a load
-instead of a compile. JAX_COMPILATION_CACHE_DIR set by the caller wins.
+instead of a compile. JAX_COMPILATION_CACHE_DIR set by the caller wins (and is kept).
 """
 
+import atexit
 import dataclasses
 import os
+import shutil
 import sys
 import tempfile
 
@@ -16,6 +18,8 @@ os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
     os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="ds2_jax_xla_cache_")
+    # removed when the process that made it ends (under xdist the controller, after its workers)
+    atexit.register(shutil.rmtree, os.environ["JAX_COMPILATION_CACHE_DIR"], ignore_errors=True)
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
