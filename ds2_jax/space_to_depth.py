@@ -20,6 +20,8 @@ from typing import Sequence
 import jax
 import jax.numpy as jnp
 
+from ds2_jax import valid_conv
+
 
 def _taps(kernel: int, stride: int) -> int:
     return -(-kernel // stride)
@@ -82,11 +84,4 @@ def conv(
             "no dilation and one feature group"
         )
     x = fold_input(lhs, window_strides, padding, rhs.shape[:2])
-    return jax.lax.conv_general_dilated(
-        x,
-        fold_kernel(rhs, window_strides),
-        (1, 1),
-        "VALID",
-        dimension_numbers=("NHWC", "HWIO", "NHWC"),
-        precision=precision,
-    )
+    return valid_conv.conv(x, fold_kernel(rhs, window_strides), precision)

@@ -2276,6 +2276,22 @@ MUTATIONS = [
         ("tests/test_finetune.py::test_init_output_decides_where_each_output_unit_starts_and_nothing_else",),
         "init_output='auto' maps another alphabet by symbol instead of starting the layer afresh",
     ),
+    Mutation(
+        "valid_conv_cpu_keeps_autodiff",
+        "ds2_jax/valid_conv.py",
+        "        cpu=lambda x, w: _canonical(x, w, precision),\n",
+        "        cpu=lambda x, w: _conv(x, w, precision),\n",
+        ("tests/test_accumulate.py::test_on_the_cpu_the_accumulating_steps_convolutions_are_in_the_fast_layout",),
+        "the CPU keeps autodiff's backward convolutions (the generic emitter inside the micro-batch loop)",
+    ),
+    Mutation(
+        "valid_conv_input_gradient_kernel_unflipped",
+        "ds2_jax/valid_conv.py",
+        "    dx = _conv(padded, jnp.flip(w, (0, 1)).transpose(0, 1, 3, 2), precision)\n",
+        "    dx = _conv(padded, w.transpose(0, 1, 3, 2), precision)\n",
+        ("tests/test_valid_conv.py::test_values_and_gradients_are_lax_convs",),
+        "the input's gradient correlates with the kernel instead of convolving (no flip)",
+    ),
 ]
 
 

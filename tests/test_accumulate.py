@@ -11,6 +11,7 @@ or scaled by K instead of the utterance count gives another update.
 """
 
 import functools
+import re
 
 import jax
 import jax.numpy as jnp
@@ -18,7 +19,7 @@ import numpy as np
 import optax
 import pytest
 
-from ds2_jax import ctc, memory, parallel, settings, train
+from ds2_jax import ctc, memory, parallel, settings, train, valid_conv
 from ds2_jax import state as state_lib
 from ds2_jax.pipeline.batch import Sharding
 from ds2_jax.pipeline.source import make_source
@@ -167,14 +168,31 @@ def test_the_setting_reaches_the_step_and_the_data(setup):
         settings.override(config, {"optimizer.accumulate_steps": 0})
 
 
-def _temp_bytes(config, rows: int, k: int) -> int:
-    """XLA's temporary bytes of the compiled step (one CPU device) for `rows` x `k` rows of 1.5 s."""
+def _compiled(config, rows: int, k: int):
+    """The compiled step (one CPU device) for `rows` x `k` rows of 1.5 s."""
     config = settings.override(config, {"optimizer.accumulate_steps": k})
     source = make_source(config, Sharding(rows))
     state = state_lib.initial_state(config, source, jax.random.PRNGKey(0))
     spec = memory.batch_spec(rows * k, 24_000, 40)
     step = jax.jit(functools.partial(train.train_step, **state_lib.step_kwargs(config), axis_name=None))
-    return step.lower(state, spec, jax.random.PRNGKey(0)).compile().memory_analysis().temp_size_in_bytes
+    return step.lower(state, spec, jax.random.PRNGKey(0)).compile()
+
+
+def _temp_bytes(config, rows: int, k: int) -> int:
+    """XLA's temporary bytes of the compiled step."""
+    return _compiled(config, rows, k).memory_analysis().temp_size_in_bytes
+
+
+@pytest.mark.parametrize("conv_impl, canonical", [("space_to_depth", True), ("direct", False)])
+def test_on_the_cpu_the_accumulating_steps_convolutions_are_in_the_fast_layout(conv_impl, canonical):
+    """XLA:CPU runs a convolution with its fast library only in the canonical layout, and inside
+    the micro-batch loop it does not canonicalize autodiff's backward convolutions (the generic
+    emitter then took 80% of an update: benchmarks/results/2026-12-06-cpu-recipe). The default conv
+    (space_to_depth over valid_conv) leaves none other in the compiled step; 'direct' (lax's
+    strided convolution and its autodiff), the control, does."""
+    config = tiny_settings(**{"model.rnn_size": 32, "model.conv_channels": 8, "model.conv_impl": conv_impl})
+    layouts = re.findall(r"convolution\(.*?dim_labels=(\S+?),", _compiled(config, 2, 4).as_text())
+    assert layouts and (set(layouts) == {valid_conv.CANONICAL}) == canonical, layouts
 
 
 def test_the_step_at_k_micro_batches_needs_the_memory_of_one():
