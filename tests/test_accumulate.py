@@ -109,6 +109,7 @@ def test_micro_batch_k_is_rows_k_b_to_k_b_plus_b_of_each_devices_shard(paralleli
     np.testing.assert_array_equal(got, [[0, 1, 6, 7], [2, 3, 8, 9], [4, 5, 10, 11]])
 
 
+@pytest.mark.slow  # 15 s or more on 2 cores (2026-12-06 durations): make test runs it, test-fast does not
 def test_the_update_is_not_the_mean_of_the_micro_batches_means(setup, whole):
     """The micro-batches hold 4 and 3 utterances: the mean of their means weighs them wrongly."""
     config, state, batch = setup
@@ -195,6 +196,7 @@ def test_on_the_cpu_the_accumulating_steps_convolutions_are_in_the_fast_layout(c
     assert layouts and (set(layouts) == {valid_conv.CANONICAL}) == canonical, layouts
 
 
+@pytest.mark.slow  # 15 s or more on 2 cores (2026-12-06 durations): make test runs it, test-fast does not
 def test_the_step_at_k_micro_batches_needs_the_memory_of_one():
     """The compiled step's temporaries (activations, residuals: what grows with the batch) at K=4
     micro-batches of B are those at B, not at 4 x B (measured by XLA's memory analysis)."""
