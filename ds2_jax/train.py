@@ -505,14 +505,6 @@ def _devices_and_data(config: settings.Settings):
         sharding.global_batch,
         f" ({accumulate} micro-batches of {config.per_device_batch_size} per device)" if accumulate > 1 else "",
     )
-    if accumulate > 1 and par.devices[0].platform == "cpu":
-        log.warning(
-            "optimizer.accumulate_steps=%d on the CPU: XLA:CPU runs the micro-batch loop (a while loop) many "
-            "times slower than the same rows as one batch (benchmarks/results/2026-12-06-cpu-recipe); it is meant "
-            "for GPUs. On the CPU use per_device_batch_size=%d with accumulate_steps=1 where it fits",
-            accumulate,
-            accumulate * config.per_device_batch_size,
-        )
     cpu_note = parallel.cpu_warning(config, par.devices)
     if cpu_note:
         log.warning("%s", cpu_note)
