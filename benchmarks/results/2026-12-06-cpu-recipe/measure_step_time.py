@@ -17,16 +17,22 @@ from ds2_jax.pipeline.batch import Sharding
 from ds2_jax.pipeline.source import make_source
 
 
-def run(rows: int, k: int) -> None:
+def demo_step(rows: int, k: int, seconds: tuple[float, float] = (2.0, 2.5)):
+    """(the demo's jitted train step, its first state, a batch) for k micro-batches of `rows`
+    synthetic utterances of `seconds` (min, max)."""
     c = demo.get_config()
     c.dataset.name, c.dataset.manual_dir = "synthetic", ""
-    c.dataset.synthetic_min_duration_s, c.dataset.synthetic_max_duration_s = 2.0, 2.5
+    c.dataset.synthetic_min_duration_s, c.dataset.synthetic_max_duration_s = seconds
     c.optimizer.accumulate_steps = k
     config = settings.from_config_dict(c)
     source = make_source(config, Sharding(rows * k))
     state = state_lib.initial_state(config, source, jax.random.PRNGKey(0))
     step = jax.jit(functools.partial(train.train_step, **state_lib.step_kwargs(config), axis_name=None))
-    batch = source.train_batch(0)
+    return step, state, source.train_batch(0)
+
+
+def run(rows: int, k: int) -> None:
+    step, state, batch = demo_step(rows, k)
     t = time.perf_counter()
     state, m = step(state, batch, jax.random.PRNGKey(0))
     jax.block_until_ready(m)

@@ -5,32 +5,21 @@ synthetic utterances) under jax.profiler, its trace's op times summed by name (t
 """
 
 import collections
-import functools
 import glob
 import gzip
 import json
+import os
 import sys
 import tempfile
 
 import jax
 
-from configs import demo
-from ds2_jax import settings, train
-from ds2_jax import state as state_lib
-from ds2_jax.pipeline.batch import Sharding
-from ds2_jax.pipeline.source import make_source
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from measure_step_time import demo_step  # noqa: E402
 
 
 def main(rows: int, k: int) -> None:
-    c = demo.get_config()
-    c.dataset.name, c.dataset.manual_dir = "synthetic", ""
-    c.dataset.synthetic_min_duration_s, c.dataset.synthetic_max_duration_s = 0.5, 0.52
-    c.optimizer.accumulate_steps = k
-    config = settings.from_config_dict(c)
-    source = make_source(config, Sharding(rows * k))
-    state = state_lib.initial_state(config, source, jax.random.PRNGKey(0))
-    step = jax.jit(functools.partial(train.train_step, **state_lib.step_kwargs(config), axis_name=None))
-    batch = source.train_batch(0)
+    step, state, batch = demo_step(rows, k, (0.5, 0.52))
     state, metrics = step(state, batch, jax.random.PRNGKey(0))
     jax.block_until_ready(metrics)  # the compile, outside the trace
     trace_dir = tempfile.mkdtemp()
