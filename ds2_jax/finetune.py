@@ -173,6 +173,12 @@ def _at(tree, keys):
     return tree
 
 
+def output_afresh(init_output: str, alphabets: tuple[str, str]) -> bool:
+    """Whether a fine-tune's output layer starts afresh (config.init_output; alphabets: the
+    source's symbols, this run's)."""
+    return init_output == "fresh" or (init_output == "auto" and alphabets[0] != alphabets[1])
+
+
 def initial_state(config: settings.Settings, fresh: TrainState) -> tuple[TrainState, str]:
     """(this run's first state from config.init_from, init_from resolved as 'ABS_WORKDIR:STEP',
     what config.json records); logs what was taken and what was re-initialized."""
@@ -184,7 +190,7 @@ def initial_state(config: settings.Settings, fresh: TrainState) -> tuple[TrainSt
         text.Alphabet.of_setting(config.model.alphabet).symbols,
     )
     differ = symbols[0] != symbols[1]
-    fresh_output = config.init_output == "fresh" or (config.init_output == "auto" and differ)
+    fresh_output = output_afresh(config.init_output, symbols)
     state, reinit = merge(source, fresh, config.init_from, symbols, fresh_output)
     resolved = f"{os.path.abspath(workdir)}:{step}"
     log.info(

@@ -2271,8 +2271,8 @@ MUTATIONS = [
     Mutation(
         "finetune_auto_output_maps_by_symbol",
         "ds2_jax/finetune.py",
-        '    fresh_output = config.init_output == "fresh" or (config.init_output == "auto" and differ)\n',
-        '    fresh_output = config.init_output == "fresh"\n',
+        '    return init_output == "fresh" or (init_output == "auto" and alphabets[0] != alphabets[1])\n',
+        '    return init_output == "fresh"\n',
         ("tests/test_finetune.py::test_init_output_decides_where_each_output_unit_starts_and_nothing_else",),
         "init_output='auto' maps another alphabet by symbol instead of starting the layer afresh",
     ),

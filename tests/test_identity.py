@@ -208,6 +208,7 @@ def test_a_setting_a_resume_may_change_silently_changes_no_batch_and_no_step_arg
         "decoding.unk_score_offset": -5.0,
         "keep_best_checkpoints": 2,
         "init_from": "elsewhere",
+        "init_output": "fresh",
     }
     needs = {"keep_best_checkpoints": {"eval_every_steps": 3}}  # (itself a key a resume may change)
     assert set(NOT_TRAINING_KEYS) - {"decoding.lm_path", "decoding.lexicon_path"} == set(values)

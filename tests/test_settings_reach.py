@@ -133,6 +133,7 @@ TABLE = {
     "decoding.token_min_logp": (-2.0, {"decoding.beam_width": 4}, ["decoder"]),
     "decoding.unk_score_offset": (-5.0, {"decoding.beam_width": 4, "decoding.lm_path": "LM"}, ["decoder"]),
     "model.alphabet": (" abcñ", {}, ["model"]),
+    "init_output": ("fresh", {}, ["fine_tune_output"]),
     "dataset.lower_case": (False, {}, ["normalize"]),
     "dataset.strip_punctuation": (False, {}, ["normalize"]),
     "dataset.alphabet_min_count": (1, {}, ["derived_alphabet"]),
@@ -178,7 +179,6 @@ ALLOWED = {
     "dataset.stereo": "the build's downmix or skip: test_manifest.py",
     "dataset.build_workers": "build processes, the same examples: test_manifest.py, benchmarks/manifest_build.py",
     "init_from": "a whole second run: test_finetune.py",
-    "init_output": "needs init_from: test_finetune.py::test_init_output_decides_where_each_output_unit_starts_*",
     "freeze": "needs init_from: test_finetune.py::test_frozen_parts_keep_the_sources_values_and_the_rest_trains",
     "keep_best_checkpoints": "needs evals with WERs: test_best_checkpoint.py",
     "eval.ema_weights": "needs a trained EMA: test_ema.py::test_eval_transcribe_and_export_take_the_average_*",
@@ -356,6 +356,14 @@ def _normalize(s):
     return text.normalize("¿Qué TAL, Señor?", s.dataset.lower_case, s.dataset.strip_punctuation)
 
 
+def _fine_tune_output(s):
+    """Whether a fine-tune onto the source's own alphabet starts its output layer afresh (what it
+    does then: test_finetune.py::test_init_output_decides_*)."""
+    from ds2_jax import finetune, text
+
+    return finetune.output_afresh(s.init_output, (text.LIBRISPEECH.symbols, text.LIBRISPEECH.symbols))
+
+
 def _derived_alphabet(s):
     """A manifest build's derived alphabet (and the characters left out) with the run's settings."""
     from ds2_jax.datasets import manifest
@@ -429,6 +437,7 @@ def test_a_non_default_value_changes_what_its_consumer_does(key, consumer, corpu
         "decoder": lambda s: _decoder(s, lm_files),
         "normalize": _normalize,
         "derived_alphabet": _derived_alphabet,
+        "fine_tune_output": _fine_tune_output,
     }[consumer]
     if consumer in _PURE:  # the base settings' observation, computed once for the rows that share them
         seen = (consumer, base)
