@@ -23,7 +23,7 @@ WINDOW_SECONDS = 24.0
 CONTEXT_SECONDS = 3.0
 
 
-PIECE_HOPS = 10  # a streaming model is fed this many hops at a time (100 ms at a 10 ms hop)
+PIECE_HOPS = 10  # a streaming model is fed this many feature hops at a time
 
 
 StreamingRefused = errors.StreamingRefused  # the error class lives with the others (errors.py)
