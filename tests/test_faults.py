@@ -394,6 +394,14 @@ def test_eval_into_a_read_only_workdir_logs_the_result_then_fails_clearly(six_st
 
 
 @pytest.fixture
+def short_save_wait(monkeypatch):
+    """A workdir holding a save that never finishes (a crash's or a full disk's leftover): eval waits
+    checkpoint.SAVE_WAIT_S (60 s) for it before taking the newest finished one. These tests ask what is
+    taken, not how long is waited (the waiting and its 60 s: test_a_checkpoint_a_live_run_is_writing_*)."""
+    monkeypatch.setattr(checkpoint, "SAVE_WAIT_S", 0.5)
+
+
+@pytest.fixture
 def tmpfs(tmp_path):
     def mount(size: str):
         path = tmp_path / f"disk-{size}"
@@ -411,8 +419,7 @@ def tmpfs(tmp_path):
         subprocess.run(["umount", "-l", str(path)])
 
 
-@pytest.mark.slow  # 15 s or more on 2 cores (2026-12-06 durations): make test runs it, test-fast does not
-def test_disk_full_during_a_save_names_the_workdir_and_free_space(tmpfs):
+def test_disk_full_during_a_save_names_the_workdir_and_free_space(tmpfs, short_save_wait):
     """Room for the pre-flight check (two checkpoints' worth of arrays) but not for two
     checkpoints with orbax's metadata: the second save fails inside orbax/tensorstore."""
     w = str(tmpfs("420k") / "run")
@@ -665,9 +672,10 @@ def test_rewriting_metrics_on_resume_is_atomic_a_kill_midway_keeps_the_history(t
     assert [r["step"] for r in metrics.read_jsonl(str(path))] == [1, 2]
 
 
-@pytest.mark.slow  # 15 s or more on 2 cores (2026-12-06 durations): make test runs it, test-fast does not
 @pytest.mark.parametrize("how", ["empty", "partial"])
-def test_an_unfinished_step_folder_is_set_aside_and_good_checkpoints_restore(six_steps, tmp_path, how, caplog):
+def test_an_unfinished_step_folder_is_set_aside_and_good_checkpoints_restore(
+    six_steps, tmp_path, how, caplog, short_save_wait
+):
     """checkpoints/9 made by a crash (empty) or a save cut short (files, no commit metadata):
     eval and training use checkpoint 6; training sets 9 aside and trains it again."""
     w = copy_of(six_steps, tmp_path)
@@ -726,6 +734,7 @@ def test_a_checkpoint_a_live_run_is_writing_is_waited_for_then_named_never_calle
         state, step = restored_latest(w)  # the save finishes while it waits
     timer.join()
     assert step == 6 and "checkpoint 6 in" in caplog.text and "being written by a training run now" in caplog.text
+    assert "(at most 60 s)" in caplog.text  # the default bound, as docs/operations.md gives it
     assert_same_state(state, six_steps[1])
 
     shutil.move(done, writing if how == "orbax_tmp_folder" else os.path.join(ck, "6.orbax-checkpoint-tmp"))
@@ -841,8 +850,7 @@ def test_a_resume_that_stretches_a_cosine_decay_to_the_last_step_records_num_tra
         assert (diff == [("num_train_steps", 6, 9)]) is recorded and (diff == []) is not recorded, (schedule, diff)
 
 
-@pytest.mark.slow  # 15 s or more on 2 cores (2026-12-06 durations): make test runs it, test-fast does not
-def test_disk_full_during_an_asynchronous_save_names_that_step_in_one_line(tmpfs, capfd):
+def test_disk_full_during_an_asynchronous_save_names_that_step_in_one_line(tmpfs, capfd, short_save_wait):
     """Saves are asynchronous: checkpoint N's failure surfaces while N+1 is saved. The error
     names N (the step that is missing afterwards), and orbax's background threads' tracebacks
     go to error.log, not the terminal."""
