@@ -1,6 +1,6 @@
 """Several processes (jax.distributed, gloo CPU collectives): 2 processes x 4 devices
-train like 1 process x 8 devices, a killed 2-process run resumes, and a killed peer ends the
-other process with exit code 3 and one line."""
+train like 1 process x 8 devices (under pmap, killed and resumed, and under jit), and a killed
+peer ends the other process with exit code 3 and one line."""
 
 import os
 import signal
@@ -48,45 +48,54 @@ def run_processes(workdir, num_processes, devices_per_process, *extra):
     return [p.returncode for p in procs], [err for _, err in results]
 
 
-def losses(workdir):
-    """Train losses, then the final eval's loss, WER and CER (gathered over processes)."""
+def losses(workdir, evals=1):
+    """Train losses, then the final eval's loss, WER and CER (gathered over processes); `evals`: how
+    many evals the run wrote (0: the train losses only)."""
     records = metrics.read_jsonl(os.path.join(workdir, "metrics.jsonl"))
-    evals = [[r["eval_loss"], r["eval_wer"], r["eval_cer"]] for r in records if "eval_loss" in r]
-    assert len(evals) == 1
-    return [r["loss"] for r in records if "loss" in r] + evals[0]
+    scored = [[r["eval_loss"], r["eval_wer"], r["eval_cer"]] for r in records if "eval_loss" in r]
+    assert len(scored) == evals
+    return [r["loss"] for r in records if "loss" in r] + (scored[0] if scored else [])
 
 
-@pytest.mark.slow
-def test_two_processes_match_one_process_and_resume_after_kill(tmp_path):
-    rcs, errs = run_processes(tmp_path / "single", 1, 8)
+@pytest.fixture(scope="module")
+def single(tmp_path_factory):
+    """The reference: one process of 8 devices under pmap (its workdir). test_train.py's
+    test_jit_sharding_path_matches_pmap holds that jit on one process trains like it."""
+    w = tmp_path_factory.mktemp("single")
+    rcs, errs = run_processes(w, 1, 8)
     assert rcs == [0], errs[0][-3000:]
-    rcs, errs = run_processes(tmp_path / "multi", 2, 4)
-    assert rcs == [0, 0], "\n".join(e[-3000:] for e in errs)
-    assert "process 1 of 2" in errs[1]
-    assert "(32 utterances)" in errs[0]  # process 0 scored both processes' rows
-    np.testing.assert_allclose(losses(tmp_path / "multi"), losses(tmp_path / "single"), rtol=1e-5)
+    return w
 
-    # kill -9 both processes at step 5 (after checkpoint 3), then rerun the same command
+
+# Both tests take `single`: one worker runs them, so it is trained once (make test: --dist loadgroup).
+@pytest.mark.slow
+@pytest.mark.xdist_group("distributed")
+def test_two_processes_match_one_process_and_resume_after_kill(tmp_path, single):
+    """kill -9 both processes before the last step's eval (every train step done, checkpoint 3 the
+    newest), then the same command again: the uninterrupted steps 1-6 and the resumed run's steps
+    4-6 and eval each match one process's."""
     w = tmp_path / "killed"
-    rcs, _ = run_processes(w, 2, 4, "--config.faults.kill_at=step:5")
+    rcs, _ = run_processes(w, 2, 4, "--config.faults.kill_at=eval:6")
     assert rcs == [-signal.SIGKILL] * 2
+    uninterrupted = losses(single)[:6]
+    np.testing.assert_allclose(losses(w, evals=0), uninterrupted, rtol=1e-5)
     rcs, errs = run_processes(w, 2, 4)
     assert rcs == [0, 0], "\n".join(e[-3000:] for e in errs)
     assert "restored checkpoint at step 3" in errs[0]
-    np.testing.assert_allclose(losses(w), losses(tmp_path / "single"), rtol=1e-5)
+    assert "process 1 of 2" in errs[1]
+    assert "(32 utterances)" in errs[0]  # process 0 scored both processes' rows
+    np.testing.assert_allclose(losses(w), losses(single), rtol=1e-5)
 
 
 @pytest.mark.slow
-def test_two_processes_under_jit_match_one_process(tmp_path):
+@pytest.mark.xdist_group("distributed")
+def test_two_processes_under_jit_match_one_process(tmp_path, single):
     """parallelism='jit' over every process's devices: the eval step reads each process's rows
     of its batch-sharded outputs (Parallel.get_rows), and the gathered figures are one process's."""
-    jit = ("--config.parallelism=jit", "--config.num_devices=0")
-    rcs, errs = run_processes(tmp_path / "single", 1, 8, *jit)
-    assert rcs == [0], errs[0][-3000:]
-    rcs, errs = run_processes(tmp_path / "multi", 2, 4, *jit)
+    rcs, errs = run_processes(tmp_path / "multi", 2, 4, "--config.parallelism=jit", "--config.num_devices=0")
     assert rcs == [0, 0], "\n".join(e[-3000:] for e in errs)
     assert "x 2 process(es), jit" in errs[0] and "(32 utterances)" in errs[0]
-    np.testing.assert_allclose(losses(tmp_path / "multi"), losses(tmp_path / "single"), rtol=1e-5)
+    np.testing.assert_allclose(losses(tmp_path / "multi"), losses(single), rtol=1e-5)
 
 
 @pytest.mark.slow
