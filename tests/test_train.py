@@ -95,7 +95,7 @@ def test_overfits_a_fixed_batch_of_four():
     kwargs = state_lib.step_kwargs(config)
     step = jax.jit(functools.partial(train.train_step, **kwargs, axis_name=None))
     first = None
-    for i in range(150):
+    for i in range(40):  # 10 steps reach 5% of the first loss here, 20 under 1%
         state, m = step(state, batch, jax.random.PRNGKey(0))
         loss = float(m["loss_sum"] / m["loss_count"])
         first = first if first is not None else loss
