@@ -70,8 +70,8 @@ def uninterrupted(tmp_path_factory):
 def test_kill_9_then_rerun_matches_uninterrupted_bit_for_bit(tmp_path, uninterrupted):
     """kill -9 before an eval, after a step's dispatch and once a save is under way, each rerun of the
     same command killed at the next point (one workdir: each rerun meets the leftovers of the kill
-    before it: a stale lock, metrics past the checkpoint, an unfinished save), then a rerun to the end."""
-    for kill_at in ("eval:4", "step:5", "checkpoint:6"):  # each after the newest checkpoint the rerun finds
+    before it: a stale lock, metrics past the checkpoint, a save cut short), then a rerun to the end."""
+    for kill_at in ("eval:4", "step:5", "checkpoint:6"):  # in the order a run reaches them
         rc, err = launch(tmp_path, f"--config.faults.kill_at={kill_at}")
         assert rc == -signal.SIGKILL, (kill_at, err[-2000:])
         assert (tmp_path / layout.LOCK).exists()  # left behind by the killed run

@@ -87,8 +87,12 @@ def test_compiled_and_eager_step_agree():
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
 
 
+# The settings of the one-device jit steps below: one program, compiled once (the compilation cache).
+FIXED_BATCH = {"per_device_batch_size": 4, "optimizer.learning_rate": 3e-3, "model.rnn_size": 64}
+
+
 def test_overfits_a_fixed_batch_of_four():
-    config = tiny_settings(per_device_batch_size=4, **{"optimizer.learning_rate": 3e-3, "model.rnn_size": 64})
+    config = tiny_settings(**FIXED_BATCH)
     source = make_source(config, Sharding(4))
     batch = source.train_batch(0)
     state = state_lib.initial_state(config, source, jax.random.PRNGKey(0))
@@ -167,8 +171,8 @@ def test_killed_and_resumed_run_matches_uninterrupted_in_every_field_and_counter
 
 
 def test_non_finite_steps_are_skipped_and_counted():
-    config = tiny_settings(per_device_batch_size=2)
-    source = make_source(config, Sharding(2))
+    config = tiny_settings(**FIXED_BATCH)
+    source = make_source(config, Sharding(4))
     batch = source.train_batch(0)
     state = state_lib.initial_state(config, source, jax.random.PRNGKey(0))
     poisoned = state.replace(feature_std=state.feature_std.at[0].set(0.0))  # -> inf features
