@@ -115,7 +115,8 @@ def test_the_update_is_not_the_mean_of_the_micro_batches_means(setup, whole):
     config, state, batch = setup
     kw = state_lib.loss_arguments(state_lib.step_kwargs(config))
     halves = [{k: v[i : i + 4] for k, v in batch.items()} for i in (0, 4)]
-    means = [train.loss_gradients(state, h, jax.random.PRNGKey(1), axis_name=None, **kw)[0] for h in halves]
+    gradients = jax.jit(functools.partial(train.loss_gradients, axis_name=None, **kw))  # one compile, both halves
+    means = [gradients(state, h, jax.random.PRNGKey(1))[0] for h in halves]
     mean_of_means = jax.tree_util.tree_map(lambda p, a, b: p - (a + b) / 2, state.params, *means)
     apart = max(np.abs(a - b).max() for a, b in zip(leaves(mean_of_means), leaves(whole[0].params)))
     assert apart > 1e-4  # the test tells the two apart
@@ -169,6 +170,7 @@ def test_the_setting_reaches_the_step_and_the_data(setup):
         settings.override(config, {"optimizer.accumulate_steps": 0})
 
 
+@functools.cache  # the memory test's K=4 step is the layout test's space_to_depth one
 def _compiled(config, rows: int, k: int):
     """The compiled step (one CPU device) for `rows` x `k` rows of 1.5 s."""
     config = settings.override(config, {"optimizer.accumulate_steps": k})
@@ -184,6 +186,11 @@ def _temp_bytes(config, rows: int, k: int) -> int:
     return _compiled(config, rows, k).memory_analysis().temp_size_in_bytes
 
 
+# The step the memory test compiles (its K=4 one: the same program, compiled once on one worker).
+MEMORY = {"model.rnn_size": 64, "model.conv_channels": 8}
+
+
+@pytest.mark.xdist_group("accumulate_steps")
 @pytest.mark.parametrize("conv_impl, canonical", [("space_to_depth", True), ("direct", False)])
 def test_on_the_cpu_the_accumulating_steps_convolutions_are_in_the_fast_layout(conv_impl, canonical):
     """XLA:CPU runs a convolution with its fast library only in the canonical layout, and inside
@@ -191,16 +198,17 @@ def test_on_the_cpu_the_accumulating_steps_convolutions_are_in_the_fast_layout(c
     emitter then took 80% of an update: benchmarks/results/2026-12-06-cpu-recipe). The default conv
     (space_to_depth over valid_conv) leaves none other in the compiled step; 'direct' (lax's
     strided convolution and its autodiff), the control, does."""
-    config = tiny_settings(**{"model.rnn_size": 32, "model.conv_channels": 8, "model.conv_impl": conv_impl})
-    layouts = re.findall(r"convolution\(.*?dim_labels=(\S+?),", _compiled(config, 2, 4).as_text())
+    config = tiny_settings(**{**MEMORY, "model.conv_impl": conv_impl})
+    layouts = re.findall(r"convolution\(.*?dim_labels=(\S+?),", _compiled(config, 4, 4).as_text())
     assert layouts and (set(layouts) == {valid_conv.CANONICAL}) == canonical, layouts
 
 
+@pytest.mark.xdist_group("accumulate_steps")
 @pytest.mark.slow  # 15 s or more on 2 cores (2026-12-06 durations): make test runs it, test-fast does not
 def test_the_step_at_k_micro_batches_needs_the_memory_of_one():
     """The compiled step's temporaries (activations, residuals: what grows with the batch) at K=4
     micro-batches of B are those at B, not at 4 x B (measured by XLA's memory analysis)."""
-    config = tiny_settings(**{"model.rnn_size": 64, "model.conv_channels": 8})
+    config = tiny_settings(**MEMORY)
     at_b, at_4b, k4 = _temp_bytes(config, 4, 1), _temp_bytes(config, 16, 1), _temp_bytes(config, 4, 4)
     assert at_4b > 2.5 * at_b  # the measure sees the batch
     assert k4 < 1.15 * at_b, (at_b, k4, at_4b)

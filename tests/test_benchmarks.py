@@ -39,15 +39,16 @@ def scaling(*args, timeout=120):
     )
 
 
-@pytest.mark.slow  # 15 s or more on 2 cores (2026-12-06 durations): make test runs it, test-fast does not
-def test_scaling_command_writes_every_report(tmp_path):
-    out = tmp_path / "b"
+@pytest.fixture(scope="module")
+def scaling_run(tmp_path_factory):
+    """One scaling command for the tests of its reports and of the CUDA-graphs variant's row."""
+    out = tmp_path_factory.mktemp("scaling") / "b"
     # jax_eager is left out: it compiles op by op, too slow for this test;
     # tests/test_train.py checks that the eager step equals the compiled one.
     proc = scaling(
         *TINY,
         "--devices=1,2",
-        "--variants=jax,jax_jit,torch_loop,torch_cudnn",
+        "--variants=jax,jax_jit,torch_loop,torch_cudnn,torch_cudnn_graphs",
         "--steps=2",
         "--warmup=1",
         "--profile_steps=1",
@@ -56,6 +57,13 @@ def test_scaling_command_writes_every_report(tmp_path):
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
+    return out
+
+
+@pytest.mark.xdist_group("scaling")  # the command runs once, on one worker
+@pytest.mark.slow  # 15 s or more on 2 cores (2026-12-06 durations): make test runs it, test-fast does not
+def test_scaling_command_writes_every_report(scaling_run):
+    out = scaling_run
     for name in ("results.json", "results.csv", "results.md", "speedup.png", "ms_per_step.png"):
         assert (out / name).stat().st_size > 0, name
     for name in ("speedup.png", "ms_per_step.png"):
@@ -299,24 +307,14 @@ def test_recurrence_kernel_benchmark_runs_and_agrees(tmp_path):
     assert (tmp_path / "recurrence_kernel.md").read_text().count("|") > 10
 
 
+@pytest.mark.xdist_group("scaling")  # the command runs once, on one worker
 @pytest.mark.slow  # 15 s or more on 2 cores (2026-12-06 durations): make test runs it, test-fast does not
-def test_cudnn_graphs_variant_is_known_and_explained_without_cuda(tmp_path):
+def test_cudnn_graphs_variant_is_known_and_explained_without_cuda(scaling_run):
     """torch_cudnn_graphs is a --variants choice; without CUDA its row says why it was skipped."""
     if torch.cuda.is_available():
         pytest.skip("CUDA present: the variant runs (test_graphed_cudnn_step_equals_the_eager_one)")
-    out = tmp_path / "b"
-    proc = scaling(
-        *TINY,
-        "--devices=1",
-        "--variants=torch_cudnn,torch_cudnn_graphs",
-        "--steps=1",
-        "--warmup=0",
-        "--profile_steps=0",
-        "--num_batches=1",
-        f"--out={out}",
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = {r["variant"]: r for r in json.loads((out / "results.json").read_text())["results"]}
+    out = scaling_run
+    rows = {r["variant"]: r for r in json.loads((out / "results.json").read_text())["results"] if r["devices"] == 1}
     assert rows["torch_cudnn"]["status"] == "ok"
     assert rows["torch_cudnn_graphs"]["status"] == "skipped"
     assert "CUDA graphs need a GPU" in rows["torch_cudnn_graphs"]["notes"]
@@ -480,7 +478,7 @@ def test_augmentation_benchmark_reports_every_part(tmp_path):
             "-m",
             "benchmarks.augmentation",
             f"--out={tmp_path}",
-            "--steps=2",
+            "--steps=1",  # one bucket's batch: one compile of the demo step
             "--batch=2",
             f"--data_dir={tmp_path / 'tfds'}",
         ],

@@ -1,5 +1,7 @@
 """CTC against torch.nn.functional.ctc_loss, infeasible masking, greedy decoding."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -46,11 +48,10 @@ IMPLS = ["optax", "pallas"]
 
 @pytest.mark.parametrize("impl", IMPLS)
 def test_matches_torch_ctc_loss(impl):
+    loss = jax.jit(functools.partial(ctc.per_utterance_loss, impl=impl))  # one compile, three problems
     for seed in range(3):
         logits, ll, labels, yl = random_problem(seed)
-        got, ok = ctc.per_utterance_loss(
-            jnp.asarray(logits), jnp.asarray(ll), jnp.asarray(labels), jnp.asarray(yl), impl=impl
-        )
+        got, ok = loss(jnp.asarray(logits), jnp.asarray(ll), jnp.asarray(labels), jnp.asarray(yl))
         assert np.all(ok)
         want = torch_ctc(logits, ll, labels, yl)
         np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-4)
@@ -65,7 +66,7 @@ def test_gradient_matches_torch(impl):
         loss, _ = ctc.per_utterance_loss(x, jnp.asarray(ll), jnp.asarray(labels), jnp.asarray(yl), impl=impl)
         return jnp.sum(loss * weights)
 
-    got = np.asarray(jax.grad(total)(jnp.asarray(logits)))
+    got = np.asarray(jax.jit(jax.grad(total))(jnp.asarray(logits)))
     x = torch.tensor(logits, requires_grad=True)
     (torch_ctc_tensor(x, ll, labels, yl) * torch.tensor(weights)).sum().backward()
     np.testing.assert_allclose(got, x.grad.numpy(), atol=1e-4 * np.abs(x.grad.numpy()).max())
@@ -95,7 +96,7 @@ def test_infeasible_labels_are_masked_out_of_loss_and_gradient(impl):
         loss, ok = ctc.per_utterance_loss(x, ll, jnp.asarray(labels), yl, impl=impl)
         return jnp.sum(loss), ok
 
-    (value, ok), grad = jax.value_and_grad(total, has_aux=True)(jnp.asarray(logits))
+    (value, ok), grad = jax.jit(jax.value_and_grad(total, has_aux=True))(jnp.asarray(logits))
     np.testing.assert_array_equal(ok, [False, True])
     assert np.isfinite(value) and value < 1e3
     assert np.all(np.asarray(grad)[0] == 0)
@@ -119,7 +120,9 @@ def test_frames_exactly_what_the_labels_need_have_one_path_and_its_loss(impl):
     labels = jnp.array([[3, 3, 0], [4, 5, 6], [3, 3, 0]], jnp.int32)
     lengths, label_lengths = jnp.array([3, 3, 2]), jnp.array([2, 3, 2])  # needs 3, 3, 3
     paths = [[3, 0, 3], [4, 5, 6]]
-    loss, ok = ctc.per_utterance_loss(jnp.asarray(logits), lengths, labels, label_lengths, impl=impl)
+    loss, ok = jax.jit(functools.partial(ctc.per_utterance_loss, impl=impl))(
+        jnp.asarray(logits), lengths, labels, label_lengths
+    )
     np.testing.assert_array_equal(ok, [True, True, False])
     logp = np.asarray(jax.nn.log_softmax(logits))
     want = [-sum(logp[i, t, c] for t, c in enumerate(p)) for i, p in enumerate(paths)]
@@ -136,9 +139,8 @@ def test_a_certain_path_has_a_loss_of_zero_never_below():
     for r, big in enumerate((20.0, 25.0, 30.0, 40.0, 50.0, 80.0)):
         for t in range(T):
             logits[r, t, t + 1 if t < L else 0] = big
-    raw = ctc._optax_loss(jnp.asarray(logits), jnp.full((rows,), T), jnp.asarray(labels), jnp.full((rows,), L))
+    args = jnp.asarray(logits), jnp.full((rows,), T), jnp.asarray(labels), jnp.full((rows,), L)
+    raw = jax.jit(ctc._optax_loss)(*args)
     assert (np.asarray(raw) < 0).any()  # the case this test is about
-    loss, ok = ctc.per_utterance_loss(
-        jnp.asarray(logits), jnp.full((rows,), T), jnp.asarray(labels), jnp.full((rows,), L), impl="optax"
-    )
+    loss, ok = jax.jit(functools.partial(ctc.per_utterance_loss, impl="optax"))(*args)
     assert np.asarray(ok).all() and (np.asarray(loss) >= 0).all() and np.asarray(loss).max() < 1e-6

@@ -1,12 +1,14 @@
 """Space-to-depth convolution: the same values and gradients as the strided conv."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from ds2_jax import geometry, model, space_to_depth
-from tests.test_model import run, small_cfg
+from tests.test_model import small_cfg
 
 pytestmark = pytest.mark.gpu  # kernel numerics: make test-gpu runs them on a GPU
 
@@ -23,20 +25,24 @@ NHWC = ("NHWC", "HWIO", "NHWC")
     ],
 )
 def test_values_and_gradients_match_strided_conv(spec, in_channels, shape):
-    kx, kw, kc = jax.random.split(jax.random.PRNGKey(0), 3)
-    x = jax.random.normal(kx, shape + (in_channels,))
-    w = jax.random.normal(kw, spec.kernel + (in_channels, 5))
+    rng = np.random.default_rng(0)  # numpy's draws: jax.random compiles a sampler per shape
+    x = jnp.asarray(rng.standard_normal(shape + (in_channels,)), jnp.float32)
+    w = jnp.asarray(rng.standard_normal(spec.kernel + (in_channels, 5)), jnp.float32)
     padding = [(p, p) for p in spec.padding]
 
-    def loss(conv, x, w, ct):
-        return jnp.sum(conv(x, w, spec.strides, padding, dimension_numbers=NHWC) * ct)
+    def values_and_grads(conv, x, w, ct):  # one compiled program per conv, not op by op
+        def loss(x, w):
+            return jnp.sum(conv(x, w, spec.strides, padding, dimension_numbers=NHWC) * ct)
+
+        return conv(x, w, spec.strides, padding, dimension_numbers=NHWC), jax.grad(loss, argnums=(0, 1))(x, w)
 
     with jax.default_matmul_precision("highest"):
-        ref = jax.lax.conv_general_dilated(x, w, spec.strides, padding, dimension_numbers=NHWC)
-        got = space_to_depth.conv(x, w, spec.strides, padding, dimension_numbers=NHWC)
-        ct = jax.random.normal(kc, ref.shape)
-        ref_grads = jax.grad(loss, argnums=(1, 2))(jax.lax.conv_general_dilated, x, w, ct)
-        got_grads = jax.grad(loss, argnums=(1, 2))(space_to_depth.conv, x, w, ct)
+        ref_shape = jax.eval_shape(
+            lambda: jax.lax.conv_general_dilated(x, w, spec.strides, padding, dimension_numbers=NHWC)
+        ).shape
+        ct = jnp.asarray(rng.standard_normal(ref_shape), jnp.float32)
+        ref, ref_grads = jax.jit(values_and_grads, static_argnums=0)(jax.lax.conv_general_dilated, x, w, ct)
+        got, got_grads = jax.jit(values_and_grads, static_argnums=0)(space_to_depth.conv, x, w, ct)
     assert got.shape == ref.shape
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * float(jnp.max(jnp.abs(ref))))
     for g, r in zip(got_grads, ref_grads):
@@ -61,21 +67,24 @@ def test_rejects_what_it_cannot_compute():
 
 @pytest.mark.slow  # 15-60 s on 2 idle cores (2026-12-05): make test runs it, test-fast does not
 def test_model_gives_the_same_logits_and_gradients_with_either_conv():
-    feats = jax.random.normal(jax.random.PRNGKey(1), (2, 40, 161))
+    feats = jnp.asarray(np.random.default_rng(1).standard_normal((2, 40, 161)), jnp.float32)
     lengths = jnp.array([40, 23])
+    init = functools.partial(model.DeepSpeech2(small_cfg(conv_impl="direct")).init, train=False)
+    variables = jax.jit(init)(jax.random.PRNGKey(0), feats, lengths)
+
+    @functools.partial(jax.jit, static_argnums=0)  # one compiled program per conv, not op by op
+    def logits_and_grads(impl, params):
+        def loss(params):
+            out, _ = model.DeepSpeech2(small_cfg(conv_impl=impl)).apply(
+                {**variables, "params": params}, feats, lengths, train=False
+            )
+            return jnp.sum(out**2), out
+
+        return jax.grad(loss, has_aux=True)(params)
+
     with jax.default_matmul_precision("highest"):
-        direct, _, variables = run(small_cfg(conv_impl="direct"), feats, lengths)
-        folded, _, _ = run(small_cfg(conv_impl="space_to_depth"), feats, lengths, variables=variables)
-
-        def grads(impl):
-            def loss(params):
-                net = model.DeepSpeech2(small_cfg(conv_impl=impl))
-                out, _ = net.apply({**variables, "params": params}, feats, lengths, train=False)
-                return jnp.sum(out**2)
-
-            return jax.grad(loss)(variables["params"])
-
-        g_direct, g_folded = grads("direct"), grads("space_to_depth")
+        g_direct, direct = logits_and_grads("direct", variables["params"])
+        g_folded, folded = logits_and_grads("space_to_depth", variables["params"])
     np.testing.assert_allclose(folded, direct, rtol=1e-5, atol=1e-5)
     for a, b in zip(jax.tree_util.tree_leaves(g_folded), jax.tree_util.tree_leaves(g_direct)):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5 * max(float(jnp.max(jnp.abs(b))), 1.0))
