@@ -1,11 +1,18 @@
 """How stable is a trained model's greedy text under what Chromium's fake microphone does to a file:
 resampling 16k->48k->16k and 148-628 samples of the lead-in dropped. usage: python robust.py WORKDIR..."""
-import glob, json, sys
-import numpy as np, soxr
+
+import glob
+import json
+import sys
+
+import numpy as np
+import soxr
+
 from ds2_jax import audio, metrics, settings
 from ds2_jax.infer import jax_backend
 
 files = sorted(glob.glob("corpora/tiny_librispeech/LibriSpeech/test-clean/*/*/*.flac"))
+
 
 def variants(speech):
     pad = np.concatenate([np.zeros(16000, np.int16), speech, np.zeros(24000, np.int16)])
@@ -20,6 +27,7 @@ def variants(speech):
         for k in (148, 628):
             out[f"rs{q}_drop{k}"] = r[k:]
     return out
+
 
 for w in sys.argv[1:]:
     eng = jax_backend.JaxEngine(w, settings.Decoding(beam_width=0))
@@ -41,5 +49,16 @@ for w in sys.argv[1:]:
                 changed[k] = changed.get(k, 0) + 1
             if k != "file":
                 cers.append(metrics.error_rates([base], [t])["cer"])
-    print(json.dumps({"workdir": w, "files": len(files), "stable": stable, "mean_cer_vs_file": float(np.mean(cers)),
-                      "max_cer": float(np.max(cers)), "changed_by_variant": changed}), flush=True)
+    print(
+        json.dumps(
+            {
+                "workdir": w,
+                "files": len(files),
+                "stable": stable,
+                "mean_cer_vs_file": float(np.mean(cers)),
+                "max_cer": float(np.max(cers)),
+                "changed_by_variant": changed,
+            }
+        ),
+        flush=True,
+    )
