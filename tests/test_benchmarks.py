@@ -25,6 +25,7 @@ TINY = [
     "--config=configs/smoke.py",
     "--config.dataset.synthetic_min_duration_s=0.3",
     "--config.dataset.synthetic_max_duration_s=0.5",
+    "--config.model.num_conv_layers=1",  # a shorter compile (each variant builds the same model)
 ]
 
 

@@ -451,7 +451,7 @@ def test_a_non_default_value_changes_what_its_consumer_does(key, consumer, corpu
 def test_the_loops_settings_each_change_the_run(tmp_path, caplog):
     """The settings only the training loop reads, all at their TABLE values in one short run."""
     loop = {k: v for k, (v, _, cs) in TABLE.items() if "loop" in cs}
-    config = tiny_settings(**{**SYNTH, **loop})
+    config = tiny_settings(**{**SYNTH, "model.num_conv_layers": 1, **loop})  # one conv block: a shorter compile
     w = str(tmp_path / "w")
     with caplog.at_level(logging.INFO, logger="ds2_jax"):
         final = train.train_and_evaluate(config, w)

@@ -37,6 +37,12 @@ def _unidirectional(**overrides):
     return config, state.replace(batch_stats=stats)
 
 
+@pytest.fixture(scope="module")
+def unidirectional():
+    """_unidirectional() at the default overrides, made once for the tests that take it."""
+    return _unidirectional()
+
+
 def _whole_file(config, state, audio) -> np.ndarray:
     kw = state_lib.step_kwargs(config)
     logits, n = forward.forward(
@@ -65,10 +71,11 @@ def test_chunks_of_any_size_give_the_whole_files_log_probs(overrides):
         assert (got.argmax(-1) == whole.argmax(-1)).all()
 
 
-def test_each_frame_comes_once_its_lookahead_has_arrived():
+@pytest.mark.xdist_group("streaming")  # one worker builds the shared model
+def test_each_frame_comes_once_its_lookahead_has_arrived(unidirectional):
     """Frame j needs the samples up to its own hop plus onnx_model.lookahead_seconds: no earlier (the
     whole-file values could not be known), no later (latency)."""
-    config, state = _unidirectional()
+    config, state = unidirectional
     fc = config.features.spectrogram
     stride = 3  # geometry.FIRST_CONV's time stride
     lookahead = round(onnx_model.lookahead_seconds(config) * fc.sample_rate)
@@ -81,11 +88,12 @@ def test_each_frame_comes_once_its_lookahead_has_arrived():
         assert emitted == ready, fed
 
 
+@pytest.mark.xdist_group("streaming")
 @pytest.mark.slow  # 15 s or more on 2 cores (2026-12-06 durations): make test runs it, test-fast does not
-def test_transcribe_stream_prints_partials_and_the_whole_files_line(tmp_path, capsys):
+def test_transcribe_stream_prints_partials_and_the_whole_files_line(tmp_path, capsys, unidirectional):
     from ds2_jax import checkpoint, workdir_config
 
-    config, state = _unidirectional()
+    config, state = unidirectional
     workdir = str(tmp_path / "w")
     with checkpoint.managed(workdir) as mgr:
         checkpoint.save(mgr, 0, jax.device_get(state), wait=True)
