@@ -1141,21 +1141,25 @@ def test_a_second_ctrl_c_during_the_first_compile_exits_at_once_in_one_line_leav
 
 
 def test_the_watchdog_counts_compiles_evals_and_saves_as_progress(tmp_path, monkeypatch):
-    """An eval longer than step_timeout_s (each batch slowed down here), the first compile and
-    the checkpoint saves never trip the watchdog; a hang still does (test_hung_step_*)."""
+    """An eval longer than step_timeout_s (each batch of the second slowed down here), the first compile
+    (and the first eval, which compiles) and the checkpoint saves never trip the watchdog; a hang still does
+    (test_hung_step_*)."""
     exits = []
     monkeypatch.setattr(resilience.os, "_exit", exits.append)
     greedy = evaluation.decoding.greedy_texts
+    batches = []
 
-    def slow_greedy(*args):
-        time.sleep(1.0)
+    def slow_greedy(*args):  # the second eval's 4 batches (the first eval runs with the watchdog suspended)
+        batches.append(1)
+        if len(batches) > 4:
+            time.sleep(1.0)
         return greedy(*args)
 
     monkeypatch.setattr(evaluation.decoding, "greedy_texts", slow_greedy)
     config = run_config(eval_every_steps=3, step_timeout_s=2.5, **{"eval.max_utterances": 64})  # 4 batches: 4 s
     train.train_and_evaluate(config, str(tmp_path / "w"))
     evals = [r for r in metrics.read_jsonl(str(tmp_path / "w" / "metrics.jsonl")) if "eval_wer" in r]
-    assert [r["step"] for r in evals] == [3, 6]
+    assert [r["step"] for r in evals] == [3, 6] and len(batches) == 8
     assert exits == []
 
 
