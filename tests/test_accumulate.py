@@ -192,7 +192,7 @@ def _temp_bytes(config, rows: int, k: int) -> int:
 
 
 # The step the memory test compiles (its K=4 one: the same program, compiled once on one worker).
-MEMORY = {"model.rnn_size": 64, "model.conv_channels": 8}
+MEMORY = {"model.rnn_size": 64, "model.conv_channels": 8, "model.num_conv_layers": 1}
 
 
 @pytest.mark.xdist_group("accumulate_steps")
