@@ -8,8 +8,10 @@ it plays at 48 kHz (a 16 kHz file is resampled on the way in, and again to the p
 context) and starts playing when getUserMedia opens it, before the page listens (measured: 148 and
 628 samples of the lead-in gone, a 0.4-sample shift, 31-33 dB from the file). The brief demo model
 is not robust to that: one output frame (320 samples) less of leading silence, or the resampling
-alone, changes a letter of its text (measured), so no real microphone path can give exactly
-`transcribe --model`'s text of the file. So the test holds the page to three things that together
+alone, changes a letter of its text (measured; benchmarks/results/2026-12-06-gpu-page-robustness: no model
+trained on the bundled corpus, 800 steps or silence padding included, keeps its text on more than 4 of
+the 39 test utterances), so no real microphone path can give exactly `transcribe --model`'s text of
+the file. So the test holds the page to three things that together
 leave no room: (1) what the page streamed IS the file (aligned within its lead-in, >= MIN_SNR_DB
 from it: a wrong rate, a dropped or repeated chunk, a clipped or silent stream all fall far below);
 (2) the page's final text is exactly `transcribe --model`'s text of that streamed audio; (3) the
