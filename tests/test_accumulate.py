@@ -88,6 +88,7 @@ def whole(setup):
 @pytest.mark.parametrize(
     "k,devices,parallelism", [(2, 1, "jit"), (4, 1, "jit"), (2, 2, "pmap"), (2, 2, "jit")], ids=str
 )
+@pytest.mark.slow
 def test_k_micro_batches_of_b_give_the_update_of_one_batch_of_k_times_b(setup, whole, k, devices, parallelism):
     new, m = run(*setup, k=k, devices=devices, parallelism=parallelism)
     ref, ref_m = whole
@@ -197,6 +198,7 @@ MEMORY = {"model.rnn_size": 64, "model.conv_channels": 8, "model.num_conv_layers
 
 @pytest.mark.xdist_group("accumulate_steps")
 @pytest.mark.parametrize("conv_impl, canonical", [("space_to_depth", True), ("direct", False)])
+@pytest.mark.slow
 def test_on_the_cpu_the_accumulating_steps_convolutions_are_in_the_fast_layout(conv_impl, canonical):
     """XLA:CPU runs a convolution with its fast library only in the canonical layout, and inside
     the micro-batch loop it does not canonicalize autodiff's backward convolutions (the generic
@@ -219,6 +221,7 @@ def test_the_step_at_k_micro_batches_needs_the_memory_of_one():
     assert k4 < 1.15 * at_b, (at_b, k4, at_4b)
 
 
+@pytest.mark.slow
 def test_a_resumed_accumulating_run_equals_the_uninterrupted_one(tmp_path):
     """The step is the whole update (no state between micro-batches), and the data is ordered by update:
     2 + 2 updates resumed from a checkpoint equal 4 in one go, bit for bit."""

@@ -50,6 +50,7 @@ def raw(config, workdir, step):
     return state_lib.restore_state(settings.choosing_weights(config, False), workdir, step)[0]
 
 
+@pytest.mark.slow
 def test_the_average_of_two_checkpoints_is_their_arithmetic_mean(run, tmp_path):
     config, workdir = run
     out = str(tmp_path / "avg")

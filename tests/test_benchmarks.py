@@ -259,6 +259,7 @@ def test_profile_summary_reads_gpu_kernels_from_a_jax_style_trace(tmp_path):
         {"rnn_cell": "lstm", "bidirectional": False, "row_conv_context": 3, "num_conv_layers": 1},
     ],
 )
+@pytest.mark.slow
 def test_torch_loop_model_computes_what_the_jax_model_computes(overrides):
     from ds2_jax import features
 

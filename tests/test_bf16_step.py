@@ -82,6 +82,7 @@ def test_every_bf16_gradient_is_within_the_floor_of_float32(seed_step, rnn_impl)
         assert max(ratios.values()) <= FLOOR_RATIO, f"bf16 {rnn_impl}: gradient error / floor, worst: {worst}"
 
 
+@pytest.mark.slow
 def test_the_logits_and_log_softmax_are_float32_in_a_bf16_model(seed_step):
     """The output layer runs in float32: bf16 logits of magnitude 16-32 would be 0.125 apart."""
     from ds2_jax import model

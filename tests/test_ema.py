@@ -96,6 +96,7 @@ def runs(tmp_path_factory):
     return config, straight, resumed
 
 
+@pytest.mark.slow
 def test_the_average_is_checkpointed_and_resumed_exactly(runs):
     config, straight, resumed = runs
     trained = settings.choosing_weights(config, False)
@@ -128,6 +129,7 @@ def test_eval_transcribe_and_export_take_the_average_unless_told_not_to(runs):
     assert loss == pytest.approx(scored[True], rel=1e-5) and loss != pytest.approx(scored[False], rel=1e-5)
 
 
+@pytest.mark.slow
 def test_a_resume_cannot_turn_the_average_on_or_off(runs, tmp_path):
     config, straight, _ = runs
     off = settings.override(config, {"optimizer.ema_decay": 0.0, "num_train_steps": 6})

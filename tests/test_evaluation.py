@@ -46,6 +46,7 @@ def _record_steps(monkeypatch) -> dict:
 
 
 @pytest.mark.parametrize("kind", settings.PARALLELISMS)
+@pytest.mark.slow
 def test_eval_during_training_reads_the_placed_train_state(kind, tmp_path, monkeypatch):
     seen = _record_steps(monkeypatch)
     config = tiny_config(

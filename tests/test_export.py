@@ -95,6 +95,7 @@ def test_onnx_log_probs_and_greedy_texts_match_the_jax_path(smoke):
     assert onnx_texts == jax_texts and any(jax_texts)
 
 
+@pytest.mark.slow
 def test_the_stablehlo_artifact_is_the_whole_model_featurizer_included(smoke):
     """model.stablehlo (jax.export) maps audio to the JAX path's log-probs, any batch and length."""
     import jax
@@ -166,6 +167,7 @@ def _error_line(module: str, *args: str) -> str:
     return err
 
 
+@pytest.mark.slow
 def test_bad_input_gets_one_error_line_each(smoke, tmp_path):
     workdir, model = smoke
     from ds2_jax import workdir_config
@@ -193,6 +195,7 @@ def test_bad_input_gets_one_error_line_each(smoke, tmp_path):
 
 
 @pytest.mark.xdist_group("trained")
+@pytest.mark.slow
 def test_the_demo_model_exported_gives_its_texts_on_the_held_out_speakers(trained, tmp_path):
     out = str(tmp_path / "demo.onnx")
     assert export.main(["--workdir", trained.workdir, "--out", out]) == 0

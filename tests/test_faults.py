@@ -448,6 +448,7 @@ def test_a_checkpoint_write_failure_of_any_type_is_explained(tmp_path):
     assert isinstance(other, errors.CheckpointError) and "permission denied" in str(other)
 
 
+@pytest.mark.slow
 def test_non_finite_steps_skipped_counted_and_bounded(tmp_path):
     common = {"log_every_steps": 1, "eval_every_steps": 0, "checkpoint_every_steps": 100}
     # Both runs compile the same step (same fault steps); only the host-side bound differs.
@@ -815,6 +816,7 @@ def test_a_resume_refuses_another_model_shape_naming_the_keys_and_moves_nothing(
     assert sorted(os.listdir(os.path.join(w, "checkpoints"))) == before  # nothing moved aside as "damaged"
 
 
+@pytest.mark.slow
 def test_a_resume_with_changed_settings_logs_and_records_them_keeping_config_json(six_steps, tmp_path, caplog):
     w = copy_of(six_steps, tmp_path)
     original = open(os.path.join(w, "config.json")).read()
@@ -1140,6 +1142,7 @@ def test_a_second_ctrl_c_during_the_first_compile_exits_at_once_in_one_line_leav
     assert "Traceback" not in seen and seen.count("received SIGINT again") == 1 and not w.exists()
 
 
+@pytest.mark.slow
 def test_the_watchdog_counts_compiles_evals_and_saves_as_progress(tmp_path, monkeypatch):
     """An eval longer than step_timeout_s (each batch of the second slowed down here), the first compile
     (and the first eval, which compiles) and the checkpoint saves never trip the watchdog; a hang still does

@@ -44,6 +44,7 @@ def source(tmp_path_factory):
     return workdir, train.train_and_evaluate(tiny_config(**COMMON), workdir)
 
 
+@pytest.mark.slow
 def test_the_first_state_is_the_sources_parameters_statistics_and_normalization_at_step_0(source, tmp_path):
     workdir, trained = source
     config = tiny_settings(**COMMON, seed=7, init_from=f"{workdir}:3", **{"optimizer.learning_rate": 1e-3})
@@ -115,6 +116,7 @@ def test_a_workdir_without_checkpoint_or_with_another_spectrogram_is_refused(sou
         )
 
 
+@pytest.mark.slow
 def test_a_rerun_resumes_the_fine_tunes_own_checkpoints_and_config_json_records_the_source(source, tmp_path):
     workdir, _ = source
     copy = str(tmp_path / "source")
@@ -132,6 +134,7 @@ def test_a_rerun_resumes_the_fine_tunes_own_checkpoints_and_config_json_records_
     assert not os.path.exists(tmp_path / "split" / "config_changes.jsonl")  # the same command is no change
 
 
+@pytest.mark.slow
 def test_frozen_parts_keep_the_sources_values_and_the_rest_trains(source, tmp_path):
     workdir, trained = source
     frozen_run = {"init_from": workdir, "freeze": "ConvBlock,RNNLayer_0/recurrent_kernel"}

@@ -37,6 +37,7 @@ def xla_forward_flops(cfg: model.ModelConfig, batch: int, frames: int) -> float:
         {"bidirectional": False, "row_conv_context": 0},
     ],
 )
+@pytest.mark.slow
 def test_counted_forward_flops_match_xla(changes):
     """Within the 2-7% of elementwise work (batch norm, clipping, masks) that XLA adds."""
     section = dataclasses.replace(settings.Model(), **{**SMALL, **changes})

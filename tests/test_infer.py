@@ -81,6 +81,7 @@ def test_the_wing_never_imports_the_training_side_at_any_depth():
     assert "ds2_jax.infer.jax_backend" in seen and "ds2_jax.state" in seen  # the walk did reach down
 
 
+@pytest.mark.slow
 def test_importing_and_running_the_wing_loads_nothing_of_the_training_side(tmp_path):
     """The same wall at run time: a subprocess imports every module of the wing and runs the engine
     of a (random) workdir; sys.modules then holds none of the training side."""

@@ -246,6 +246,7 @@ def test_compilation_cache_goes_where_configured_unless_the_environment_says(mon
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_a_process_that_read_with_workers_leaves_no_shared_memory_behind(corpus):
     """Batches still alive when the interpreter exits (the last one on the devices) used to leave
     their segments to resource_tracker: 'There appear to be N leaked shared_memory objects'."""

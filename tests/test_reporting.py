@@ -81,6 +81,7 @@ def step_records():
     return config, records
 
 
+@pytest.mark.slow
 def test_every_field_of_metrics_jsonl_and_tensorboard_equals_its_oracle(step_records, tmp_path):
     config, records = step_records
     w = str(tmp_path / "w")
@@ -151,6 +152,7 @@ def test_a_value_that_is_not_a_number_is_null_in_metrics_jsonl_and_absent_from_t
     assert tensorboard_scalars(str(tmp_path / "tensorboard")) == {("e", 3): 1.5}
 
 
+@pytest.mark.slow
 def test_an_interval_without_a_trainable_utterance_logs_no_loss_and_says_why(step_records, tmp_path, caplog):
     """Steps whose every utterance is CTC-infeasible (a 40x speed factor did this): loss null, never 0,
     and a warning naming the steps and where to look."""

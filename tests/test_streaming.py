@@ -72,6 +72,7 @@ def test_chunks_of_any_size_give_the_whole_files_log_probs(overrides):
 
 
 @pytest.mark.xdist_group("streaming")  # one worker builds the shared model
+@pytest.mark.slow
 def test_each_frame_comes_once_its_lookahead_has_arrived(unidirectional):
     """Frame j needs the samples up to its own hop plus onnx_model.lookahead_seconds: no earlier (the
     whole-file values could not be known), no later (latency)."""

@@ -170,6 +170,7 @@ def test_killed_and_resumed_run_matches_uninterrupted_in_every_field_and_counter
         assert {k: v for k, v in a.items() if k not in TIMING} == {k: v for k, v in b.items() if k not in TIMING}
 
 
+@pytest.mark.slow
 def test_non_finite_steps_are_skipped_and_counted():
     config = tiny_settings(**FIXED_BATCH)
     source = make_source(config, Sharding(4))
@@ -195,6 +196,7 @@ def test_inconsistent_config_fails_before_compiling(tmp_path):
         train.train_and_evaluate(tiny_config(**{"model.rnn_cell": "rnn"}), str(tmp_path))
 
 
+@pytest.mark.slow
 def test_jit_sharding_path_matches_pmap(tmp_path):
     common = {
         "num_train_steps": 5,

@@ -222,6 +222,7 @@ def test_step_with_nan_loss_keeps_params_optimizer_and_batch_stats(setup):
     assert_state_kept(new, poisoned)
 
 
+@pytest.mark.slow
 def test_step_with_finite_loss_but_nan_gradient_keeps_everything(setup, monkeypatch):
     """The loss is finite and only the gradient is NaN: the step must look at the gradient too."""
     config, state, batch = setup

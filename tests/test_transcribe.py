@@ -302,6 +302,7 @@ def _run_transcribe(workdir, files, *flags):
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 def test_lines_come_as_they_are_done_a_closed_pipe_ends_quietly_and_ctrl_c_says_how_far(untrained, tmp_path):
     """`transcribe ... | head -1`: the first line comes before the last file is read, the closed pipe
     ends the run with no traceback; Ctrl-C keeps what was printed and prints one line, exit 130."""
@@ -362,6 +363,7 @@ def _onset_seconds(audio: np.ndarray) -> float:
     return int(np.flatnonzero(np.abs(audio) > 0.02 * np.abs(audio).max())[0]) / 16_000
 
 
+@pytest.mark.slow
 @pytest.mark.xdist_group("trained")
 def test_first_word_starts_within_one_output_frame_of_the_speech_onset(trained):
     """The held-out utterances, whose speech onset is known: each first word's start within one
