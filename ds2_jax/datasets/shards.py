@@ -159,15 +159,20 @@ def write_shard(job: ShardJob) -> list:
     return outcomes
 
 
-def _died(processes: list, job: ShardJob) -> errors.BuildWorkerError:
-    """The one-line error of a worker (of `processes`) that died while `job` (or one beside it) was running."""
+def _died(pool, processes: list, job: ShardJob) -> errors.BuildWorkerError:
+    """The one-line error of a worker (of `pool`'s `processes`) that died while `job` (or one beside it)
+    was running: how it died, not how the pool then ended the others (SIGTERM)."""
+    # The broken pool terminates and joins its other workers; read the exit codes only after that
+    # (a join racing the pool's own can see neither the code nor the process).
+    pool.shutdown(wait=True, cancel_futures=True)
     for p in processes:
-        p.join(timeout=5)  # the pool is broken: its workers are ending, their exit codes come with the join
+        p.join(timeout=5)
     codes = [p.exitcode for p in processes if p.exitcode]
+    first = [c for c in codes if c != -signal.SIGTERM] or codes
     how = (
         ", ".join(
             f"killed by {signal.Signals(-c).name}" if c < 0 and -c in signal.valid_signals() else f"exit {c}"
-            for c in codes
+            for c in first
         )
         or "killed"
     )
@@ -199,7 +204,7 @@ def run(jobs: list[ShardJob], workers: int) -> Iterator[tuple[ShardJob, list]]:
             try:
                 outcomes = future.result()
             except concurrent.futures.process.BrokenProcessPool as e:
-                raise _died(processes, job) from e
+                raise _died(pool, processes, job) from e
             if done % max(1, len(jobs) // 10) == 0:
                 logging.getLogger("ds2_jax").info("manifest: %d of %d shards written", done, len(jobs))
             yield job, outcomes
