@@ -7,6 +7,7 @@ What the training loop (train.py), evaluation and transcription share, below the
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import math
 import os
@@ -163,19 +164,25 @@ def frozen_labels(params, frozen: tuple[str, ...]):
     )
 
 
+@functools.lru_cache(maxsize=8)
+def _compiled_init(cfg: model.ModelConfig):
+    """rng -> the variables of `cfg`'s model, compiled once per architecture in a process: every
+    run's start and every checkpoint restore's template (an evaluation, a fine-tune's source, a
+    transcribe) initialises one, and the compile is most of it (~3 s on a CPU core)."""
+    net = model.DeepSpeech2(cfg)
+    frames = INIT_FRAMES
+    return jax.jit(lambda r: net.init(r, jnp.zeros((1, frames, cfg.num_bins)), jnp.array([frames]), train=False))
+
+
 def create_state(
     config: settings.Settings, rng: jax.Array, feature_mean: np.ndarray, feature_std: np.ndarray
 ) -> TrainState:
     """Initial (unreplicated) state: parameters, batch-norm statistics, optimizer state."""
     cfg = model.ModelConfig.of(config.model, num_bins=len(feature_mean))
-    net = model.DeepSpeech2(cfg)
-    frames = INIT_FRAMES
     with dispatch.unlogged():  # one dummy row: not the kernel choice training makes
-        variables = jax.jit(
-            lambda r: net.init(r, jnp.zeros((1, frames, cfg.num_bins)), jnp.array([frames]), train=False)
-        )(rng)
+        variables = _compiled_init(cfg)(rng)
     return TrainState.create(
-        apply_fn=net.apply,
+        apply_fn=model.DeepSpeech2(cfg).apply,
         params=variables["params"],
         tx=make_optimizer(run_optimizer(config), freeze_names(config.freeze)),
         batch_stats=variables["batch_stats"],
