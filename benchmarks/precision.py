@@ -9,7 +9,8 @@ for the same steps and batches: a run is model.dtype:model.rnn_impl ('auto' take
 kernels where they run), the seed is config.seed (initial parameters and batch order). The
 first run is the reference. The dataset section always comes from configs/demo.py (the bundled
 corpus: train-clean-100 of 16 espeak-ng speakers, evaluated on the held-out test-clean
-speakers); --data_dir is where the corpus is (or will be) prepared. A cosine schedule (the
+speakers), with the command line's --config.dataset.* overrides on top (e.g.
+--config.dataset.num_buckets=1); --data_dir is where the corpus is (or will be) prepared. A cosine schedule (the
 seed config's) is fitted to --steps, decaying to 0 at the last step: under a constant rate
 the final CER is wherever a late loss spike left a run, in either dtype
 (benchmarks/results/2026-12-05-h200-bf16-converge/). --config.* overrides apply
@@ -86,9 +87,10 @@ def parse_runs(specs: list[str]) -> list[tuple[str, str]]:
     return runs
 
 
-def on_bundled_corpus(config, steps: int, evals: int, log_every: int, data_dir: str = ""):
+def on_bundled_corpus(config, steps: int, evals: int, log_every: int, data_dir: str = "", overrides=None):
     """`config` with configs/demo.py's dataset section, `steps` steps, `evals` evaluations, and
-    a cosine schedule's decay fitted to the steps."""
+    a cosine schedule's decay fitted to the steps. `overrides`: the command line's --config.*
+    values ({'dataset.num_buckets': 1, ...}); its dataset.* ones apply on top of demo's section."""
     from configs import demo
 
     if steps < 1 or not 1 <= evals <= steps or steps % evals:
@@ -97,6 +99,7 @@ def on_bundled_corpus(config, steps: int, evals: int, log_every: int, data_dir: 
         )
     config = config.copy_and_resolve_references()
     config.dataset = demo.get_config().dataset
+    config.update_from_flattened_dict({k: v for k, v in (overrides or {}).items() if k.startswith("dataset.")})
     if data_dir:
         config.dataset.data_dir = data_dir
     config.num_train_steps = steps
@@ -319,7 +322,9 @@ def main(argv) -> None:
     try:
         runs = parse_runs(FLAGS.runs)
         seeds = [int(s) for s in FLAGS.seeds]
-        config = on_bundled_corpus(FLAGS.config, FLAGS.steps, FLAGS.evals, FLAGS.log_every, FLAGS.data_dir)
+        config = on_bundled_corpus(
+            FLAGS.config, FLAGS.steps, FLAGS.evals, FLAGS.log_every, FLAGS.data_dir, command_line_overrides()
+        )
     except ValueError as e:
         raise app.UsageError(str(e)) from e
     from ds2_jax import files
@@ -342,6 +347,13 @@ def main(argv) -> None:
     plot(results, os.path.join(FLAGS.out, "precision.png"))
     files.write_text(os.path.join(FLAGS.out, "NOTES.md"), notes(results, rows, meta))
     print(notes(results, rows, meta))
+
+
+def command_line_overrides() -> dict:
+    """The --config.* values given on the command line, {'model.rnn_size': 16, ...}."""
+    from ml_collections import config_flags
+
+    return config_flags.get_override_values(FLAGS["config"])
 
 
 def describe(config, seeds: list[int]) -> dict:

@@ -3,7 +3,8 @@
     python -m benchmarks.precision_parts --out=DIR [--config=configs/ds2_8gpu.py] [--batches=3] \
         [--rnn_impls=auto,scan_vjp] [--track_steps=0] [--track_points=6] [--data_dir=.demo/tfds] [--config.x=y]
 
-The seed model (--config) on the bundled corpus (benchmarks.precision.on_bundled_corpus): the
+The seed model (--config) on the bundled corpus (benchmarks.precision.on_bundled_corpus, with the
+command line's --config.dataset.* overrides on top): the
 same parameters and the same training batches run through the step in float32 (rnn_impl
 scan_vjp, the reference) and in bfloat16 (each of --rnn_impls). For every part of the step it
 reports the relative error ||bf16 - f32|| / ||f32|| (valid frames only; median over batches):
@@ -29,6 +30,7 @@ Writes DIR/parts.json and DIR/NOTES.md (the tables).
 from __future__ import annotations
 
 import datetime
+import functools
 import json
 import os
 import statistics
@@ -191,24 +193,33 @@ def whole(tree_a, tree_b) -> float:
     return relative_error(vector(tree_a), vector(tree_b))
 
 
+@functools.cache
+def first_update(tx):
+    """tx's update (grads, opt_state, params) -> updates, compiled once per optimizer (not op by op)."""
+    import jax
+
+    return jax.jit(lambda grads, opt_state, params: tx.update(grads, opt_state, params)[0])
+
+
 def adam_update_errors(state, grads, reference_grads) -> dict[str, float]:
     """The first Adam update (state's optimizer) from `grads` against the one from `reference_grads`."""
     import numpy as np
 
-    a, b = (vector(state.tx.update(g, state.opt_state, state.params)[0]) for g in (grads, reference_grads))
+    update = first_update(state.tx)
+    a, b = (vector(update(g, state.opt_state, state.params)) for g in (grads, reference_grads))
     return {"adam/update": relative_error(a, b), "adam/sign_disagreement": float(np.mean(np.sign(a) != np.sign(b)))}
 
 
-def setup(config, data_dir: str):
-    """(the Settings of `config` (a ConfigDict) on the bundled corpus, its training source, the seed's
-    initial state)."""
+def setup(config, data_dir: str, overrides=None):
+    """(the Settings of `config` (a ConfigDict) on the bundled corpus, with `overrides`' dataset.*
+    values (precision.on_bundled_corpus), its training source, the seed's initial state)."""
     import jax
 
     from ds2_jax import state as state_lib
     from ds2_jax.pipeline.batch import Sharding
     from ds2_jax.pipeline.source import make_source
 
-    config = settings.from_config_dict(precision.on_bundled_corpus(config, 1, 1, 1, data_dir))
+    config = settings.from_config_dict(precision.on_bundled_corpus(config, 1, 1, 1, data_dir, overrides))
     source = make_source(config, Sharding(global_batch=config.per_device_batch_size))
     init_rng, _ = jax.random.split(jax.random.PRNGKey(config.seed))
     return config, source, state_lib.initial_state(config, source, init_rng)
@@ -260,8 +271,6 @@ def measure_parts(config, source, state, runs: list[tuple[str, str]], batches: i
 def track(config, source, state, steps: int, points: int, dtype: str, runs: list[tuple[str, str]]) -> list[dict]:
     """Trains `steps` steps in `dtype` (rnn_impl of the first run of that dtype, else the reference's)
     and at `points` states measures each run's whole-gradient error against REFERENCE."""
-    import functools
-
     import jax
     import numpy as np
 
@@ -333,7 +342,7 @@ def main(argv) -> None:
     from ds2_jax import files
 
     runs = [("bfloat16", impl) for impl in FLAGS.rnn_impls]
-    config, source, state = setup(FLAGS.config, FLAGS.data_dir)
+    config, source, state = setup(FLAGS.config, FLAGS.data_dir, precision.command_line_overrides())
     m = config.model
     result = {
         "meta": {

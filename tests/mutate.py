@@ -435,6 +435,22 @@ MUTATIONS = [
         "the convergence check keeps a given decay length (10,000 steps: a near-constant rate over 600)",
     ),
     Mutation(
+        "bundled_corpus_drops_dataset_overrides",
+        "benchmarks/precision.py",
+        'if k.startswith("dataset.")})',
+        "if False})",
+        ("tests/test_precision.py::test_the_seed_model_trains_on_the_bundled_corpus",),
+        "the convergence commands silently drop --config.dataset.* (demo's section replaces them)",
+    ),
+    Mutation(
+        "precision_command_ignores_its_dataset_flags",
+        "benchmarks/precision.py",
+        "FLAGS.data_dir, command_line_overrides()",
+        "FLAGS.data_dir, {}",
+        ("tests/test_precision.py::test_precision_command_trains_every_run_and_seed_and_draws_them",),
+        "benchmarks.precision passes no --config.dataset.* to the bundled corpus (two batch shapes compiled)",
+    ),
+    Mutation(
         "cosine_to_the_end_ignored",
         "ds2_jax/state.py",
         "        return dataclasses.replace(opt, decay_steps=max(config.num_train_steps - opt.warmup_steps, 1))\n",

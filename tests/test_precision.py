@@ -3,6 +3,7 @@ metrics.jsonl, and (slow) the command end to end with a tiny model, both dtypes.
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -34,6 +35,10 @@ def test_the_seed_model_trains_on_the_bundled_corpus():
     assert config.eval.max_utterances == 0
     assert seed.dataset.min_duration_s == 6.0  # the argument is not changed
     assert precision.on_bundled_corpus(ds2_8gpu.get_config(), 8, 2, 10).dataset.data_dir == bundled.data_dir
+    # The command line's --config.dataset.* apply on top of the bundled section (the rest are FLAGS.config's).
+    given = precision.on_bundled_corpus(seed, 8, 2, 10, "D", {"dataset.num_buckets": 1, "model.rnn_size": 16})
+    assert (given.dataset.num_buckets, given.dataset.manual_dir, given.dataset.data_dir) == (1, bundled.manual_dir, "D")
+    assert bundled.num_buckets == 2 and given.model.rnn_size == seed.model.rnn_size
     seed.optimizer.warmup_steps, seed.optimizer.decay_steps = 50, 10_000  # a given decay is fitted too,
     assert _decay_steps(precision.on_bundled_corpus(seed, 600, 3, 10)) == 550  # after the warm-up
     assert _decay_steps(precision.on_bundled_corpus(seed, 2, 1, 1)) == 1  # (a warm-up longer than the run)
@@ -125,6 +130,7 @@ def _precision(out, data_dir: str, *flags: str, runs: str = "float32:scan_vjp,bf
             "--config.model.num_rnn_layers=1",
             "--config.model.rnn_size=16",
             "--config.per_device_batch_size=4",
+            "--config.dataset.num_buckets=1",  # one batch shape: one train and one eval compile per dtype
             *flags,
         ],
         cwd=ROOT,
@@ -135,6 +141,7 @@ def _precision(out, data_dir: str, *flags: str, runs: str = "float32:scan_vjp,bf
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     (out / "stdout.txt").write_text(proc.stdout)
+    (out / "stderr.txt").write_text(proc.stderr)
     return json.loads((out / "precision.json").read_text())
 
 
@@ -168,6 +175,7 @@ def test_precision_command_trains_every_run_and_seed_and_draws_them(tmp_path):
     assert [row["run"] for row in result["summary"]] == ["float32:scan_vjp", "bfloat16:scan_vjp"]
     assert result["meta"]["seeds"] == [0, 1] and result["meta"]["deterministic"] is False
     assert (out / "precision.png").read_bytes()[:4] == b"\x89PNG"
+    assert re.search(r"compiled batch shapes \(samples, labels\): \[\(\d+, \d+\)\]\n", (out / "stderr.txt").read_text())
     notes = (out / "NOTES.md").read_text()
     assert "| float32:scan_vjp | 2 |" in notes and "| bfloat16:scan_vjp | 1 | 2 |" in notes
 
