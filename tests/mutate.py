@@ -435,6 +435,15 @@ MUTATIONS = [
         "the convergence check keeps a given decay length (10,000 steps: a near-constant rate over 600)",
     ),
     Mutation(
+        "torch_twin_leaves_batch_norm_bias",
+        "benchmarks/torch_model.py",
+        '        put(dst.bias, src["bias"])\n',
+        "        pass\n",
+        ("tests/test_benchmarks.py::test_torch_loop_model_computes_what_the_jax_model_computes",),
+        "the PyTorch twin keeps its own batch-norm biases (zeros, as the JAX init's): the parity test's parameters "
+        "must not be the init's",
+    ),
+    Mutation(
         "bundled_corpus_drops_dataset_overrides",
         "benchmarks/precision.py",
         'if k.startswith("dataset.")})',

@@ -2,6 +2,7 @@
 parameter counts against the JAX model, loop == cuDNN forward, trace parsing."""
 
 import contextlib
+import functools
 import json
 import math
 import os
@@ -266,9 +267,18 @@ def test_torch_loop_model_computes_what_the_jax_model_computes(overrides):
     audio, lengths, mean, std = _batch()
     cfg = model.ModelConfig(conv_channels=4, num_rnn_layers=2, rnn_size=24, **overrides)
     net = model.DeepSpeech2(cfg)
-    feats, frames = features.featurize(jnp.asarray(audio.numpy()), jnp.asarray(lengths.numpy()), mean, std)
-    variables = net.init(jax.random.PRNGKey(0), feats, frames, train=False)
-    (logits_jax, out_jax), _ = net.apply(variables, feats, frames, train=True, mutable=["batch_stats"])
+    feats, frames = jax.jit(features.featurize)(jnp.asarray(audio.numpy()), jnp.asarray(lengths.numpy()), mean, std)
+    # The init's shapes (traced, not compiled: its random draws cost seconds to compile), each parameter
+    # drawn from U[-0.5, 0.5): logits of the init's scale, and unlike the init's batch-norm scales of 1
+    # and biases of 0 a value the twin must load. (train=True normalizes by the batch: its statistics unused.)
+    shapes = jax.eval_shape(functools.partial(net.init, train=False), jax.random.PRNGKey(0), feats, frames)
+    draw = np.random.default_rng(0)
+    variables = {
+        "params": jax.tree_util.tree_map(lambda s: draw.uniform(-0.5, 0.5, s.shape).astype(s.dtype), shapes["params"]),
+        "batch_stats": jax.tree_util.tree_map(lambda s: np.ones(s.shape, s.dtype), shapes["batch_stats"]),
+    }
+    apply = jax.jit(functools.partial(net.apply, train=True, mutable=["batch_stats"]))
+    (logits_jax, out_jax), _ = apply(variables, feats, frames)
     twin = torch_model.TorchDS2(cfg, settings.Spectrogram(), mean, std, rnn_impl="loop")
     torch_model.load_jax_params(twin, variables["params"])
     logits_torch, out_torch = twin(audio, lengths)
