@@ -570,7 +570,7 @@ MUTATIONS = [
         "ds2_jax/parallel.py",
         "for k in sorted(blocks)]",
         "for k in sorted(blocks, reverse=True)]",
-        ("tests/test_distributed.py::test_two_processes_under_jit_match_one_process",),
+        ("tests/test_distributed.py::test_two_processes_match_one_process_and_resume_after_kill_under_jit",),
         "with several processes under jit, a process's eval rows read back out of order",
     ),
     # ---- issue 28: bfloat16 trains like float32

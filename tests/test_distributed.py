@@ -1,5 +1,5 @@
 """Several processes (jax.distributed, gloo CPU collectives): 2 processes x 4 devices
-train like 1 process x 8 devices (under pmap, killed and resumed, and under jit), and a killed
+train like 1 process x 8 devices (under pmap, killed, and resumed under jit), and a killed
 peer ends the other process with exit code 3 and one line."""
 
 import os
@@ -67,35 +67,25 @@ def single(tmp_path_factory):
     return w
 
 
-# Both tests take `single`: one worker runs them, so it is trained once (make test: --dist loadgroup).
 @pytest.mark.slow
-@pytest.mark.xdist_group("distributed")
-def test_two_processes_match_one_process_and_resume_after_kill(tmp_path, single):
-    """kill -9 both processes before the last step's eval (every train step done, checkpoint 3 the
-    newest), then the same command again: the uninterrupted steps 1-6 and the resumed run's steps
-    4-6 and eval each match one process's."""
+def test_two_processes_match_one_process_and_resume_after_kill_under_jit(tmp_path, single):
+    """kill -9 both processes (pmap) before the last step's eval (every train step done, checkpoint 3
+    the newest): their steps 1-6 match one process's. Then the same command again, under
+    parallelism='jit' over every process's devices: it resumes from checkpoint 3, the eval step reads
+    each process's rows of its batch-sharded outputs (Parallel.get_rows), and steps 4-6 and the gathered
+    eval figures match one process's."""
     w = tmp_path / "killed"
     rcs, _ = run_processes(w, 2, 4, "--config.faults.kill_at=eval:6")
     assert rcs == [-signal.SIGKILL] * 2
     uninterrupted = losses(single)[:6]
     np.testing.assert_allclose(losses(w, evals=0), uninterrupted, rtol=1e-5)
-    rcs, errs = run_processes(w, 2, 4)
+    rcs, errs = run_processes(w, 2, 4, "--config.parallelism=jit", "--config.num_devices=0")
     assert rcs == [0, 0], "\n".join(e[-3000:] for e in errs)
     assert "restored checkpoint at step 3" in errs[0]
     assert "process 1 of 2" in errs[1]
+    assert "x 2 process(es), jit" in errs[0]
     assert "(32 utterances)" in errs[0]  # process 0 scored both processes' rows
     np.testing.assert_allclose(losses(w), losses(single), rtol=1e-5)
-
-
-@pytest.mark.slow
-@pytest.mark.xdist_group("distributed")
-def test_two_processes_under_jit_match_one_process(tmp_path, single):
-    """parallelism='jit' over every process's devices: the eval step reads each process's rows
-    of its batch-sharded outputs (Parallel.get_rows), and the gathered figures are one process's."""
-    rcs, errs = run_processes(tmp_path / "multi", 2, 4, "--config.parallelism=jit", "--config.num_devices=0")
-    assert rcs == [0, 0], "\n".join(e[-3000:] for e in errs)
-    assert "x 2 process(es), jit" in errs[0] and "(32 utterances)" in errs[0]
-    np.testing.assert_allclose(losses(tmp_path / "multi"), losses(single), rtol=1e-5)
 
 
 @pytest.mark.slow
