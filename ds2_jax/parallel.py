@@ -66,6 +66,8 @@ class Parallel:
         if self.kind == "pmap":
             return jax_utils.replicate(tree, self.devices, axis_name=AXIS)
         if self.kind == "jit":
+            if jax.process_count() > 1:  # a restored state is committed to a local device: no cross-host move
+                tree = jax.tree.map(_host_value, tree)
             return jax.device_put(tree, self._sharding(()))
         return jax.device_put(tree, self.devices[0])
 
@@ -125,6 +127,12 @@ class Parallel:
         if self.kind == "jit":
             return jax.tree_util.tree_map(_local_rows, tree)
         return jax.device_get(tree)
+
+
+def _host_value(x):
+    """A process-local device array as its host value (the same on every process): the placement
+    jax.device_put gives a replicated global sharding without moving data between hosts."""
+    return np.asarray(x) if isinstance(x, jax.Array) and x.is_fully_addressable else x
 
 
 def unreplicate(tree):

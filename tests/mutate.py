@@ -573,6 +573,14 @@ MUTATIONS = [
         ("tests/test_distributed.py::test_two_processes_match_one_process_and_resume_after_kill_under_jit",),
         "with several processes under jit, a process's eval rows read back out of order",
     ),
+    Mutation(
+        "jit_restored_state_placed_across_hosts",
+        "ds2_jax/parallel.py",
+        "tree = jax.tree.map(_host_value, tree)",
+        "tree = tree",
+        ("tests/test_distributed.py::test_two_processes_match_one_process_and_resume_after_kill_under_jit",),
+        "with several processes under jit, a restored (process-local) state is moved to the global mesh as is",
+    ),
     # ---- issue 28: bfloat16 trains like float32
     Mutation(
         "bf16_output_layer",
