@@ -175,6 +175,10 @@ def test_a_resume_that_changes_freeze_is_refused_naming_it(source, tmp_path):
 # 0.6 of the CPU time a step (0.32 vs 0.52 CPU-s a step of the demo model, 2 cores).
 FINETUNE_STEPS = 60
 FINETUNE_BATCH = 8
+# The demo config's FINETUNE_STEPS of FINETUNE_BATCH on dev-clean from scratch, test-clean CER: 0.67 on the CPU
+# (0.671 / 0.692 on one H100, seeds 0-1; benchmarks/results/2026-12-06-gpu-test-steps): 26 utterances teach
+# next to nothing. The speakers test ran this control itself until 2026-12-06.
+SCRATCH_SPEAKERS_CER = 0.67
 
 
 def short_run(base, workdir: str, steps: int, split: str, **extra) -> dict:
@@ -195,10 +199,11 @@ def short_run(base, workdir: str, steps: int, split: str, **extra) -> dict:
 
 @pytest.mark.slow
 @pytest.mark.xdist_group("trained")
-def test_fine_tuning_the_demo_model_on_two_new_speakers_beats_the_same_run_from_scratch(trained, tmp_path):
+def test_fine_tuning_the_demo_model_on_two_new_speakers_keeps_what_it_knew(trained, tmp_path):
     """The demo model fine-tuned on dev-clean (2 speakers, 26 utterances it never trained on) for 60
-    steps of 8 utterances reaches a far lower CER on the held-out test speakers than the same 60 steps
-    from scratch; the fine-tune, evaluated before its first step, starts where the source is."""
+    steps of 8 utterances stays within 0.1 CER of the source on the held-out test speakers, far below
+    what the same 60 steps reach from scratch (SCRATCH_SPEAKERS_CER, measured; the Spanish test below
+    runs its from-scratch control in the test)."""
     from configs import demo
 
     config = demo.get_config()
@@ -209,13 +214,11 @@ def test_fine_tuning_the_demo_model_on_two_new_speakers_beats_the_same_run_from_
     config.per_device_batch_size = FINETUNE_BATCH
     source = evaluation.evaluate_checkpoint(trained.config, trained.workdir, split="test-clean")
     tuned = short_run(config, str(tmp_path / "tuned"), FINETUNE_STEPS, "test-clean", init_from=trained.workdir)
-    scratch = short_run(config, str(tmp_path / "scratch"), FINETUNE_STEPS, "test-clean")
     print(
-        f"test-clean CER: source {source['cer']:.4f}, fine-tuned {tuned['cer']:.4f}, scratch {scratch['cer']:.4f} "
-        f"(WER {source['wer']:.4f} / {tuned['wer']:.4f} / {scratch['wer']:.4f})"
+        f"test-clean CER: source {source['cer']:.4f}, fine-tuned {tuned['cer']:.4f} "
+        f"(WER {source['wer']:.4f} / {tuned['wer']:.4f})"
     )
-    assert scratch["cer"] > 0.5  # 60 steps on 26 utterances learn next to nothing
-    assert tuned["cer"] < source["cer"] + 0.1 and tuned["cer"] < scratch["cer"] - 0.3
+    assert tuned["cer"] < source["cer"] + 0.1 and tuned["cer"] < SCRATCH_SPEAKERS_CER - 0.3
 
 
 @pytest.mark.e2e
