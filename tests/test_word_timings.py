@@ -35,7 +35,7 @@ def test_every_words_start_is_within_one_output_frame_of_the_truth(tone_model, t
     in order; once the model's emission delay (recorded by training's last eval on the workdir's eval
     split, from speech onsets only) is taken off.
 
-    Uncorrected, this model's words start ~3.4 frames late, all alike (the demo config on the same
+    Uncorrected, this model's words start ~2 frames late, all alike (the demo config on the same
     audio: ~1.3): a CTC model emits after the sound, by an amount of its own. A wrong frame length
     (hop or stride), a start taken from the wrong letter or word, a shift growing along the file or
     a wrong or missing delay all land outside."""
