@@ -72,9 +72,16 @@ def _one_step(config, state, batch):
 
 @pytest.mark.slow  # 15-60 s on 2 idle cores (2026-12-05): make test runs it, test-fast does not
 def test_compiled_and_eager_step_agree():
-    # Short utterances: the eager step runs every time step of the RNN and CTC op by op.
+    # Short utterances: the eager step runs every time step of the RNN and CTC op by op. One conv
+    # block: eager compiles each distinct op and shape on its own, and a second conv block adds its
+    # forward, backward and optimizer ops (the conv count is not the question here).
     config = tiny_settings(
-        per_device_batch_size=4, **{"dataset.synthetic_min_duration_s": 0.3, "dataset.synthetic_max_duration_s": 0.4}
+        per_device_batch_size=4,
+        **{
+            "dataset.synthetic_min_duration_s": 0.3,
+            "dataset.synthetic_max_duration_s": 0.4,
+            "model.num_conv_layers": 1,
+        },
     )
     source = make_source(config, Sharding(4))
     batch = source.train_batch(0)
