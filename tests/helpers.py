@@ -18,6 +18,18 @@ def repo_env(**extra) -> dict:
     return dict(os.environ, PYTHONPATH=path, **extra)
 
 
+# XLA's CPU compiler at its quickest: no LLVM optimization, the loop emitters. A benchmark command's
+# test runs each program it compiles a step or two, so compiling is most of its time (a tiny train
+# step: ~4 CPU s at XLA's defaults, ~0.8 s so; each step runs ~2x slower, the same numbers to float32
+# rounding). What such a test asks (every run, part and report written) does not depend on it.
+QUICK_COMPILE = "--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false"
+
+
+def quick_compile_env(**extra) -> dict:
+    """repo_env for a command that compiles much and runs little: XLA_FLAGS with QUICK_COMPILE added."""
+    return repo_env(XLA_FLAGS=" ".join(filter(None, [os.environ.get("XLA_FLAGS", ""), QUICK_COMPILE])), **extra)
+
+
 def tiny_config(**overrides):
     """configs/smoke.py with dotted-key overrides, e.g. tiny_config(**{'model.rnn_size': 16})."""
     config = smoke.get_config()

@@ -19,7 +19,7 @@ import torch
 
 from benchmarks import profile, report, torch_bench, torch_model
 from ds2_jax import model, settings
-from tests.helpers import tiny_settings
+from tests.helpers import quick_compile_env, tiny_settings
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = [
@@ -37,7 +37,7 @@ def scaling(*args, timeout=120):
         capture_output=True,
         text=True,
         timeout=timeout,
-        env=dict(os.environ, PYTHONPATH=ROOT),
+        env=quick_compile_env(),
     )
 
 
@@ -306,7 +306,7 @@ def test_recurrence_kernel_benchmark_runs_and_agrees(tmp_path):
         capture_output=True,
         text=True,
         timeout=300,
-        env=dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu"),
+        env=quick_compile_env(JAX_PLATFORMS="cpu"),
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     with open(tmp_path / "recurrence_kernel.json") as f:
@@ -498,7 +498,7 @@ def test_augmentation_benchmark_reports_every_part(tmp_path):
         capture_output=True,
         text=True,
         timeout=600,
-        env=dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu"),
+        env=quick_compile_env(JAX_PLATFORMS="cpu"),
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     with open(tmp_path / "augmentation.json") as f:

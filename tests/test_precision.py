@@ -2,7 +2,6 @@
 metrics.jsonl, and (slow) the command end to end with a tiny model, both dtypes."""
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -11,7 +10,7 @@ import pytest
 
 from benchmarks import precision
 from configs import demo, ds2_8gpu
-from tests.helpers import CORPUS, ROOT
+from tests.helpers import CORPUS, ROOT, quick_compile_env
 
 
 def _decay_steps(config) -> int:
@@ -137,7 +136,7 @@ def _precision(out, data_dir: str, *flags: str, runs: str = "float32:scan_vjp,bf
         capture_output=True,
         text=True,
         timeout=600,
-        env=dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu"),
+        env=quick_compile_env(JAX_PLATFORMS="cpu"),
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     (out / "stdout.txt").write_text(proc.stdout)

@@ -1,7 +1,6 @@
 """benchmarks/precision_parts.py: its error arithmetic, and (slow) the command on a tiny model."""
 
 import json
-import os
 import subprocess
 import sys
 
@@ -9,7 +8,7 @@ import numpy as np
 import pytest
 
 from benchmarks import precision_parts as pp
-from tests.helpers import CORPUS, ROOT
+from tests.helpers import CORPUS, ROOT, quick_compile_env
 
 
 def test_relative_error_counts_only_the_masked_frames():
@@ -79,7 +78,7 @@ def test_parts_command_measures_every_part_and_tracks_the_error(tmp_path):
         capture_output=True,
         text=True,
         timeout=600,
-        env=dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu"),
+        env=quick_compile_env(JAX_PLATFORMS="cpu"),
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads((out / "parts.json").read_text())
