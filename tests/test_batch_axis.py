@@ -11,6 +11,7 @@ import re
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec
 
@@ -109,10 +110,15 @@ def _kernel_config(kind: str, **overrides):
 
 
 def _compiled(config):
-    """(the strategy, the compiled step, a source) for config."""
+    """(the strategy, the compiled step, a source, the initial state placed) for config. The state
+    trains with plain SGD: the questions are the batch's rows and their sums, which the optimizer
+    only follows (SGD's update is the gradient itself), and Adam's update lengthened each compile."""
     par = parallel.make(config)
     source = make_source(config, Sharding(DEVICES * PER_DEVICE))
-    return par, par.compile(train.train_step, state_lib.step_kwargs(config)), source
+    state = state_lib.initial_state(config, source, jax.random.PRNGKey(0))
+    tx = optax.sgd(0.1)
+    state = state.replace(tx=tx, opt_state=tx.init(state.params))
+    return par, par.compile(train.train_step, state_lib.step_kwargs(config)), source, par.put_replicated(state)
 
 
 def all_gathers(hlo: str) -> list[str]:
@@ -122,8 +128,7 @@ def all_gathers(hlo: str) -> list[str]:
 def _two_steps(kind: str, kernels: dict):
     """Losses and final state of two steps with the kernels; for jit also the compiled HLO."""
     config = _kernel_config(kind, **kernels)
-    par, step, source = _compiled(config)
-    state = par.put_replicated(state_lib.initial_state(config, source, jax.random.PRNGKey(0)))
+    par, step, source, state = _compiled(config)
     rng = par.put_replicated(jax.random.PRNGKey(1))
     batches = [par.put_batch(source.train_batch(i)) for i in range(2)]
     hlo = None
@@ -157,8 +162,7 @@ def test_compiled_jit_step_with_the_default_impls_gathers_no_batch():
     statistics and metrics; no device ever holds another device's rows (with 'auto', the
     featurizer's FFT is what XLA would gather around)."""
     config = _kernel_config("jit")
-    par, step, source = _compiled(config)
-    state = par.put_replicated(state_lib.initial_state(config, source, jax.random.PRNGKey(0)))
+    par, step, source, state = _compiled(config)
     rng = par.put_replicated(jax.random.PRNGKey(1))
     hlo = step.lower(state, par.put_batch(source.train_batch(0)), rng).compile().as_text()
     assert "all-reduce" in hlo or DEVICES == 1  # one device: XLA drops the all-reduces
