@@ -95,7 +95,12 @@ def test_compiled_and_eager_step_agree():
 
 
 # The settings of the one-device jit steps below: one program, compiled once (the compilation cache).
-FIXED_BATCH = {"per_device_batch_size": 4, "optimizer.learning_rate": 3e-3, "model.rnn_size": 64}
+FIXED_BATCH = {
+    "per_device_batch_size": 4,
+    "optimizer.learning_rate": 3e-3,
+    "model.rnn_size": 64,
+    "model.num_conv_layers": 1,
+}
 
 
 def test_overfits_a_fixed_batch_of_four():
@@ -154,6 +159,7 @@ def test_killed_and_resumed_run_matches_uninterrupted_in_every_field_and_counter
         "features.freq_masks": 2,
         "features.time_masks": 2,
         "features.time_mask_max_fraction": 0.2,
+        "model.num_conv_layers": 1,  # a shorter compile: the conv count is not the question
         **waveform_augmentation(tmp_path),
     }
     full = train.train_and_evaluate(tiny_config(**common), str(tmp_path / "full"))
@@ -228,7 +234,8 @@ def test_pallas_kernels_train_like_the_references():
     the losses and parameters of lax.scan + optax."""
 
     def run(rnn_impl, ctc_impl):
-        config = tiny_settings(per_device_batch_size=4, **{"model.rnn_impl": rnn_impl, "loss.ctc_impl": ctc_impl})
+        kernels = {"model.rnn_impl": rnn_impl, "loss.ctc_impl": ctc_impl, "model.num_conv_layers": 1}
+        config = tiny_settings(per_device_batch_size=4, **kernels)
         source = make_source(config, Sharding(4))
         state = state_lib.initial_state(config, source, jax.random.PRNGKey(0))
         step = jax.jit(functools.partial(train.train_step, **state_lib.step_kwargs(config), axis_name=None))
