@@ -50,13 +50,16 @@ def tiny_settings(**overrides):
     return settings.from_config_dict(tiny_config(**overrides))
 
 
-def launch(*args, devices: int = 8, wait: bool = True, timeout: int = 600):
-    """`python launch.py --config=configs/smoke.py *args` on `devices` fake CPU devices.
+def launch(*args, devices: int = 8, wait: bool = True, timeout: int = 600, quick_compile: bool = False):
+    """`python launch.py --config=configs/smoke.py *args` on `devices` fake CPU devices (with
+    quick_compile: XLA's CPU compiler at its quickest, QUICK_COMPILE, for a run that compiles much
+    and trains little).
 
     Returns the finished subprocess.CompletedProcess (text stdout/stderr), or with
     wait=False the running subprocess.Popen. A --config= in args replaces the smoke config.
     """
-    env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}", JAX_PLATFORMS="cpu")
+    flags = f"--xla_force_host_platform_device_count={devices}" + (f" {QUICK_COMPILE}" if quick_compile else "")
+    env = dict(os.environ, XLA_FLAGS=flags, JAX_PLATFORMS="cpu")
     config = [] if any(a.startswith("--config=") for a in args) else ["--config=configs/smoke.py"]
     cmd = [sys.executable, "launch.py", *config, *args]
     if wait:

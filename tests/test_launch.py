@@ -12,7 +12,7 @@ pytestmark = pytest.mark.e2e
 
 
 def launch(*args, check=True):
-    proc = helpers.launch(*args)
+    proc = helpers.launch(*args, quick_compile=True)  # each run compiles most of what it runs
     if check and proc.returncode != 0:
         raise AssertionError(proc.stderr[-3000:])
     return proc

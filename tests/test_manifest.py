@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 import soundfile
 
-from ds2_jax import settings, text, transcribe
+from ds2_jax import settings, text
 from ds2_jax.datasets import audio, build, manifest, shards
-from tests.helpers import ROOT, launch, repo_env
+from tests.helpers import ROOT, launch, quick_compile_env, repo_env
 
 CV = os.path.join(ROOT, "corpora", "tiny_es", "common_voice")
 NEMO = os.path.join(ROOT, "corpora", "tiny_es", "nemo")
@@ -471,7 +471,7 @@ def test_a_corrupt_file_is_a_skip_in_a_worker_too(tmp_path):
 
 @pytest.mark.slow  # 15-60 s on 2 idle cores (2026-12-05): make test runs it, test-fast does not
 @pytest.mark.e2e
-def test_train_eval_and_transcribe_on_common_voice_any_split_names(tmp_path, capsys):
+def test_train_eval_and_transcribe_on_common_voice_any_split_names(tmp_path):
     workdir, data = tmp_path / "w", tmp_path / "tfds"
     common = [
         f"--workdir={workdir}",
@@ -483,7 +483,8 @@ def test_train_eval_and_transcribe_on_common_voice_any_split_names(tmp_path, cap
         "--config.dataset.num_workers=0",
         "--config.dataset.num_buckets=1",  # each bucket is a train and an eval step compiled
     ]
-    proc = launch(*common, "--config.num_train_steps=10", "--config.eval_every_steps=10", devices=2)
+    quick = {"devices": 2, "quick_compile": True}  # these runs and transcribe compile most of what they run
+    proc = launch(*common, "--config.num_train_steps=10", "--config.eval_every_steps=10", **quick)
     assert proc.returncode == 0, proc.stderr[-3000:]
     alphabet = manifest.read_alphabet(os.path.join(data, "manifest", "1.0.0"))
     with open(workdir / "config.json") as f:
@@ -491,16 +492,29 @@ def test_train_eval_and_transcribe_on_common_voice_any_split_names(tmp_path, cap
     with open(workdir / "metrics.jsonl") as f:
         evals = [json.loads(line) for line in f if '"eval_cer"' in line]
     assert evals and 0 < evals[-1]["eval_cer"] <= 1.5
-    proc = launch(*common, "--mode=eval", "--config.eval.split=test,dev", devices=2)
+    proc = launch(*common, "--mode=eval", "--config.eval.split=test,dev", **quick)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "model.alphabet" not in proc.stderr  # an unset model.alphabet is no difference
     for split in ("test", "dev"):
         with open(workdir / f"eval-{split}-10-greedy-max16.json") as f:
             result = json.load(f)
         assert result["utterances"] > 0 and set(result["examples"][0]["reference"]) <= set(alphabet.symbols)
-    capsys.readouterr()  # in this process: `python -m ds2_jax.transcribe` is test_transcribe.py's
-    assert transcribe.main([f"--workdir={workdir}", os.path.join(CV, "clips", "common_voice_es_1.mp3")]) == 0
-    path, hyp = capsys.readouterr().out.strip().split("\t")
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ds2_jax.transcribe",
+            f"--workdir={workdir}",
+            os.path.join(CV, "clips", "common_voice_es_1.mp3"),
+        ],
+        cwd=ROOT,
+        env=quick_compile_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    path, hyp = proc.stdout.strip().split("\t")
     assert path.endswith("common_voice_es_1.mp3") and set(hyp) <= set(alphabet.symbols)
 
     # The same workdir on data of another alphabet: refused, naming both.
