@@ -63,8 +63,10 @@ def reference(setup):
 
 
 def with_sgd(state, lr=1.0):
-    """The state with plain SGD: new params = params - lr * (the gradient the step used)."""
-    tx = optax.sgd(lr)
+    """The state with SGD: new params = params - lr * (the gradient the step used). With momentum,
+    whose first step is that too, so that the optimizer has a state (its trace) a skipped step
+    must keep: the NaN-gradient test runs it, a shorter compile than the configured Adam's."""
+    tx = optax.sgd(lr, momentum=0.9)
     return state.replace(tx=tx, opt_state=tx.init(state.params))
 
 
@@ -231,6 +233,7 @@ def test_step_with_nan_loss_keeps_params_optimizer_and_batch_stats(setup):
 def test_step_with_finite_loss_but_nan_gradient_keeps_everything(setup, monkeypatch):
     """The loss is finite and only the gradient is NaN: the step must look at the gradient too."""
     config, state, batch = setup
+    state = with_sgd(state)
     real = ctc.per_utterance_loss
     monkeypatch.setattr(ctc, "per_utterance_loss", lambda logits, *a, **k: real(_nan_cotangent(logits), *a, **k))
     new, m = run_step(config, state, batch, 8, cache=False)
@@ -254,8 +257,8 @@ def _poisoned_state() -> optax.GradientTransformation:
 @pytest.mark.parametrize(
     "tx",
     [
-        pytest.param(lambda: optax.adam(float("nan")), id="nan_learning_rate"),
-        pytest.param(lambda: optax.adam(1e-3, b2=1.0), id="b2_of_1"),  # bias correction 1 - b2**t = 0
+        # bias correction 1 - b2**t = 0: NaN updates from a finite state and gradient, as a NaN rate gives
+        pytest.param(lambda: optax.adam(1e-3, b2=1.0), id="b2_of_1"),
         pytest.param(_poisoned_state, id="nan_optimizer_state"),
     ],
 )
