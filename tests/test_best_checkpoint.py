@@ -141,21 +141,21 @@ def test_a_kill_while_the_best_are_chosen_loses_none_of_them(tmp_path):
         f"--workdir={tmp_path}",
     ]
     # SIGKILL right after checkpoint 6 (ranked by its eval) was handed to orbax: the choice among 2, 4, 6 in flight
-    killed = helpers.launch(*common, "--config.faults.kill_at=checkpoint:6")
+    killed = helpers.launch(*common, "--config.faults.kill_at=checkpoint:6", quick_compile=True)
     assert killed.returncode == -signal.SIGKILL
     before = _eval_wers(tmp_path)
     kept = checkpoint.manager(str(tmp_path)).all_steps()
     assert _best({s: w for s, w in before.items() if s < 6}) in kept  # the best before 6 survived the kill
-    done = helpers.launch(*common)
+    done = helpers.launch(*common, quick_compile=True)
     assert done.returncode == 0, done.stderr[-2000:]
     wers = _eval_wers(tmp_path)
     assert sorted(wers) == [2, 4, 6, 8]
     assert checkpoint.manager(str(tmp_path)).all_steps() == sorted({_best(wers), 8})
-    ev = helpers.launch(*common, "--mode=eval", "--eval_step=best")
+    ev = helpers.launch(*common, "--mode=eval", "--eval_step=best", quick_compile=True)
     assert ev.returncode == 0, ev.stderr[-2000:]
     result = json.load(open(tmp_path / f"eval-dev-clean-{_best(wers)}-greedy-max8.json"))  # eval.max_utterances=8
     assert result["best_checkpoint"]["step"] == result["step"] == _best(wers)
-    bad = helpers.launch(*common, "--mode=eval", "--eval_step=newest")
+    bad = helpers.launch(*common, "--mode=eval", "--eval_step=newest", quick_compile=True)
     assert (
         bad.returncode == 2
         and bad.stderr.strip() == "error: --eval_step=newest: must be a step number (>= 0) or 'best'"

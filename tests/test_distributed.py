@@ -42,7 +42,15 @@ def run_processes(workdir, num_processes, devices_per_process, *extra):
             else [f"--coordinator_address=localhost:{port}", f"--num_processes={num_processes}", f"--process_id={pid}"]
         )
         procs.append(
-            helpers.launch(f"--workdir={workdir}", *ARGS, *dist, *extra, devices=devices_per_process, wait=False)
+            helpers.launch(
+                f"--workdir={workdir}",
+                *ARGS,
+                *dist,
+                *extra,
+                devices=devices_per_process,
+                wait=False,
+                quick_compile=True,
+            )
         )
     results = [p.communicate(timeout=600) for p in procs]
     return [p.returncode for p in procs], [err for _, err in results]
@@ -103,8 +111,10 @@ def test_a_killed_peer_ends_the_survivor_at_once_with_code_3_and_one_line(tmp_pa
         f"--coordinator_address=localhost:{free_port()}",
         "--num_processes=2",
     ]
-    survivor = helpers.launch(*common, "--process_id=0", devices=1, wait=False)
-    victim = helpers.launch(*common, "--process_id=1", "--config.faults.kill_at=step:3", devices=1, wait=False)
+    survivor = helpers.launch(*common, "--process_id=0", devices=1, wait=False, quick_compile=True)
+    victim = helpers.launch(
+        *common, "--process_id=1", "--config.faults.kill_at=step:3", devices=1, wait=False, quick_compile=True
+    )
     victim.communicate(timeout=600)
     assert victim.returncode == -signal.SIGKILL
     killed = time.monotonic()

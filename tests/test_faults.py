@@ -43,9 +43,9 @@ COMMON = [
 ]
 
 
-def launch(workdir, *extra, wait=True):
+def launch(workdir, *extra, wait=True, quick_compile=True):
     """launch.py with COMMON: (exit status, stderr), or the running process with wait=False."""
-    proc = helpers.launch(f"--workdir={workdir}", *COMMON, *extra, wait=wait)
+    proc = helpers.launch(f"--workdir={workdir}", *COMMON, *extra, wait=wait, quick_compile=quick_compile)
     return (proc.returncode, proc.stderr) if wait else proc
 
 
@@ -100,6 +100,7 @@ def test_sigterm_checkpoints_and_exits_zero_then_resumes(tmp_path):
         "--config.checkpoint_every_steps=100000",
         "--config.eval_every_steps=0",
         wait=False,
+        quick_compile=False,  # its final state is held bit for bit to a run in this process
     )
     metrics_file = tmp_path / "metrics.jsonl"
     deadline = time.time() + 300
@@ -112,7 +113,9 @@ def test_sigterm_checkpoints_and_exits_zero_then_resumes(tmp_path):
     assert "preempted at step" in err
     saved = checkpoint.manager(str(tmp_path)).latest_step()
     assert saved is not None and saved >= 2
-    rc, err = launch(tmp_path, f"--config.num_train_steps={saved + 2}", "--config.eval_every_steps=0")
+    rc, err = launch(
+        tmp_path, f"--config.num_train_steps={saved + 2}", "--config.eval_every_steps=0", quick_compile=False
+    )
     assert rc == 0 and f"restored checkpoint at step {saved}" in err
     full = train.train_and_evaluate(
         tiny_config(num_train_steps=saved + 2, log_every_steps=1, eval_every_steps=0, checkpoint_every_steps=100000),
