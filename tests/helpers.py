@@ -23,6 +23,8 @@ def repo_env(**extra) -> dict:
 # step: ~4 CPU s at XLA's defaults, ~0.8 s so; each step runs ~2x slower, the same numbers to float32
 # rounding). What such a test asks (every run, part and report written) does not depend on it.
 QUICK_COMPILE = "--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false"
+# The same for one program compiled in a test's own process: jitted.lower(...).compile(compiler_options=...).
+QUICK_COMPILE_OPTIONS = {"xla_backend_optimization_level": 0, "xla_cpu_use_fusion_emitters": False}
 
 
 def quick_compile_env(**extra) -> dict:
