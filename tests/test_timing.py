@@ -55,7 +55,7 @@ def test_delay_is_the_median_lag_of_first_words_after_a_lead_in_of_silence():
     silence to measure from), silence, no word, a failed file. Later words never count."""
     waves = [_wave(0.2), _wave(0.1), _wave(0.15), _wave(0.0), np.zeros(RATE, np.int16), _wave(0.2), _wave(0.2)]
     outputs = [
-        _path("_" * 10 + "ab_" + "_" * 20 + "c"),  # first word at frame 10: 0.30 - 0.20 = 0.10 s late
+        _path("_" * 10 + "ab _" + "_" * 19 + "c"),  # first word at frame 10: 0.30 - 0.20 = 0.10 s late
         _path("_" * 8 + "a"),  # 0.24 - 0.10 = 0.14
         _path("_" * 12 + "a _" + "b"),  # 0.36 - 0.15 = 0.21 (the second word does not count)
         _path("__a"),  # no lead-in: left out
