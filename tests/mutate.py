@@ -100,6 +100,7 @@ AUG_SIGNAL = (
 OWN_SPLIT = "tests/test_evaluation.py::test_one_run_scores_two_splits_of_other_contents_each_over_its_own_utterances"
 WORD_TIMES = "tests/test_word_timings.py::"
 DELAY_AT_EVAL = WORD_TIMES + "test_training_records_the_delay_at_its_last_eval_and_export_carries_it_without_the_data"
+EXPORT_RTF = "tests/test_export.py::test_export_rtf_times_the_four_paths_as_transcribe_runs_them"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -1522,6 +1523,39 @@ MUTATIONS = [
         "features.normalize(spectrogram, frames, 0.0, 1.0)",
         ("tests/test_export.py::test_onnx_log_probs_and_greedy_texts_match_the_jax_path",),
         "the exported graph leaves out the checkpoint's feature normalization",
+    ),
+    # ---- inference RTFx on a GPU (benchmarks.export_rtf): the figure, its audio, its decoder, its files
+    Mutation(
+        "rtfx_over_warmup",
+        "benchmarks/export_rtf.py",
+        '"rtfx": audio_s / t["median_s"],',
+        '"rtfx": audio_s / t["first_pass_s"],',
+        (EXPORT_RTF,),
+        "RTFx taken from the warm-up pass (the JAX compile counted) instead of the median timed pass",
+    ),
+    Mutation(
+        "rtfx_audio_per_distinct_file",
+        "benchmarks/export_rtf.py",
+        "[audio_lib.read(f, rate) for f in files]",
+        "[audio_lib.read(f, rate) for f in dict.fromkeys(files)]",
+        (EXPORT_RTF,),
+        "a file named twice counted once in the audio seconds (RTFx too low)",
+    ),
+    Mutation(
+        "rtfx_beam_row_greedy",
+        "benchmarks/export_rtf.py",
+        "settings.Decoding(beam_width=fv.beam_width, lm_path=fv.lm)",
+        "settings.Decoding(beam_width=fv.beam_width)",
+        (EXPORT_RTF,),
+        "the beam + LM rows search without the LM",
+    ),
+    Mutation(
+        "rtfx_first_batch_only",
+        "benchmarks/export_rtf.py",
+        "for first in range(0, len(files), batch_size):",
+        "for first in range(0, batch_size, batch_size):",
+        (EXPORT_RTF,),
+        "a pass transcribes the first batch of files only",
     ),
     # ---- issue 52's house fixes: each keeps a structure rule from coming back
     Mutation(

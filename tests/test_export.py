@@ -1,6 +1,6 @@
 """python -m ds2_jax.export and transcribe --model: the ONNX model gives the JAX path's
 log-probabilities (to LOG_PROB_TOLERANCE) and greedy texts, its runner imports no jax, and bad
-input gets one error line."""
+input gets one error line; benchmarks.export_rtf times both engines, greedy and beam + LM."""
 
 import os
 import subprocess
@@ -249,3 +249,58 @@ def test_an_export_that_cannot_measure_the_delay_says_so_and_never_writes_0(smok
     capsys.readouterr()
     assert transcribe.main(["--model", model, "--timestamps", _flacs(1)[0]]) == 0
     assert "uncorrected" in capsys.readouterr().err
+
+
+def test_export_rtf_times_the_four_paths_as_transcribe_runs_them(smoke, tmp_path):
+    """benchmarks.export_rtf: a row per path (JAX and ONNX, greedy and beam + LM) whose RTFx is the
+    audio seconds (a file named twice counted twice) over the median of --repeats passes, the warm-up
+    apart; each row's texts those of an engine with its decoder; the devices named; the table written."""
+    pytest.importorskip("flashlight.lib.text")
+    import json
+    import statistics
+
+    import jax
+
+    from benchmarks import export_rtf
+    from ds2_jax import settings
+    from ds2_jax.tools import build_lm
+
+    workdir, model = smoke
+    lm = str(tmp_path / "lm.arpa")
+    assert build_lm.main(["--manual_dir", CORPUS, "--splits", "train-clean-100", "--order", "2", "--out", lm]) == 0
+    files = [*_flacs(3), _flacs(1)[0]]
+    out = tmp_path / "out"
+    flags = [f"--workdir={workdir}", "--beam_width=4", "--batch_size=2", "--repeats=2", f"--out={out}"]
+    assert export_rtf.main([*flags, f"--model={model}", f"--lm={lm}", *files]) == 0
+    result = json.loads((out / "results.json").read_text())
+    waves = [audio_lib.read(f, 16_000) for f in files]
+    audio_s = sum(map(len, waves)) / 16_000
+    assert result["audio_seconds"] == pytest.approx(audio_s) and (result["files"], result["distinct_files"]) == (4, 3)
+    rows = {r["path"]: r for r in result["rows"]}
+    assert list(rows) == ["read", *export_rtf.PATHS] and not result["left_out"]
+    table = (out / "results.md").read_text()
+    for r in rows.values():
+        assert len(r["pass_s"]) == 2 and r["median_s"] == statistics.median(r["pass_s"]) and r["first_pass_s"] > 0
+        assert r["rtfx"] == pytest.approx(audio_s / r["median_s"])
+        assert f"| {r['path']} |" in table and f"| {r['rtfx']:.1f} |" in table
+    beam = settings.Decoding(beam_width=4, lm_path=lm)
+    for path in export_rtf.PATHS:
+        assert rows[path]["decoder"] == (
+            "greedy" if "greedy" in path else {"beam_width": 4, "alpha": 0.5, "beta": 1.0, "lm": lm}
+        )
+    want = {
+        "onnx_greedy": onnx_backend.OnnxEngine(model, settings.Decoding(beam_width=0)).transcribe(waves),
+        "onnx_beam_lm": onnx_backend.OnnxEngine(model, beam).transcribe(waves),
+    }
+    assert want["onnx_greedy"] != want["onnx_beam_lm"]  # so that a row decoded the other way is seen
+    assert {k: result["texts"][k] for k in want} == want
+    assert result["same_texts"]["greedy"] == "4/4" and result["texts"]["jax_greedy"] == want["onnx_greedy"]
+    host = result["host"]
+    assert host["jax_device"] == jax.devices()[0].device_kind and rows["jax_greedy"]["runs_on"].startswith(
+        jax.default_backend()
+    )
+    assert host["cpu_model"] and host["onnx_threads"] == export_rtf.usable_cpus() and host["cpu_model"] in table
+
+    assert export_rtf.main([*flags, "--repeats=1", *files[:1]]) == 0  # no --model, no --lm: the JAX greedy row
+    result = json.loads((out / "results.json").read_text())
+    assert [r["path"] for r in result["rows"]] == ["read", "jax_greedy"] and len(result["left_out"]) == 2
