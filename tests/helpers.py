@@ -23,8 +23,18 @@ def repo_env(**extra) -> dict:
 # step: ~4 CPU s at XLA's defaults, ~0.8 s so; each step runs ~2x slower, the same numbers to float32
 # rounding). What such a test asks (every run, part and report written) does not depend on it.
 QUICK_COMPILE = "--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false"
-# The same for one program compiled in a test's own process: jitted.lower(...).compile(compiler_options=...).
+# The same for one program compiled in a test's own process (quick_compiled).
 QUICK_COMPILE_OPTIONS = {"xla_backend_optimization_level": 0, "xla_cpu_use_fusion_emitters": False}
+
+
+def quick_compiled(jitted, *args):
+    """jitted compiled for args, by XLA's CPU compiler at its quickest (QUICK_COMPILE_OPTIONS) on the
+    CPU and at its defaults elsewhere (the options are XLA:CPU's): the same program, to float32 rounding,
+    for a test that runs it a step or two."""
+    import jax
+
+    options = QUICK_COMPILE_OPTIONS if jax.default_backend() == "cpu" else None
+    return jitted.lower(*args).compile(compiler_options=options)
 
 
 def quick_compile_env(**extra) -> dict:

@@ -23,7 +23,7 @@ from ds2_jax import ctc, memory, parallel, settings, train, valid_conv
 from ds2_jax import state as state_lib
 from ds2_jax.pipeline.batch import Sharding
 from ds2_jax.pipeline.source import make_source
-from tests.helpers import QUICK_COMPILE_OPTIONS, tiny_settings
+from tests.helpers import quick_compiled, tiny_settings
 
 ROWS = 8  # the update's rows: K=2 micro-batches of 4 (1 device) or of 2 per device (2 devices)
 PADDING = 5  # micro-batch 1 (rows 4-7) holds 3 utterances, micro-batch 0 holds 4
@@ -76,8 +76,7 @@ def run(config, state, batch, k: int, devices: int = 1, parallelism: str = "jit"
     par = parallel.make(config)
     args = (par.put_replicated(state), par.put_batch(batch), par.put_replicated(jax.random.PRNGKey(1)))
     step = par.compile(train.train_step, state_lib.step_kwargs(config), donate=False)
-    # XLA's CPU compiler at its quickest: the same program to float32 rounding, run once
-    new, m = step.lower(*args).compile(compiler_options=QUICK_COMPILE_OPTIONS)(*args)
+    new, m = quick_compiled(step, *args)(*args)
     return par.get(new), par.get(m)
 
 

@@ -21,7 +21,7 @@ from ds2_jax.kernels import dispatch, mosaic_rnn
 from ds2_jax.pipeline.batch import Sharding
 from ds2_jax.pipeline.source import make_source
 from ds2_jax.rnn import recurrence
-from tests.helpers import QUICK_COMPILE_OPTIONS, tiny_settings
+from tests.helpers import quick_compiled, tiny_settings
 
 pytestmark = pytest.mark.gpu  # kernel numerics under jit: make test-gpu runs them on a GPU
 
@@ -29,9 +29,6 @@ KERNELS = {"model.rnn_impl": "pallas", "loss.ctc_impl": "pallas"}
 # Hopper only: the Mosaic GPU recurrence (bfloat16, width a multiple of 128).
 MOSAIC = {"model.rnn_impl": "mosaic", "loss.ctc_impl": "pallas", "model.dtype": "bfloat16", "model.rnn_size": 128}
 DEVICES, PER_DEVICE = min(8, jax.device_count()), 2  # 8 fake CPU devices; on a GPU machine its GPUs
-# The steps on the CPU compiled by XLA at its quickest: the same programs (and collectives) to float32
-# rounding, each run a step or two; a GPU's at its defaults.
-QUICK = QUICK_COMPILE_OPTIONS if jax.default_backend() == "cpu" else None
 
 
 def mesh():
@@ -134,7 +131,7 @@ def _two_steps(kind: str, kernels: dict):
     par, step, source, state = _compiled(config)
     rng = par.put_replicated(jax.random.PRNGKey(1))
     batches = [par.put_batch(source.train_batch(i)) for i in range(2)]
-    step = step.lower(state, batches[0], rng).compile(compiler_options=QUICK)
+    step = quick_compiled(step, state, batches[0], rng)
     hlo = step.as_text() if kind == "jit" else None
     losses = []
     for batch in batches:
@@ -165,6 +162,6 @@ def test_compiled_jit_step_with_the_default_impls_gathers_no_batch():
     config = _kernel_config("jit")
     par, step, source, state = _compiled(config)
     rng = par.put_replicated(jax.random.PRNGKey(1))
-    hlo = step.lower(state, par.put_batch(source.train_batch(0)), rng).compile(compiler_options=QUICK).as_text()
+    hlo = quick_compiled(step, state, par.put_batch(source.train_batch(0)), rng).as_text()
     assert "all-reduce" in hlo or DEVICES == 1  # one device: XLA drops the all-reduces
     assert all_gathers(hlo) == []

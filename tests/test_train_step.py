@@ -20,7 +20,7 @@ from ds2_jax import ctc, features, model, parallel, settings, train
 from ds2_jax import state as state_lib
 from ds2_jax.pipeline.batch import Sharding
 from ds2_jax.pipeline.source import make_source
-from tests.helpers import QUICK_COMPILE_OPTIONS, tiny_settings
+from tests.helpers import quick_compiled, tiny_settings
 
 INFEASIBLE = [3, 4, 5, 10]  # devices (2 rows each) hold 2, 1, 0, 1, 2, 0, 2, 2 feasible rows
 PADDING = [7, 11]
@@ -85,17 +85,11 @@ def run_step(config, state, batch, num_devices, cache=True):
     key = (config, jax.tree_util.tree_structure(args), tuple(x.shape for x in jax.tree_util.tree_leaves(args)))
     step = _COMPILED.get(key) if cache else None
     if step is None:
-        step = quick(par.compile(train.train_step, state_lib.step_kwargs(config), donate=False), *args)
+        step = quick_compiled(par.compile(train.train_step, state_lib.step_kwargs(config), donate=False), *args)
         if cache:
             _COMPILED[key] = step
     new, m = step(*args)
     return par.get(new), par.get(m)
-
-
-def quick(jitted, *args):
-    """jitted compiled for args by XLA's CPU compiler at its quickest (helpers.QUICK_COMPILE): the same
-    program, to float32 rounding; these tests run each a step or two, so compiling is most of their time."""
-    return jitted.lower(*args).compile(compiler_options=QUICK_COMPILE_OPTIONS)
 
 
 def reference_loss_and_grads(config, state, batch):
@@ -123,7 +117,7 @@ def reference_loss_and_grads(config, state, batch):
         )
         return jnp.sum(jnp.where(rows, per, 0.0)) / len(FEASIBLE)
 
-    return quick(jax.jit(jax.value_and_grad(loss)), state.params)(state.params)
+    return quick_compiled(jax.jit(jax.value_and_grad(loss)), state.params)(state.params)
 
 
 def assert_trees_close(a, b, rtol=2e-5):
@@ -195,7 +189,7 @@ def test_padding_length_changes_nothing_in_train_mode(setup):
         )
         return logits, out_len, upd["batch_stats"]
 
-    outs = [jax.device_get(quick(forward, b)(b)) for b in (batch, longer)]
+    outs = [jax.device_get(quick_compiled(forward, b)(b)) for b in (batch, longer)]
     (la, na, sa), (lb, nb, sb) = outs
     assert lb.shape[1] > la.shape[1]
     np.testing.assert_array_equal(na, nb)
