@@ -110,8 +110,13 @@ def markdown(result: dict) -> str:
         f"{result['files']} files ({result['distinct_files']} distinct), {result['audio_seconds']:.2f} s of audio, "
         f"batches of {result['batch_size']} files, median of {result['repeats']} passes after a warm-up.",
         f"JAX: backend {h['jax_backend']}, {h['jax_device']} (jax {h['jax_version']}); host CPU: {h['cpu_model']}, "
-        f"{h['cpus_usable']} usable of {h['cpu_count']}; onnxruntime {h['onnxruntime_version']}, "
-        f"{h['onnx_threads']} intra-op threads; load average {h['load_average']:.2f}.",
+        f"{h['cpus_usable']} usable of {h['cpu_count']}; "
+        + (
+            f"onnxruntime {h['onnxruntime_version']}, {h['onnx_threads']} intra-op threads; "
+            if h["onnx_threads"]
+            else ""
+        )
+        + f"load average {h['load_average']:.2f}.",
         "",
         "| path | runs on | decoding | threads | RTFx | median s | first pass s | load s |",
         "|---|---|---|---|---:|---:|---:|---:|",
