@@ -1,5 +1,5 @@
 #!/bin/bash
-# Call 1 (one GPU, meant for an H200): the wide Mosaic calls right on a second card. The whole Mosaic
+# Call 1 (one GPU): the wide Mosaic calls checked again (meant for an H200; an H100 came). The whole Mosaic
 # kernel-test set (forward and backward against float32, three calls equal bit for bit, the padded
 # and chunked batches) run 3 times, the teacher-forced step diagnosis of ../2026-12-06-gpu-wide-calls/,
 # and the seed layer's time per call width. Everything comes back in one archive (the machine

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Call 2 (one GPU, meant for an H200; sequential, timings): the seed step with 'auto' taking the wide Mosaic calls.
+# Call 2 (one GPU, sequential, timings): the seed step with 'auto' taking the wide Mosaic calls.
 #   1. benchmarks.scaling, jax 'auto' against torch_cudnn_graphs in the same process, bfloat16, at
 #      SCALING_BATCHES per device (30 timed steps after 3 warm-up, median; counted model FLOPs and MFU);
 #      16 per device also profiled (2 steps: the top kernels);

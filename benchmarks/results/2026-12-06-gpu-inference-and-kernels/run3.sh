@@ -10,7 +10,7 @@
 #      start to exit (load and compile included; the compiled programs may come from the cache).
 # Defaults: STEPS=400 COPIES=6 (304.5 s of audio) REPEATS=5 BEAM=32 BUDGET_S=550. Everything comes back in
 # $OUT/run3.tgz (the machine returns a few files only).
-# From the repository root, OUT set, .whl carried:  bash benchmarks/results/2026-12-06-h200-wide-calls/run3.sh
+# From the repository root, OUT set, .whl carried:  bash benchmarks/results/2026-12-06-gpu-inference-and-kernels/run3.sh
 # (.whl: fetch-wheels.sh soxr==1.1.0 tensorboardX==2.6.4 jax2onnx==0.17.1 onnx-ir==1.1.0 dm-pix==0.4.4
 #  onnxruntime==1.32.0 flashlight-text==0.0.7; onnx is the host's, no room for its 9 MB wheel under 64 MiB.)
 set -u
