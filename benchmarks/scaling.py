@@ -250,7 +250,7 @@ def main(argv) -> None:
             f"{config.per_device_batch_size} per device"
         ),
         "steps": f"{_STEPS.value} timed after {_WARMUP.value} warm-up (per-variant overrides: "
-        "{dict(variant_steps) or 'none'})",
+        f"{dict(variant_steps) or 'none'})",
     }
     if any(v in TORCH_VARIANTS for v in variants):
         from benchmarks import torch_bench

@@ -54,6 +54,7 @@ def scaling_run(tmp_path_factory):
         "--steps=2",
         "--warmup=1",
         "--profile_steps=1",
+        "--variant_steps=torch_loop:2:1:1",  # the defaults, named: the report names them
         "--num_batches=2",
         f"--out={out}",
         timeout=300,
@@ -103,6 +104,8 @@ def test_scaling_command_writes_every_report(scaling_run):
     )
     md = (out / "results.md").read_text()
     assert "| jax | float32 | 2 |" in md and "| jax_jit | float32 | 2 |" in md
+    assert "(per-variant overrides: {'torch_loop': (2, 1, 1)})" in md
+    assert not re.search(r"\{[^{}:]*\}", md), re.search(r"\{[^{}:]*\}", md)  # every placeholder filled
     assert "Paddle DS2 on 1080 Ti" in md and "## Profile" in md
     ratio = {
         q["devices"]: q
