@@ -43,7 +43,7 @@ CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 MAX_CER = 0.4  # the page's text against the file's (0.14-0.39 at 160 steps of 16: the fake device's resampling)
 MIN_SNR_DB = 20.0  # the streamed audio against the file, aligned (measured 31-33 dB; a wrong rate: 0 dB)
 # The streamed audio is held to the file piece by piece (WINDOW samples each): on a loaded machine the whole
-# stream was now and then 0.19-0.25 dB from the file when aligned as one (2026-12-06: 1 CI run, 4 of 10 local
+# stream was now and then 0.19-0.25 dB from the file when aligned as one (2026-12-06: 1 CI run, 4 local
 # runs under load; every other run 30.7 dB), most likely Chromium's fake capture device dropping or repeating a
 # stretch (not shown: those runs' audio was not kept). At most MAX_GLITCHES jumps of at most MAX_GLITCH_SAMPLES
 # between the pieces that fit are let through, and as many spoiled pieces (the first may be spoiled with no
