@@ -30,6 +30,8 @@ import statistics
 import sys
 import time
 
+from benchmarks import timing
+
 PATHS = ("jax_greedy", "jax_beam_lm", "onnx_greedy", "onnx_beam_lm")
 
 
@@ -62,16 +64,17 @@ def transcribe_pass(engine, files: list[str], batch_size: int) -> list[str]:
 
 
 def timed(run, repeats: int) -> dict:
-    """run() once to warm up, then `repeats` times: the seconds of each, and the last result."""
-    start = time.perf_counter()
-    run()
-    first = time.perf_counter() - start
-    seconds = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        result = run()
-        seconds.append(time.perf_counter() - start)
-    return {"first_pass_s": first, "pass_s": seconds, "median_s": statistics.median(seconds), "result": result}
+    """run() once to warm up, then `repeats` times (benchmarks.timing.measure): the seconds of each, and
+    the last result."""
+    results = []
+    out = timing.measure(lambda _: results.append(run()), warmup=1, steps=repeats)
+    seconds = out["step_times_s"]
+    return {
+        "first_pass_s": out["first_step_s"],
+        "pass_s": seconds,
+        "median_s": statistics.median(seconds),
+        "result": results[-1],
+    }
 
 
 def row(path: str, engine: str, runs_on: str, decoder, threads, load_s: float, t: dict, audio_s: float) -> dict:
