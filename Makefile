@@ -13,6 +13,11 @@ TEST_WORKERS ?= 2
 XDIST := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
 WORKDIR ?= .demo/run
 export WORKDIR  # the recipe quotes it from the environment: any path a shell accepts
+# glibc's malloc asks Linux for transparent huge pages: XLA:CPU's large buffers, freed and taken anew
+# every step, then fault in 2 MB at a time instead of 4 kB. The demo model's training: 24.6 M page faults
+# -> 0.5 M, 82 -> 67 s (benchmarks/results/2026-12-06-cpu-hugepages/). Ignored where glibc lacks it.
+# The tests get it from tests/conftest.py.
+HUGE_PAGES := GLIBC_TUNABLES=$(if $(GLIBC_TUNABLES),$(GLIBC_TUNABLES):)glibc.malloc.hugetlb=1
 
 .PHONY: demo plot test test-fast lint test-gpu converge-gpu mutate venv clean
 
@@ -30,7 +35,7 @@ $(VENV)/.stamp-test: setup.py $(VENV)/.stamp-base
 venv: $(VENV)/.stamp-base
 
 demo: $(VENV)/.stamp-base
-	$(PY) -m ds2_jax.demo
+	$(HUGE_PAGES) $(PY) -m ds2_jax.demo
 
 plot: $(VENV)/.stamp-base
 	$(PY) -m ds2_jax.plot --workdir="$$WORKDIR"

@@ -2194,6 +2194,14 @@ MUTATIONS = [
         "the counted model FLOPs leave out the output layer (0.4% of them at 29 symbols, within the 8% "
         "tolerance; 28% at 3,000)",
     ),
+    Mutation(
+        "suite_without_huge_pages",
+        "tests/conftest.py",
+        '"glibc.malloc.hugetlb=1"]))',
+        '"glibc.malloc.arena_max=8"]))',
+        ("tests/test_suite_setup.py",),
+        "the processes the suite starts fault their large XLA buffers in 4 kB pages (the suite ~20% slower)",
+    ),
     # ---- issue 52's self-audit: the survivors' classes, tested since
     Mutation(
         "ctc_negative_loss_unclipped",
