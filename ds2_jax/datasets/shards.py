@@ -165,8 +165,6 @@ def _died(pool, processes: list, job: ShardJob) -> errors.BuildWorkerError:
     # The broken pool terminates and joins its other workers; read the exit codes only after that
     # (a join racing the pool's own can see neither the code nor the process).
     pool.shutdown(wait=True, cancel_futures=True)
-    for p in processes:
-        p.join(timeout=5)
     codes = [p.exitcode for p in processes if p.exitcode]
     first = [c for c in codes if c != -signal.SIGTERM] or codes
     how = (
