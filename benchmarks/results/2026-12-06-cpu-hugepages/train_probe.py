@@ -4,9 +4,11 @@ its process's threads' CPU ticks by name (user, system, count) at the end. From 
     GLIBC_TUNABLES=glibc.malloc.hugetlb=1 /usr/bin/time -f "wall %e user %U sys %S minflt %R" \
         python benchmarks/results/2026-12-06-cpu-hugepages/train_probe.py 60
 
-PROBE_XLA replaces XLA_FLAGS (e.g. --xla_force_host_platform_device_count=1)."""
+PROBE_XLA replaces XLA_FLAGS (e.g. --xla_force_host_platform_device_count=1); PROBE_OVERRIDES adds
+settings (JSON: {"model.scan_unroll": 4})."""
 
 import collections
+import json
 import os
 import pathlib
 import sys
@@ -19,7 +21,7 @@ from tests.conftest import _train_demo  # noqa: E402
 os.environ["XLA_FLAGS"] = os.environ.get("PROBE_XLA", os.environ["XLA_FLAGS"])
 root = pathlib.Path(tempfile.mkdtemp())
 start = time.time()
-_train_demo(root, root / "tfds", int(sys.argv[1]))
+_train_demo(root, root / "tfds", int(sys.argv[1]), **json.loads(os.environ.get("PROBE_OVERRIDES", "{}")))
 print("train s", time.time() - start)
 ticks = collections.defaultdict(lambda: [0, 0, 0])
 for tid in os.listdir("/proc/self/task"):
