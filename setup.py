@@ -12,6 +12,9 @@ INSTALL_REQUIRES = [
     "jax>=0.10",  # the Mosaic GPU Pallas API of ds2_jax.kernels.mosaic_rnn (plgpu.kernel, inline_mgpu)
     "jiwer>=3.0",
     "ml-collections>=0.1.1",
+    # jax's own dtype package: 0.7.0 takes 0.66 s of CPU to import (its ufunc loops registered with
+    # numpy 2.4), 0.6.0 5 ms, in every process that imports jax (benchmarks/results/2026-12-06-cpu-hugepages/)
+    "ml_dtypes>=0.5,!=0.7.0",
     "numpy>=1.26",
     "optax>=0.2.3",
     "orbax-checkpoint>=0.6",
