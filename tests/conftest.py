@@ -18,7 +18,7 @@ import tempfile
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # glibc reads it when a process starts: the xdist workers and the subprocesses get their large XLA:CPU
-# buffers in transparent huge pages, as under the Makefile (its GLIBC_TUNABLES says why).
+# buffers in transparent huge pages, as `make demo` does (the Makefile's HUGE_PAGES says why).
 if "glibc.malloc.hugetlb" not in os.environ.get("GLIBC_TUNABLES", ""):
     os.environ["GLIBC_TUNABLES"] = ":".join(filter(None, [os.environ.get("GLIBC_TUNABLES"), "glibc.malloc.hugetlb=1"]))
 if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
