@@ -2200,7 +2200,7 @@ MUTATIONS = [
         '"glibc.malloc.hugetlb=1"]))',
         '"glibc.malloc.arena_max=8"]))',
         ("tests/test_suite_setup.py",),
-        "the processes the suite starts fault their large XLA buffers in 4 kB pages (the suite ~20% slower)",
+        "the processes the suite starts fault their large XLA buffers in 4 kB pages (the suite's tests ~10% slower)",
     ),
     # ---- issue 52's self-audit: the survivors' classes, tested since
     Mutation(

@@ -34,9 +34,18 @@ def _transparent_huge_pages() -> str:
         return ""
 
 
+def _glibc_version() -> tuple[int, ...]:
+    """(2, 36) for glibc 2.36; () for another C library."""
+    try:
+        name, version = os.confstr("CS_GNU_LIBC_VERSION").split()
+    except (AttributeError, ValueError, OSError):
+        return ()
+    return tuple(int(part) for part in version.split(".")[:2]) if name == "glibc" else ()
+
+
 @pytest.mark.skipif(
-    not sys.platform.startswith("linux") or _transparent_huge_pages() not in ("always", "madvise"),
-    reason="needs Linux with transparent huge pages given on request",
+    _glibc_version() < (2, 35) or _transparent_huge_pages() not in ("always", "madvise"),
+    reason="needs glibc >= 2.35 (glibc.malloc.hugetlb) and Linux's transparent huge pages given on request",
 )
 def test_the_processes_the_suite_starts_take_large_buffers_in_huge_pages():
     """Page faults of a started process: 4 kB pages would take BUFFER_MB * 256 per buffer; huge pages
