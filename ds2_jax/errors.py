@@ -17,7 +17,6 @@ file and the way out; its traceback goes to <workdir>/error.log, and to stderr w
 | `DamagedArchive` | a .tar.gz is cut short or damaged (its split alone is not built) | datasets.librispeech_local |
 | `AudioError` | a file gives no audio (missing, empty, undecodable) | transcribe, one line per file |
 | `Unreadable` | an `AudioError` with its build-report reason (empty, missing, corrupt, truncated) | audio |
-| `StreamingRefused` | a bidirectional model asked to stream (it needs the whole utterance) | infer.engine, serve |
 | `PeerLost` | a multi-process step failed and `is_peer_lost` (a collective's words: a peer gone); exit 3 | train |
 
 Checks of settings and sizes raise the built-in types (`ValueError`, `OSError`, `MemoryError`
@@ -108,10 +107,6 @@ class Unreadable(AudioError):
         """`message`: what a person reads (default: `detail`, which a build report records)."""
         super().__init__(message or detail or reason)
         self.reason, self.detail = reason, detail
-
-
-class StreamingRefused(Ds2Error, ValueError):
-    """A bidirectional model asked to stream."""
 
 
 class PeerLost(Ds2Error, RuntimeError):

@@ -7,7 +7,7 @@ written \\t, \\n, \\\\, so each line splits at its one tab).
         --alpha=0.5 --beta=1.0] a.flac ...                                  # beam + LM
     python -m ds2_jax.transcribe --model=model.onnx a.flac ...              # an export: onnxruntime, no jax
     python -m ds2_jax.transcribe --workdir=W --timestamps [--json] a.flac   # word start/end seconds
-    python -m ds2_jax.transcribe --workdir=W --stream [--chunk_ms=320] a.flac  # unidirectional: chunk by chunk
+    python -m ds2_jax.transcribe --workdir=W --stream [--chunk_ms=320] a.flac  # chunk by chunk, partials
 
 A thin command over the inference wing (ds2_jax.infer) and the one audio loader (ds2_jax.audio).
 Restores the latest checkpoint of W (or --step=N, or --step=best: the lowest in-training eval
@@ -91,8 +91,9 @@ def define_flags(fv) -> None:
     flags.DEFINE_boolean(
         "stream",
         False,
-        "Feed each file in --chunk_ms chunks to a unidirectional model "
-        "(ds2_jax.infer), greedy; 'partial:' lines on stderr as the text grows.",
+        "Feed each file in --chunk_ms chunks (ds2_jax.infer's stream), greedy; 'partial:' lines on "
+        "stderr as the text changes. A unidirectional model's text grows frame by frame; a "
+        "bidirectional model's is re-decoded from the start (every second or so) and may change.",
         flag_values=fv,
     )
     flags.DEFINE_integer("chunk_ms", 320, "With --stream: milliseconds of audio per chunk.", flag_values=fv)
@@ -175,8 +176,6 @@ def main(argv: list[str] | None = None) -> int:
 
             config = workdir_config.load_config(args.workdir)  # read once: the engine is handed it
             config = settings.choosing_weights(config, args.ema_weights)
-            if args.stream and config.model.bidirectional:
-                raise engine_lib.StreamingRefused(f"--stream: {engine_lib.REFUSAL}")
             transcriber = jax_backend.JaxEngine(
                 args.workdir,
                 decoder_settings(args, config.decoding),
@@ -184,13 +183,9 @@ def main(argv: list[str] | None = None) -> int:
                 batch_size=args.batch_size,
                 config=config,
             )
-    except engine_lib.StreamingRefused:
-        raise
     except ValueError as e:  # names decoding.* settings: say which flag
         raise ValueError(cli.in_flag_names(str(e), FLAG_OF_SETTING)) from e
 
-    if args.stream and transcriber.bidirectional:
-        raise engine_lib.StreamingRefused(f"--stream: {engine_lib.REFUSAL}")
     if (args.stream or args.timestamps) and transcriber.beam is not None:
         raise ValueError(
             f"--{'stream' if args.stream else 'timestamps'}: greedy decoding only (beam search's words "

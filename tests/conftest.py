@@ -50,26 +50,22 @@ class Trained:
 _UNGROUPED: list[str] = []  # why the tests of `trained` could not be given one worker
 
 
-def _train_demo(root, data_dir, steps=None, **overrides) -> Trained:
-    """The demo model trained `steps` steps (default TRAIN_STEPS) on the bundled corpus in `root`, with
-    `overrides` (dotted keys); the corpus built once into `data_dir` (tfds), shared by the trained models."""
+def _train_demo(root, data_dir) -> Trained:
+    """The demo model trained TRAIN_STEPS steps on the bundled corpus in `root` (the corpus built into
+    `data_dir`, tfds), and a trigram LM of its training transcripts."""
     from configs import demo  # imported here: the GPU numerics run without ml_collections
     from ds2_jax import settings, train
     from ds2_jax.tools import build_lm
     from tests.helpers import CORPUS, TRAIN_STEPS
 
-    steps = steps or TRAIN_STEPS
     config = demo.get_config()
     config.dataset.manual_dir = CORPUS
     config.dataset.data_dir = str(data_dir)
     config.num_devices = 1  # the demo's run on one CPU device: 8 fake devices only add overhead
-    config.num_train_steps = steps
-    config.optimizer.decay_steps = steps
+    config.num_train_steps = TRAIN_STEPS
+    config.optimizer.decay_steps = TRAIN_STEPS
     config.eval_every_steps = 0
-    config.checkpoint_every_steps = steps
-    for key, value in overrides.items():
-        *section, name = key.split(".")
-        (config[section[0]] if section else config)[name] = value
+    config.checkpoint_every_steps = TRAIN_STEPS
     workdir = str(root / "w")
     train.train_and_evaluate(config, workdir)
     lm = str(root / "lm.arpa")
@@ -85,32 +81,10 @@ def trained(tmp_path_factory) -> Trained:
     return _train_demo(tmp_path_factory.mktemp("demo"), tmp_path_factory.getbasetemp() / "demo_tfds")
 
 
-# The page test's streaming model: trained as `trained` (160 steps of 16). 120 steps of 8 (3/8 of the work)
-# kept its text as well on one H100 (benchmarks/results/2026-12-06-cpu-make-test/NOTES.md), but on this
-# CPU its page text once came out 0.53 from the file's, past the test's MAX_CER; 160 of 16 has passed it
-# in every CI run.
-STREAMING_STEPS, STREAMING_BATCH = 160, 16
-
-
-@pytest.fixture(scope="session")
-def trained_streaming(tmp_path_factory) -> Trained:
-    """The demo model made unidirectional (model.bidirectional=False: it streams), trained as `trained`
-    but STREAMING_STEPS steps of STREAMING_BATCH utterances."""
-    if _UNGROUPED:
-        pytest.fail(_UNGROUPED[0], pytrace=False)
-    return _train_demo(
-        tmp_path_factory.mktemp("demo_streaming"),
-        tmp_path_factory.getbasetemp() / "demo_tfds",
-        STREAMING_STEPS,
-        **{"model.bidirectional": False, "per_device_batch_size": STREAMING_BATCH},
-    )
-
-
 @pytest.hookimpl(trylast=True)  # after pytest-xdist's own hook, which adds the group to each node id
 def pytest_collection_modifyitems(config, items):
     """The files of slow tests run first. Under pytest-xdist (make test: -n 2 --dist loadgroup)
-    the tests of the `trained` models (and `trained_streaming`) share one worker, so each is trained once per
-    session: each carries
+    the tests of the `trained` model share one worker, so it is trained once per session: each carries
     @pytest.mark.xdist_group("trained"), written on the test (a mark added here is not seen by
     xdist). xdist groups by a node-id suffix ('...@trained'): where it cannot add one (pytest
     9.2 with pytest-xdist 3.8), every worker would train the model, so that is an error too."""
@@ -120,7 +94,7 @@ def pytest_collection_modifyitems(config, items):
     # and again for the rest. xdist hands out the `trained` group first anyway (its largest scope).
     slow_files = {item.nodeid.split("::")[0] for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: item.nodeid.split("::")[0] not in slow_files)
-    uses = [item for item in items if {"trained", "trained_streaming"} & set(getattr(item, "fixturenames", ()))]
+    uses = [item for item in items if "trained" in getattr(item, "fixturenames", ())]
     ungrouped = [
         item.nodeid for item in uses if "trained" not in [m.args[0] for m in item.iter_markers("xdist_group") if m.args]
     ]

@@ -2161,6 +2161,18 @@ MUTATIONS = [
         "an exported model runs the uploads the server batched one forward pass each",
     ),
     Mutation(
+        "redecoded_stream_at_a_fixed_interval",
+        "ds2_jax/infer/engine.py",
+        "due = max(REDECODE_SECONDS * self.engine.sample_rate, REDECODE_SHARE * self.decoded)",
+        "due = REDECODE_SECONDS * self.engine.sample_rate",
+        (
+            "tests/test_streaming.py::"
+            "test_a_bidirectional_models_stream_is_redecoded_within_its_bounds_and_ends_with_the_files_text",
+        ),
+        "a bidirectional model's stream decodes all its audio again every second however long it runs: its "
+        "compute grows with the square of its length",
+    ),
+    Mutation(
         "page_worklet_repeats_a_sample",
         "ds2_jax/serve/static/worklet.js",
         "this.buffer = this.buffer.slice(drop); this.t -= drop; }",

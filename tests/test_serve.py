@@ -196,16 +196,22 @@ def test_bad_streams_get_a_clear_json_error_and_close(uni, tmp_path):
         assert health["status"] == "ok" and health["active_streams"] == 0
 
 
-def test_a_bidirectional_model_answers_streams_with_an_error_and_takes_uploads(tmp_path):
+def test_a_bidirectional_models_stream_is_redecoded_and_ends_with_the_uploads_text(tmp_path):
+    """A bidirectional model's stream: partials re-decoded from the start (each the text of a prefix of
+    what was sent), the final and its words those of an upload of the same audio; /healthz says so."""
     engine = jax_backend.JaxEngine(_workdir(str(tmp_path / "bi"), True), settings.Decoding(beam_width=0))
+    samples = audio_lib.read(FLACS[1], 16_000)
+    wav = str(tmp_path / "sent.wav")
+    soundfile.write(wav, samples, 16_000, subtype="PCM_16")
     with serving(engine) as url:
-        with connect(url.replace("http", "ws") + "/v1/stream?rate=16000", open_timeout=10) as c:
-            message = json.loads(c.recv(timeout=10))
-            with pytest.raises(ConnectionClosed):
-                c.recv(timeout=10)
-        assert message["type"] == "error" and message["code"] == "bidirectional_model"
-        assert "unidirectional" in message["message"]
-        assert httpx.post(f"{url}/v1/transcribe", content=open(FLACS[0], "rb").read(), timeout=60).status_code == 200
+        partials, final = _stream(url, samples, chunk=4_000)
+        upload = httpx.post(f"{url}/v1/transcribe?words=true", content=open(wav, "rb").read(), timeout=60).json()
+        model = httpx.get(f"{url}/healthz").json()["model"]
+    assert upload["text"]  # noise from a random model, but some
+    assert final["text"] == upload["text"] and final["words"] == upload["words"]
+    prefixes = set(engine.transcribe([samples[:n] for n in range(4_000, len(samples) + 4_000, 4_000)]))
+    assert {p["text"] for p in partials} - {""} <= prefixes and partials[-1]["text"], partials
+    assert (model["bidirectional"], model["streaming"], model["partials"]) == (True, False, "redecoded")
 
 
 def test_streams_and_connections_past_their_limits_get_a_503(uni):

@@ -1,7 +1,8 @@
 """The engine interface: int16 waveforms at the model's rate -> texts, word times, streams.
 
 `Engine` holds what both backends share: the windows a long file runs in, batching by length,
-greedy or beam decoding, word timings, and the streaming `Utterance`. A backend (jax_backend:
+greedy or beam decoding, word timings, and the streams (`Utterance` for a unidirectional model,
+`RedecodedUtterance` for a bidirectional one). A backend (jax_backend:
 a workdir's checkpoint; onnx_backend: an exported file) supplies the model's geometry, `_forward`
 (a padded batch -> decoder inputs) and `_log_prob_stream` (a streaming forward pass).
 """
@@ -25,15 +26,12 @@ CONTEXT_SECONDS = 3.0
 
 PIECE_HOPS = 10  # a streaming model is fed this many feature hops at a time
 
-
-StreamingRefused = errors.StreamingRefused  # the error class lives with the others (errors.py)
-
-
-REFUSAL = (
-    "streaming needs a unidirectional model (model.bidirectional=False, with its row-convolution "
-    "lookahead): this one is bidirectional, and its backward RNN starts from the end of each "
-    "utterance, so nothing is known before the audio ends; transcribe whole files instead"
-)
+# A bidirectional model's backward RNN starts from the end of the audio, so its stream re-decodes all
+# the audio so far once REDECODE_SECONDS, and REDECODE_SHARE of what it last decoded, have come since:
+# a partial every second at first, then further apart, so the decodes of a stream of L seconds cover
+# at most (2 + 1/SHARE) L + n (n + 1) / 2 SECONDS of audio, n = 1/SHARE (10 L + 36 s): linear in L.
+REDECODE_SECONDS = 1.0
+REDECODE_SHARE = 1 / 8
 
 
 class Engine:
@@ -170,11 +168,12 @@ class Engine:
             mine[piece[0]].append(kept[p])
         return [failed[i] if i in failed else np.concatenate(mine[i]) for i in range(len(waveforms))]
 
-    def stream(self) -> "Utterance":
-        """A streaming Utterance (greedy); a StreamingRefused for a bidirectional model."""
+    def stream(self) -> "Utterance | RedecodedUtterance":
+        """A stream of one utterance (greedy): a unidirectional model's frames as their lookahead
+        arrives; a bidirectional model's text re-decoded from the start (RedecodedUtterance)."""
         if self.bidirectional:
-            raise StreamingRefused(REFUSAL)
-        return Utterance(self, self._log_prob_stream())
+            return RedecodedUtterance(self)
+        return Utterance(self, model=self._log_prob_stream())
 
 
 def greedy_text(ids: np.ndarray, alphabet: text.Alphabet) -> str:
@@ -183,21 +182,16 @@ def greedy_text(ids: np.ndarray, alphabet: text.Alphabet) -> str:
 
 
 @dataclasses.dataclass
-class Utterance:
-    """One stream's audio in, greedy text out: `feed` chunks, `finish` once, then `words`.
-
-    Whatever sizes the chunks come in, the model is fed pieces of PIECE_HOPS hops (and at the end
-    the rest in power-of-two numbers of hops), so a jax backend compiles its streaming stages for
-    a few shapes, not one per chunk size; the frames are the same either way."""
+class _Stream:
+    """What both kinds of stream share: `feed` chunks, `finish` once, then `words`; `ids` the greedy
+    path so far."""
 
     engine: Engine
-    model: object  # the backend's log-prob stream
     samples: int = 0
     finished: bool = False
 
     def __post_init__(self):
         self.ids = np.zeros(0, np.int32)
-        self.pending = np.zeros(0, np.int16)  # samples not yet fed to the model
 
     @property
     def text(self) -> str:
@@ -207,10 +201,32 @@ class Utterance:
     def seconds(self) -> float:
         return self.samples / self.engine.sample_rate
 
-    def feed(self, chunk: np.ndarray) -> str:
-        """The text so far after <int16>[n] more samples (frames wait for their lookahead)."""
+    def words(self) -> list[decoding.TimedWord]:
+        return self.engine.words(self.ids)
+
+    def _check_open(self) -> None:
         if self.finished:
             raise ValueError("this utterance is finished")
+
+
+@dataclasses.dataclass
+class Utterance(_Stream):
+    """A unidirectional model's stream: each output frame once its lookahead has arrived, so the
+    text only grows, and the final equals the whole file's.
+
+    Whatever sizes the chunks come in, the model is fed pieces of PIECE_HOPS hops (and at the end
+    the rest in power-of-two numbers of hops), so a jax backend compiles its streaming stages for
+    a few shapes, not one per chunk size; the frames are the same either way."""
+
+    model: object = dataclasses.field(default=None, kw_only=True)  # the backend's log-prob stream
+
+    def __post_init__(self):
+        super().__post_init__()
+        self.pending = np.zeros(0, np.int16)  # samples not yet fed to the model
+
+    def feed(self, chunk: np.ndarray) -> str:
+        """The text so far after <int16>[n] more samples (frames wait for their lookahead)."""
+        self._check_open()
         self.samples += len(chunk)
         self.pending = np.concatenate([self.pending, np.asarray(chunk, np.int16)])
         piece = PIECE_HOPS * self.engine.hop
@@ -236,8 +252,46 @@ class Utterance:
             self._add(self.model.finish())
         return self.text
 
-    def words(self) -> list[decoding.TimedWord]:
-        return self.engine.words(self.ids)
-
     def _add(self, log_probs: np.ndarray) -> None:
         self.ids = np.concatenate([self.ids, np.asarray(log_probs).argmax(-1).astype(np.int32)])
+
+
+@dataclasses.dataclass
+class RedecodedUtterance(_Stream):
+    """A bidirectional model's stream: a partial is the whole-file pass over all the audio so far,
+    re-run when enough has come (REDECODE_SECONDS, REDECODE_SHARE), so its text may change as more
+    arrives; the final is that pass over all of it, the text `transcribe` gives the same audio."""
+
+    def __post_init__(self):
+        super().__post_init__()
+        self.chunks: list[np.ndarray] = []
+        self.decoded = 0  # samples in the last decode
+
+    def feed(self, chunk: np.ndarray) -> str:
+        """The text so far after <int16>[n] more samples: re-decoded when due, else the last decode's."""
+        self._check_open()
+        self.chunks.append(np.asarray(chunk, np.int16))
+        self.samples += len(chunk)
+        due = max(REDECODE_SECONDS * self.engine.sample_rate, REDECODE_SHARE * self.decoded)
+        if self.samples - self.decoded >= due:
+            self._decode()
+        return self.text
+
+    def finish(self) -> str:
+        """The final text: all the audio decoded as one file (empty where it gives no output frame)."""
+        if not self.finished:
+            self.finished = True
+            if self.samples > self.decoded:
+                self._decode()
+        return self.text
+
+    def _decode(self) -> None:
+        audio = np.concatenate(self.chunks) if self.chunks else np.zeros(0, np.int16)
+        self.chunks = [audio]
+        if self.engine.too_short(len(audio)) is not None:
+            return  # no output frame yet
+        out = self.engine.frame_outputs([audio])[0]
+        if isinstance(out, BaseException):
+            raise out
+        self.ids = (out if out.ndim == 1 else out.argmax(-1)).astype(np.int32)  # log-probs with a beam decoder
+        self.decoded = len(audio)

@@ -14,7 +14,8 @@ What each stage carries across chunks:
   row conv     the last row_conv_context frames, the lookahead it waits for
 `finish` supplies the zeros the whole-file model sees past the end (conv and row-conv padding),
 so the frames joined equal the whole-file forward pass (tests/test_streaming.py). A bidirectional
-model cannot stream: its backward RNN starts from the end of the utterance.
+model cannot stream frame by frame: its backward RNN starts from the end of the utterance
+(engine.RedecodedUtterance re-decodes it from the start instead).
 """
 
 from __future__ import annotations
@@ -27,14 +28,14 @@ import numpy as np
 
 from ds2_jax import features, geometry, model, settings
 from ds2_jax.activation import clipped_relu
-from ds2_jax.infer import engine
 from ds2_jax.rnn import reference
 
 
 def refuse_bidirectional(config: settings.Settings) -> None:
-    """An engine.StreamingRefused saying why a bidirectional model cannot stream."""
+    """A ValueError for a bidirectional model: its backward RNN needs the end of the audio
+    (engine.stream re-decodes such a model instead of coming here)."""
     if config.model.bidirectional:
-        raise engine.StreamingRefused(engine.REFUSAL)
+        raise ValueError("a frame-by-frame stream needs a unidirectional model (model.bidirectional=False)")
 
 
 # The compute of each stage, compiled once per input shape (a fixed chunk size gives a few);

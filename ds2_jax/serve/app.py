@@ -146,7 +146,8 @@ def make_app(engine: engine_lib.Engine, limits: Limits = Limits()):
         "sample_rate": engine.sample_rate,
         "step": engine.step,
         "bidirectional": engine.bidirectional,
-        "streaming": not engine.bidirectional,
+        "streaming": not engine.bidirectional,  # frame by frame (lookahead_s); else the stream is re-decoded
+        "partials": "redecoded" if engine.bidirectional else "growing",
         "lookahead_s": round(engine.lookahead_seconds, 4),
         "frame_s": engine.frame_seconds,
         "emission_delay_s": engine.emission_delay,
@@ -249,10 +250,7 @@ def make_app(engine: engine_lib.Engine, limits: Limits = Limits()):
                 await socket.send_json({"type": "error", "code": code, "message": message})
                 await socket.close(close_code)
 
-        try:
-            utterance = engine.stream()
-        except engine_lib.StreamingRefused as e:
-            return await close_with("bidirectional_model", str(e), 1003)
+        utterance = engine.stream()
         resampler = None
         if rate != engine.sample_rate:
             import soxr

@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     server = uvicorn.Server(uvicorn_config(app, limits, args.host, args.port))
     print(
         f"ds2-serve: step {engine.step} ({type(engine).__name__}, "
-        f"{'bidirectional: no streaming' if engine.bidirectional else 'streaming'}) on http://{args.host}:{args.port}/",
+        f"{'bidirectional: streams re-decoded' if engine.bidirectional else 'streaming'}) on http://{args.host}:{args.port}/",
         file=sys.stderr,
         flush=True,
     )
