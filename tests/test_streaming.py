@@ -144,13 +144,14 @@ def test_a_bidirectional_models_stream_is_redecoded_within_its_bounds_and_ends_w
     audio = np.concatenate([one] * (-(-12 * rate // len(one))))[: 12 * rate]  # 12 s: past the first phase's 8
     want_text, want_words = engine.transcribe_timed([audio])[0]
     assert want_text  # noise from a random model, but some: equal empty texts would prove nothing
-    decodes = []  # (samples decoded, their greedy text)
+    decodes, rows = [], []  # (samples decoded, their greedy text); the windows per pass each decode asked for
     frame_outputs = engine.frame_outputs
 
-    def recorded(waveforms):
-        out = frame_outputs(waveforms)
+    def recorded(waveforms, batch_size=None):
+        out = frame_outputs(waveforms, batch_size)
         assert len(waveforms) == 1 and np.array_equal(waveforms[0], audio[: len(waveforms[0])])  # what came, in order
         decodes.append((len(waveforms[0]), engine_lib.greedy_text(out[0], engine.alphabet)))
+        rows.append(batch_size)
         return out
 
     engine.frame_outputs = recorded
@@ -163,6 +164,7 @@ def test_a_bidirectional_models_stream_is_redecoded_within_its_bounds_and_ends_w
         assert received - newest[0] < max(engine_lib.REDECODE_SECONDS * rate, engine_lib.REDECODE_SHARE * received)
     assert utterance.finish() == want_text and utterance.words() == want_words
     assert decodes[-1][0] == len(audio)
+    assert rows[:-1] == [1] * (len(rows) - 1) and rows[-1] is None  # partials: no padding rows; the final as transcribe
     early = engine_lib.REDECODE_SECONDS / engine_lib.REDECODE_SHARE  # seconds decoded once a second
     bound = (2 + 1 / engine_lib.REDECODE_SHARE) * len(audio) + early * (early + 1) / 2 * rate
     assert sum(n for n, _ in decodes) <= bound, decodes  # linear in the stream's length, not quadratic
