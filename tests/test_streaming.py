@@ -137,6 +137,9 @@ def test_a_bidirectional_models_stream_is_redecoded_within_its_bounds_and_ends_w
     # REDECODE_SECONDS 0.1 (as the default 1 s over a stream 10 times as long): decoding every 0.1 s, or
     # every chunk, would cover ~700 s of this 12 s stream's audio; the bound is ~120 s.
     monkeypatch.setattr(engine_lib, "REDECODE_SECONDS", 0.1)
+    # Windows of 4 s (1 s of context each side): a pass holds several windows, as a long stream's does
+    monkeypatch.setattr(engine_lib, "WINDOW_SECONDS", 4.0)
+    monkeypatch.setattr(engine_lib, "CONTEXT_SECONDS", 1.0)
     workdir = _bidirectional_workdir(str(tmp_path / "bi"))
     engine = jax_backend.JaxEngine(workdir, settings.Decoding(beam_width=0))
     rate, chunk = engine.sample_rate, 1_600
@@ -164,7 +167,8 @@ def test_a_bidirectional_models_stream_is_redecoded_within_its_bounds_and_ends_w
         assert received - newest[0] < max(engine_lib.REDECODE_SECONDS * rate, engine_lib.REDECODE_SHARE * received)
     assert utterance.finish() == want_text and utterance.words() == want_words
     assert decodes[-1][0] == len(audio)
-    assert rows[:-1] == [1] * (len(rows) - 1) and rows[-1] is None  # partials: no padding rows; the final as transcribe
+    assert rows[-1] is None  # the final as transcribe runs it; partials: one pass, no padding rows
+    assert rows[:-1] == [min(len(engine.windows(n)), engine.batch_size) for n, _ in decodes[:-1]]
     early = engine_lib.REDECODE_SECONDS / engine_lib.REDECODE_SHARE  # seconds decoded once a second
     bound = (2 + 1 / engine_lib.REDECODE_SHARE) * len(audio) + early * (early + 1) / 2 * rate
     assert sum(n for n, _ in decodes) <= bound, decodes  # linear in the stream's length, not quadratic

@@ -263,8 +263,10 @@ class RedecodedUtterance(_Stream):
     """A bidirectional model's stream: a partial is the whole-file pass over all the audio so far,
     re-run when enough has come (REDECODE_SECONDS, REDECODE_SHARE), so its text may change as more
     arrives; the final is that pass over all of it, the text `transcribe` gives the same audio.
-    A partial runs its windows one per forward pass (a jax engine computes batch_size rows a pass:
-    on a CPU, 1 row of 4 s takes a seventh of 8 rows' time); the final runs as `transcribe` does."""
+    A partial runs as many rows a forward pass as its audio has windows (up to batch_size): a jax
+    engine otherwise computes batch_size rows (on a CPU 1 row of 4 s took a seventh of 8 rows' time),
+    and one window a pass puts a long stream's windows in series (on a GPU 5x the time at 300 s).
+    The final runs as `transcribe` does."""
 
     def __post_init__(self):
         super().__post_init__()
@@ -293,7 +295,8 @@ class RedecodedUtterance(_Stream):
         self.chunks = [audio]
         if self.engine.too_short(len(audio)) is not None:
             return  # no output frame yet
-        out = self.engine.frame_outputs([audio], batch_size=None if final else 1)[0]
+        rows = None if final else min(len(self.engine.windows(len(audio))), self.engine.batch_size)
+        out = self.engine.frame_outputs([audio], batch_size=rows)[0]
         if isinstance(out, BaseException):
             raise out
         self.ids = (out if out.ndim == 1 else out.argmax(-1)).astype(np.int32)  # log-probs with a beam decoder
