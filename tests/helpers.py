@@ -92,3 +92,26 @@ def write_noise(folder, seconds=(0.7, 3.0), rate=16_000) -> str:
         x = 0.3 * (x - x.mean()) / np.abs(x - x.mean()).max()
         soundfile.write(str(folder / f"n{i}.wav"), x, rate if i == 0 else 8000)
     return str(folder)
+
+
+def random_model_workdir(path: str, bidirectional: bool) -> str:
+    """A workdir of a random-init smoke model (statistics not the identity) saved as checkpoint 0."""
+    import jax
+    import numpy as np
+
+    from ds2_jax import checkpoint, workdir_config
+    from ds2_jax import state as state_lib
+
+    config = tiny_settings(**{"model.bidirectional": bidirectional, "model.num_rnn_layers": 2})
+    rng = np.random.default_rng(0)
+    bins = config.features.num_bins
+    state = state_lib.create_state(
+        config,
+        jax.random.PRNGKey(1),
+        rng.normal(-10, 1, bins).astype(np.float32),
+        rng.uniform(1, 3, bins).astype(np.float32),
+    )
+    with checkpoint.managed(path) as mgr:
+        checkpoint.save(mgr, 0, jax.device_get(state), wait=True)
+    workdir_config.save_config(config, path)
+    return path

@@ -25,38 +25,16 @@ from ds2_jax import settings, transcribe  # noqa: E402
 from ds2_jax.infer import engine as engine_lib  # noqa: E402
 from ds2_jax.infer import jax_backend  # noqa: E402
 from ds2_jax.serve import app, limits, server  # noqa: E402
-from tests.helpers import CORPUS, tiny_settings  # noqa: E402
+from tests.helpers import CORPUS, random_model_workdir  # noqa: E402
 from tests.serving import serving  # noqa: E402
 
 TEST_CLEAN = os.path.join(CORPUS, "LibriSpeech", "test-clean")
 FLACS = sorted(os.path.join(r, f) for r, _, fs in os.walk(TEST_CLEAN) for f in fs if f.endswith(".flac"))[:4]
 
 
-def _workdir(path: str, bidirectional: bool) -> str:
-    """A workdir of a random-init smoke model (statistics not the identity) saved as checkpoint 0."""
-    import jax
-
-    from ds2_jax import checkpoint, workdir_config
-    from ds2_jax import state as state_lib
-
-    config = tiny_settings(**{"model.bidirectional": bidirectional, "model.num_rnn_layers": 2})
-    rng = np.random.default_rng(0)
-    bins = config.features.num_bins
-    state = state_lib.create_state(
-        config,
-        jax.random.PRNGKey(1),
-        rng.normal(-10, 1, bins).astype(np.float32),
-        rng.uniform(1, 3, bins).astype(np.float32),
-    )
-    with checkpoint.managed(path) as mgr:
-        checkpoint.save(mgr, 0, jax.device_get(state), wait=True)
-    workdir_config.save_config(config, path)
-    return path
-
-
 @pytest.fixture(scope="module")
 def uni(tmp_path_factory) -> tuple[str, object]:
-    workdir = _workdir(str(tmp_path_factory.mktemp("serve") / "uni"), bidirectional=False)
+    workdir = random_model_workdir(str(tmp_path_factory.mktemp("serve") / "uni"), bidirectional=False)
     return workdir, jax_backend.JaxEngine(workdir, settings.Decoding(beam_width=0))
 
 
@@ -200,7 +178,7 @@ def test_bad_streams_get_a_clear_json_error_and_close(uni, tmp_path):
 def test_a_bidirectional_models_stream_is_redecoded_and_ends_with_the_uploads_text(tmp_path):
     """A bidirectional model's stream: partials re-decoded from the start (each the text of a prefix of
     what was sent), the final and its words those of an upload of the same audio; /healthz says so."""
-    engine = jax_backend.JaxEngine(_workdir(str(tmp_path / "bi"), True), settings.Decoding(beam_width=0))
+    engine = jax_backend.JaxEngine(random_model_workdir(str(tmp_path / "bi"), True), settings.Decoding(beam_width=0))
     samples = audio_lib.read(FLACS[1], 16_000)
     wav = str(tmp_path / "sent.wav")
     soundfile.write(wav, samples, 16_000, subtype="PCM_16")

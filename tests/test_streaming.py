@@ -12,7 +12,7 @@ from ds2_jax import audio as audio_lib
 from ds2_jax import forward, transcribe
 from ds2_jax import state as state_lib
 from ds2_jax.infer import onnx_model, streaming
-from tests.helpers import CORPUS, tiny_settings
+from tests.helpers import CORPUS, random_model_workdir, tiny_settings
 
 # Streaming runs the same float32 ops per frame, in other shapes: measured max |difference| 7e-7.
 STREAM_TOLERANCE = 1e-5
@@ -104,25 +104,6 @@ def test_transcribe_stream_prints_partials_and_the_whole_files_line(tmp_path, ca
     assert out == whole and err.count("partial: ") >= 2, err
 
 
-def _bidirectional_workdir(path: str) -> str:
-    """A workdir of a random-init bidirectional model, saved as checkpoint 0."""
-    from ds2_jax import checkpoint, workdir_config
-
-    config = tiny_settings(**{"model.num_rnn_layers": 2})
-    rng = np.random.default_rng(0)
-    bins = config.features.num_bins
-    state = state_lib.create_state(
-        config,
-        jax.random.PRNGKey(0),
-        rng.normal(-10, 1, bins).astype(np.float32),
-        rng.uniform(1, 3, bins).astype(np.float32),
-    )
-    with checkpoint.managed(path) as mgr:
-        checkpoint.save(mgr, 0, jax.device_get(state), wait=True)
-    workdir_config.save_config(config, path)
-    return path
-
-
 def test_a_bidirectional_models_stream_is_redecoded_within_its_bounds_and_ends_with_the_files_text(
     tmp_path, capsys, monkeypatch
 ):
@@ -140,7 +121,7 @@ def test_a_bidirectional_models_stream_is_redecoded_within_its_bounds_and_ends_w
     # Windows of 4 s (1 s of context each side): a pass holds several windows, as a long stream's does
     monkeypatch.setattr(engine_lib, "WINDOW_SECONDS", 4.0)
     monkeypatch.setattr(engine_lib, "CONTEXT_SECONDS", 1.0)
-    workdir = _bidirectional_workdir(str(tmp_path / "bi"))
+    workdir = random_model_workdir(str(tmp_path / "bi"), bidirectional=True)
     engine = jax_backend.JaxEngine(workdir, settings.Decoding(beam_width=0))
     rate, chunk = engine.sample_rate, 1_600
     one = audio_lib.read(FLAC, rate)
