@@ -94,24 +94,32 @@ def write_noise(folder, seconds=(0.7, 3.0), rate=16_000) -> str:
     return str(folder)
 
 
-def random_model_workdir(path: str, bidirectional: bool) -> str:
-    """A workdir of a random-init smoke model (statistics not the identity) saved as checkpoint 0."""
+def random_state(config, key: int = 0, rng=None):
+    """A random-init state of `config` (jax.random.PRNGKey(key)) whose feature statistics are not the
+    identity (mean ~ N(-10, 1), std in [1, 3), drawn from `rng`, default np.random.default_rng(0))."""
     import jax
     import numpy as np
 
-    from ds2_jax import checkpoint, workdir_config
     from ds2_jax import state as state_lib
 
-    config = tiny_settings(**{"model.bidirectional": bidirectional, "model.num_rnn_layers": 2})
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(0) if rng is None else rng
     bins = config.features.num_bins
-    state = state_lib.create_state(
+    return state_lib.create_state(
         config,
-        jax.random.PRNGKey(1),
+        jax.random.PRNGKey(key),
         rng.normal(-10, 1, bins).astype(np.float32),
         rng.uniform(1, 3, bins).astype(np.float32),
     )
+
+
+def random_model_workdir(path: str, key: int = 1, **overrides) -> str:
+    """A workdir of a random-init smoke model (tiny_settings(**overrides); random_state) saved as checkpoint 0."""
+    import jax
+
+    from ds2_jax import checkpoint, workdir_config
+
+    config = tiny_settings(**overrides)
     with checkpoint.managed(path) as mgr:
-        checkpoint.save(mgr, 0, jax.device_get(state), wait=True)
+        checkpoint.save(mgr, 0, jax.device_get(random_state(config, key)), wait=True)
     workdir_config.save_config(config, path)
     return path

@@ -31,27 +31,12 @@ def _flacs(n: int | None = None) -> list[str]:
 
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory) -> tuple[str, str]:
-    """(workdir, exported model) of the smoke model's initial state saved as checkpoint 0."""
-    import jax
-
-    from ds2_jax import checkpoint, workdir_config
-    from ds2_jax import state as state_lib
-    from tests.helpers import tiny_settings
+    """(workdir, exported model) of the smoke model's initial state saved as checkpoint 0 (feature
+    statistics that are not the identity: the export must carry them)."""
+    from tests.helpers import random_model_workdir
 
     root = tmp_path_factory.mktemp("export")
-    workdir, out = str(root / "w"), str(root / "model.onnx")
-    config = tiny_settings()
-    bins = config.features.num_bins
-    rng = np.random.default_rng(0)  # statistics that are not the identity: the export must carry them
-    state = state_lib.create_state(
-        config,
-        jax.random.PRNGKey(0),
-        rng.normal(-10, 1, bins).astype(np.float32),
-        rng.uniform(1, 3, bins).astype(np.float32),
-    )
-    with checkpoint.managed(workdir) as mgr:
-        checkpoint.save(mgr, 0, jax.device_get(state), wait=True)
-    workdir_config.save_config(config, workdir)
+    workdir, out = random_model_workdir(str(root / "w"), key=0), str(root / "model.onnx")
     assert export.main(["--workdir", workdir, "--out", out]) == 0
     return workdir, out
 

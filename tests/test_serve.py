@@ -29,12 +29,15 @@ from tests.helpers import CORPUS, random_model_workdir  # noqa: E402
 from tests.serving import serving  # noqa: E402
 
 TEST_CLEAN = os.path.join(CORPUS, "LibriSpeech", "test-clean")
+TWO_LAYERS = {"model.num_rnn_layers": 2}  # the served random models: tiny_settings with a second RNN layer
 FLACS = sorted(os.path.join(r, f) for r, _, fs in os.walk(TEST_CLEAN) for f in fs if f.endswith(".flac"))[:4]
 
 
 @pytest.fixture(scope="module")
 def uni(tmp_path_factory) -> tuple[str, object]:
-    workdir = random_model_workdir(str(tmp_path_factory.mktemp("serve") / "uni"), bidirectional=False)
+    workdir = random_model_workdir(
+        str(tmp_path_factory.mktemp("serve") / "uni"), **TWO_LAYERS, **{"model.bidirectional": False}
+    )
     return workdir, jax_backend.JaxEngine(workdir, settings.Decoding(beam_width=0))
 
 
@@ -178,7 +181,9 @@ def test_bad_streams_get_a_clear_json_error_and_close(uni, tmp_path):
 def test_a_bidirectional_models_stream_is_redecoded_and_ends_with_the_uploads_text(tmp_path):
     """A bidirectional model's stream: partials re-decoded from the start (each the text of a prefix of
     what was sent), the final and its words those of an upload of the same audio; /healthz says so."""
-    engine = jax_backend.JaxEngine(random_model_workdir(str(tmp_path / "bi"), True), settings.Decoding(beam_width=0))
+    engine = jax_backend.JaxEngine(
+        random_model_workdir(str(tmp_path / "bi"), **TWO_LAYERS), settings.Decoding(beam_width=0)
+    )
     samples = audio_lib.read(FLACS[1], 16_000)
     wav = str(tmp_path / "sent.wav")
     soundfile.write(wav, samples, 16_000, subtype="PCM_16")

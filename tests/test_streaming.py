@@ -12,7 +12,7 @@ from ds2_jax import audio as audio_lib
 from ds2_jax import forward, transcribe
 from ds2_jax import state as state_lib
 from ds2_jax.infer import onnx_model, streaming
-from tests.helpers import CORPUS, random_model_workdir, tiny_settings
+from tests.helpers import CORPUS, random_model_workdir, random_state, tiny_settings
 
 # Streaming runs the same float32 ops per frame, in other shapes: measured max |difference| 7e-7.
 STREAM_TOLERANCE = 1e-5
@@ -24,13 +24,7 @@ def _unidirectional(**overrides):
     feature statistics are not the identity (so carrying them wrongly shows)."""
     config = tiny_settings(**{"model.bidirectional": False, "model.num_rnn_layers": 2, **overrides})
     rng = np.random.default_rng(0)
-    bins = config.features.num_bins
-    state = state_lib.create_state(
-        config,
-        jax.random.PRNGKey(0),
-        rng.normal(-10, 1, bins).astype(np.float32),
-        rng.uniform(1, 3, bins).astype(np.float32),
-    )
+    state = random_state(config, 0, rng)
     stats = jax.tree_util.tree_map(lambda x: x + rng.uniform(0.1, 0.5, x.shape).astype(np.float32), state.batch_stats)
     return config, state.replace(batch_stats=stats)
 
@@ -121,7 +115,7 @@ def test_a_bidirectional_models_stream_is_redecoded_within_its_bounds_and_ends_w
     # Windows of 4 s (1 s of context each side): a pass holds several windows, as a long stream's does
     monkeypatch.setattr(engine_lib, "WINDOW_SECONDS", 4.0)
     monkeypatch.setattr(engine_lib, "CONTEXT_SECONDS", 1.0)
-    workdir = random_model_workdir(str(tmp_path / "bi"), bidirectional=True)
+    workdir = random_model_workdir(str(tmp_path / "bi"), **{"model.num_rnn_layers": 2})
     engine = jax_backend.JaxEngine(workdir, settings.Decoding(beam_width=0))
     rate, chunk = engine.sample_rate, 1_600
     one = audio_lib.read(FLAC, rate)
